@@ -1,0 +1,63 @@
+"""without-durability: durable workflows whose guarantees live in an interface.
+
+``Checkpointer`` says what a workflow has done and who may write it; ``Scheduler`` says when it may
+run; a ``Durable`` bundles the two and names the transitions across them. Stores for Postgres and
+Redis live in ``without_durability_postgres`` and ``without_durability_redis`` and are never imported
+here.
+"""
+
+from __future__ import annotations
+
+from ._values import Delivery, Entry, Pass, Recorded
+from .clock import Clock, ManualClock, system_clock
+from .codec import CheckpointCodec, JsonCodec
+from .durable import SplitDurable
+from .errors import (
+    Contended,
+    Fenced,
+    InvalidInput,
+    InvalidKey,
+    InvalidValue,
+    InvalidWorkflowId,
+    SchemaMismatch,
+    StoreError,
+    StoreUnavailable,
+    Suspended,
+    Swallowed,
+    WithoutDurabilityError,
+)
+from .memory import MemoryCheckpointer, MemoryDurable, MemoryEffect, MemoryScheduler
+from .protocols import Checkpointer, Durable, Effect, Scheduler
+
+__all__ = [
+    "CheckpointCodec",
+    "Checkpointer",
+    "Clock",
+    "Contended",
+    "Delivery",
+    "Durable",
+    "Effect",
+    "Entry",
+    "Fenced",
+    "InvalidInput",
+    "InvalidKey",
+    "InvalidValue",
+    "InvalidWorkflowId",
+    "JsonCodec",
+    "ManualClock",
+    "MemoryCheckpointer",
+    "MemoryDurable",
+    "MemoryEffect",
+    "MemoryScheduler",
+    "Pass",
+    "Recorded",
+    "Scheduler",
+    "SchemaMismatch",
+    "SplitDurable",
+    "StoreError",
+    "StoreUnavailable",
+    "Suspended",
+    "Swallowed",
+    "WithoutDurabilityError",
+    "system_clock",
+]

@@ -1,0 +1,105 @@
+"""Rules every store applies the same way: ids, keys, durations, value sizes, inbox key names.
+
+Stores call these before touching anything, so bad input is refused with a message that names the
+workflow, the key and the rule, and nothing already stored is lost.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TypeVar
+
+from .codec import CheckpointCodec
+from .errors import InvalidInput, InvalidKey, InvalidValue, InvalidWorkflowId
+
+INBOX_PREFIX = "inbox/"
+"""Keys under this prefix are named by ``append``; ``record`` and ``supply`` refuse them."""
+
+INBOX_DIGITS = 20
+"""Inbox keys carry a number zero-padded to this width (enough for any 64-bit counter), so they
+sort as strings in the order of the number."""
+
+MAX_VALUE_BYTES = 16 * 1024 * 1024
+"""The default limit on one encoded value; every store takes ``max_value_bytes`` to change it."""
+
+
+def inbox_key(number: int) -> str:
+    """The inbox key for ``number``: ``inbox/`` and the number zero-padded to ``INBOX_DIGITS``."""
+    if number < 0 or number >= 10**INBOX_DIGITS:
+        raise ValueError(f"inbox number {number} does not fit {INBOX_DIGITS} digits")
+    return f"{INBOX_PREFIX}{number:0{INBOX_DIGITS}d}"
+
+
+def check_workflow(workflow: object) -> str:
+    """Refuse a workflow id that is not a non-empty string."""
+    if not isinstance(workflow, str) or not workflow:
+        raise InvalidWorkflowId(f"workflow id must be a non-empty string, got {workflow!r}")
+    return workflow
+
+
+def check_key(workflow: str, key: object, *, inbox_allowed: bool = False) -> str:
+    """Refuse a key that is not a non-empty string, or that is under ``inbox/`` (append names those)."""
+    if not isinstance(key, str) or not key:
+        raise InvalidKey(f"workflow {workflow!r}: key must be a non-empty string, got {key!r}")
+    if not inbox_allowed and key.startswith(INBOX_PREFIX):
+        raise InvalidKey(
+            f"workflow {workflow!r}: key {key!r} starts with {INBOX_PREFIX!r}, which is reserved for "
+            "keys the store names in append(); use append() to add a message, or another key"
+        )
+    return key
+
+
+def check_lease(workflow: str, alive: timedelta, budget: timedelta) -> None:
+    """Refuse a claim whose liveness window or budget is not a positive ``timedelta``."""
+    for name, value in (("alive", alive), ("budget", budget)):
+        if not isinstance(value, timedelta) or value <= timedelta(0):
+            raise InvalidInput(
+                f"workflow {workflow!r}: claim {name} must be a positive timedelta, got {value!r}"
+            )
+
+
+def check_visibility(visibility: timedelta) -> None:
+    """Refuse a take whose visibility is not a positive ``timedelta``."""
+    if not isinstance(visibility, timedelta) or visibility <= timedelta(0):
+        raise InvalidInput(f"take visibility must be a positive timedelta, got {visibility!r}")
+
+
+def check_time(what: str, at: datetime | None) -> None:
+    """Refuse a naive datetime: every time here is timezone-aware."""
+    if at is not None and (not isinstance(at, datetime) or at.tzinfo is None):
+        raise InvalidInput(f"{what} must be a timezone-aware datetime (or None), got {at!r}")
+
+
+E = TypeVar("E")
+
+
+def encode_value(
+    codec: CheckpointCodec[E], workflow: str, key: str, value: object, max_bytes: int
+) -> E:
+    """Encode ``value`` for ``workflow``/``key``, refusing what the codec cannot carry or what is
+    larger than ``max_bytes`` with an ``InvalidValue`` that names both."""
+    try:
+        encoded = codec.encode(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidValue(
+            f"workflow {workflow!r}, key {key!r}: the codec cannot encode {type(value).__name__} "
+            f"value ({exc}); record values the codec carries (JsonCodec: JSON types only)"
+        ) from exc
+    if isinstance(encoded, str):
+        try:
+            size = len(encoded.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise InvalidValue(
+                f"workflow {workflow!r}, key {key!r}: the encoded value is not valid UTF-8 text "
+                f"({exc.reason} at {exc.start}); a lone surrogate cannot be stored"
+            ) from exc
+    elif isinstance(encoded, bytes | bytearray):
+        size = len(encoded)
+    else:
+        size = 0
+    if size > max_bytes:
+        raise InvalidValue(
+            f"workflow {workflow!r}, key {key!r}: encoded value is {size} bytes, over the store's "
+            f"limit of {max_bytes}; store large payloads elsewhere and record a reference"
+        )
+    return encoded

@@ -1,0 +1,592 @@
+"""The conformance suite: one test per guarantee of DESIGN §3, run against every selected store.
+
+Use it from a test module: ``from without_durability.testing.conformance import *`` (with this
+package's pytest plugin active, which it is once the distribution is installed), then pick stores with
+``--wd-store``. Every test takes the ``wd_store`` fixture, a fresh ``StoreUnderTest``.
+
+Time: the suite moves the store's clock with ``wd_store.clock.advance``. On a server's clock that is
+a real wait, so every deadline below is a multiple of a unit with half a unit of margin either side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from .._values import Delivery, Pass, Recorded
+from ..errors import Contended, Fenced, InvalidInput, InvalidKey, InvalidValue
+from ..rules import INBOX_PREFIX
+from .harness import EffectFailed, StoreUnderTest
+
+pytestmark = pytest.mark.asyncio
+
+Store = StoreUnderTest[Any]
+_ids = itertools.count()
+LONG = timedelta(hours=1)
+
+
+def unit(store: Store) -> timedelta:
+    """The suite's time unit: deadlines are whole units, checks fall half a unit away from them."""
+    return timedelta(seconds=0.5) if store.clock.real else timedelta(seconds=10)
+
+
+def wf(label: str) -> str:
+    """A workflow id no other test uses."""
+    return f"conf-{label}-{next(_ids)}"
+
+
+async def claimable(store: Store, workflow: str) -> Pass | None:
+    """A claim if the workflow is free now, else None."""
+    try:
+        return await store.checkpointer.claim(workflow, alive=LONG, budget=LONG)
+    except Contended:
+        return None
+
+
+# -- claim --------------------------------------------------------------------------------
+
+
+async def test_claim_live_is_contended(wd_store: Store) -> None:
+    w = wf("contended")
+    first = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    assert first.workflow == w
+    with pytest.raises(Contended):
+        await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+
+
+async def test_exactly_one_of_concurrent_claims_wins(wd_store: Store) -> None:
+    for round_ in range(3):
+        w = wf(f"race{round_}")
+        outcomes = await asyncio.gather(
+            *(wd_store.checkpointer.claim(w, alive=LONG, budget=LONG) for _ in range(16)),
+            return_exceptions=True,
+        )
+        wins = [o for o in outcomes if isinstance(o, Pass)]
+        losses = [o for o in outcomes if isinstance(o, Contended)]
+        assert len(wins) == 1, f"round {round_}: expected exactly one winner of 16 claims, got {outcomes!r}"
+        assert len(losses) == 15, f"round {round_}: expected 15 Contended, got {outcomes!r}"
+
+
+async def test_lapsed_claim_is_taken_with_higher_token(wd_store: Store) -> None:
+    u, w = unit(wd_store), wf("lapse")
+    first = await wd_store.checkpointer.claim(w, alive=2 * u, budget=LONG)
+    await wd_store.clock.advance(u)
+    assert await claimable(wd_store, w) is None, "a claim inside its liveness window was taken"
+    await wd_store.clock.advance(1.5 * u)
+    second = await claimable(wd_store, w)
+    assert second is not None, "a claim past its liveness window could not be taken"
+    assert second.token > first.token, f"token did not increase: {first.token} then {second.token}"
+
+
+async def test_renew_extends_liveness(wd_store: Store) -> None:
+    u, w = unit(wd_store), wf("renew")
+    held = await wd_store.checkpointer.claim(w, alive=2 * u, budget=LONG)
+    await wd_store.clock.advance(1.5 * u)
+    await wd_store.checkpointer.renew(held)
+    await wd_store.clock.advance(1.5 * u)  # past the first window, inside the renewed one
+    assert await claimable(wd_store, w) is None, "renew did not extend liveness"
+
+
+async def test_renew_never_passes_the_budget(wd_store: Store) -> None:
+    u, w = unit(wd_store), wf("budget")
+    held = await wd_store.checkpointer.claim(w, alive=3 * u, budget=4 * u)
+    await wd_store.clock.advance(2.5 * u)
+    await wd_store.checkpointer.renew(held)  # would reach 5.5u; the budget ends at 4u
+    await wd_store.clock.advance(2 * u)
+    assert await claimable(wd_store, w) is not None, "renew carried liveness past the budget"
+
+
+async def test_claim_liveness_starts_under_the_budget(wd_store: Store) -> None:
+    u, w = unit(wd_store), wf("least")
+    await wd_store.checkpointer.claim(w, alive=6 * u, budget=2 * u)
+    await wd_store.clock.advance(2.5 * u)
+    assert await claimable(wd_store, w) is not None, "claim liveness was not capped by its budget"
+
+
+async def test_release_then_renew_cannot_revive(wd_store: Store) -> None:
+    w = wf("release")
+    held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    await wd_store.checkpointer.release(held)
+    await wd_store.checkpointer.renew(held)
+    after = await claimable(wd_store, w)
+    assert after is not None, "renew after release revived the claim"
+    assert after.token > held.token
+
+
+async def test_renew_of_superseded_pass_is_fenced(wd_store: Store) -> None:
+    w = wf("renew-fenced")
+    old = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    await wd_store.checkpointer.release(old)
+    await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    with pytest.raises(Fenced):
+        await wd_store.checkpointer.renew(old)
+
+
+async def test_release_of_superseded_pass_leaves_the_holder_alone(wd_store: Store) -> None:
+    w = wf("release-old")
+    old = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    await wd_store.checkpointer.release(old)
+    await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    await wd_store.checkpointer.release(old)
+    assert await claimable(wd_store, w) is None, "a superseded pass's release freed the new holder"
+
+
+# -- the fence ----------------------------------------------------------------------------
+
+
+async def test_superseded_record_is_fenced_and_writes_nothing(wd_store: Store) -> None:
+    w = wf("fence")
+    old = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    await wd_store.checkpointer.release(old)
+    new = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    with pytest.raises(Fenced):
+        await wd_store.checkpointer.record(old, "step", "stale")
+    assert await wd_store.checkpointer.load(w) == {}, "a fenced record wrote"
+    recorded = await wd_store.checkpointer.record(new, "step", "fresh")
+    assert recorded == Recorded("fresh", True)
+
+
+async def test_record_without_any_claim_is_fenced(wd_store: Store) -> None:
+    w = wf("unclaimed")
+    with pytest.raises(Fenced):
+        await wd_store.checkpointer.record(Pass(w, 1), "step", 1)
+    assert await wd_store.checkpointer.load(w) == {}
+
+
+async def test_refused_write_renews_nobody(wd_store: Store) -> None:
+    u, w = unit(wd_store), wf("stray")
+    old = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    await wd_store.checkpointer.release(old)
+    await wd_store.checkpointer.claim(w, alive=2 * u, budget=LONG)
+    await wd_store.clock.advance(1.5 * u)
+    with pytest.raises(Fenced):
+        await wd_store.checkpointer.record(old, "step", "stray")
+    await wd_store.clock.advance(u)  # the holder went quiet 2.5u ago; its window was 2u
+    assert await claimable(wd_store, w) is not None, "a refused write renewed the holder's claim"
+
+
+async def test_accepted_write_is_a_renewal(wd_store: Store) -> None:
+    u, w = unit(wd_store), wf("write-renews")
+    held = await wd_store.checkpointer.claim(w, alive=2 * u, budget=LONG)
+    await wd_store.clock.advance(1.5 * u)
+    await wd_store.checkpointer.record(held, "step", 1)
+    await wd_store.clock.advance(1.5 * u)
+    assert await claimable(wd_store, w) is None, "an accepted record did not renew the claim"
+
+
+async def test_record_renewal_keeps_the_claims_own_window(wd_store: Store) -> None:
+    u, w = unit(wd_store), wf("alive-for")
+    held = await wd_store.checkpointer.claim(w, alive=2 * u, budget=LONG)
+    await wd_store.clock.advance(u)
+    await wd_store.checkpointer.record(held, "step", 1)
+    await wd_store.clock.advance(2.5 * u)  # the renewal lasts the claim's 2u window, no longer
+    assert await claimable(wd_store, w) is not None, "record renewed for longer than the claim's window"
+
+
+async def test_discard_raises_the_fence_and_leaves_the_id_claimable(wd_store: Store) -> None:
+    w = wf("discard")
+    held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    await wd_store.checkpointer.record(held, "a", 1)
+    await wd_store.checkpointer.discard(w)
+    assert await wd_store.checkpointer.load(w) == {}, "discard left records"
+    assert await wd_store.checkpointer.history(w) == []
+    with pytest.raises(Fenced):
+        await wd_store.checkpointer.record(held, "b", 2)
+    assert await wd_store.checkpointer.load(w) == {}, "a pass in flight wrote after discard"
+    after = await claimable(wd_store, w)
+    assert after is not None, "discard left the workflow claimed"
+    assert after.token > held.token, f"token reused after discard: {held.token} then {after.token}"
+
+
+async def test_tokens_strictly_increase_across_discards(wd_store: Store) -> None:
+    w = wf("tokens")
+    seen: list[int] = []
+    for _ in range(4):
+        held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+        seen.append(held.token)
+        await wd_store.checkpointer.record(held, "x", 1)
+        await wd_store.checkpointer.discard(w)
+    assert seen == sorted(set(seen)), f"tokens not strictly increasing: {seen}"
+
+
+# -- first writer wins ----------------------------------------------------------------------
+
+
+async def test_first_writer_wins_with_won_from_encodings(wd_store: Store) -> None:
+    w = wf("fww")
+    held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    first = await wd_store.checkpointer.record(held, "pair", (1, 2))
+    assert first == Recorded([1, 2], True), f"a tuple's first record: got {first!r}"
+    again = await wd_store.checkpointer.record(held, "pair", (1, 2))
+    assert again == Recorded([1, 2], True), f"the same value again: got {again!r}"
+    other = await wd_store.checkpointer.record(held, "pair", (3, 4))
+    assert other == Recorded([1, 2], False), f"a different value: got {other!r}"
+    supplied = await wd_store.checkpointer.supply(w, "pair", {"x": 1})
+    assert supplied == Recorded([1, 2], False), f"supply of a different value: got {supplied!r}"
+    assert await wd_store.checkpointer.load(w) == {"pair": [1, 2]}
+
+
+async def test_concurrent_supplies_agree_on_one_winner(wd_store: Store) -> None:
+    w = wf("supply-race")
+    results = await asyncio.gather(*(wd_store.checkpointer.supply(w, "k", i) for i in range(16)))
+    stored = (await wd_store.checkpointer.load(w))["k"]
+    assert all(r.value == stored for r in results), f"results disagree with stored {stored}: {results}"
+    winners = [i for i, r in enumerate(results) if r.won]
+    assert winners == [stored], f"expected only caller {stored} to win, got {winners}"
+
+
+async def test_supply_works_while_a_pass_holds_the_claim(wd_store: Store) -> None:
+    w = wf("supply-held")
+    held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    assert await wd_store.checkpointer.supply(w, "approval", "yes") == Recorded("yes", True)
+    assert (await wd_store.checkpointer.record(held, "approval", "no")) == Recorded("yes", False)
+
+
+async def test_inbox_keys_are_refused_by_record_and_supply(wd_store: Store) -> None:
+    w = wf("inbox-reserved")
+    held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    with pytest.raises(InvalidKey, match="inbox/"):
+        await wd_store.checkpointer.record(held, f"{INBOX_PREFIX}00000000000000000001", 1)
+    with pytest.raises(InvalidKey, match="inbox/"):
+        await wd_store.checkpointer.supply(w, f"{INBOX_PREFIX}x", 1)
+    assert await wd_store.checkpointer.load(w) == {}
+
+
+async def test_values_the_codec_cannot_carry_are_refused(wd_store: Store) -> None:
+    w = wf("bad-value")
+    held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    await wd_store.checkpointer.record(held, "kept", 1)
+    for bad in ({1, 2}, object(), float("nan")):
+        with pytest.raises(InvalidValue, match=w):
+            await wd_store.checkpointer.record(held, "bad", bad)
+        with pytest.raises(InvalidValue):
+            await wd_store.checkpointer.supply(w, "bad", bad)
+        with pytest.raises(InvalidValue):
+            await wd_store.checkpointer.append(w, bad)
+    assert await wd_store.checkpointer.load(w) == {"kept": 1}, "a refused value lost or changed data"
+
+
+async def test_oversize_values_are_refused(wd_store: Store) -> None:
+    w = wf("oversize")
+    await wd_store.checkpointer.supply(w, "kept", 1)
+    limit = getattr(wd_store.checkpointer, "max_value_bytes", None)
+    assert isinstance(limit, int), "a store exposes max_value_bytes, its limit on one encoded value"
+    with pytest.raises(InvalidValue, match="limit"):
+        await wd_store.checkpointer.supply(w, "big", "x" * (limit + 1))
+    assert await wd_store.checkpointer.load(w) == {"kept": 1}
+
+
+async def test_bad_arguments_are_refused_clearly(wd_store: Store) -> None:
+    with pytest.raises(InvalidInput):
+        await wd_store.checkpointer.claim("", alive=LONG, budget=LONG)
+    with pytest.raises(InvalidInput, match="alive"):
+        await wd_store.checkpointer.claim(wf("zero"), alive=timedelta(0), budget=LONG)
+    with pytest.raises(InvalidInput):
+        await wd_store.checkpointer.supply(wf("k"), "", 1)
+    with pytest.raises(InvalidInput, match="timezone"):
+        from datetime import datetime
+
+        await wd_store.scheduler.schedule(wf("naive"), datetime(2030, 1, 1))
+
+
+# -- order, append, history ----------------------------------------------------------------
+
+
+async def test_load_keeps_first_recorded_order(wd_store: Store) -> None:
+    w = wf("order")
+    held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    await wd_store.checkpointer.record(held, "b", 1)
+    await wd_store.checkpointer.supply(w, "a", 2)
+    first_inbox = await wd_store.checkpointer.append(w, "m1")
+    await wd_store.checkpointer.record(held, "c", 3)
+    await wd_store.checkpointer.record(held, "b", 99)  # a losing write moves nothing
+    await wd_store.checkpointer.supply(w, "a", 98)
+    second_inbox = await wd_store.checkpointer.append(w, "m2")
+    loaded = await wd_store.checkpointer.load(w)
+    want = {"b": 1, "a": 2, first_inbox: "m1", "c": 3, second_inbox: "m2"}
+    assert list(loaded.items()) == list(want.items()), f"load order: expected {want!r}, got {loaded!r}"
+
+
+async def test_sequential_appends_sort_in_append_order(wd_store: Store) -> None:
+    w = wf("append-seq")
+    keys = [await wd_store.checkpointer.append(w, i) for i in range(12)]
+    assert all(k.startswith(INBOX_PREFIX) for k in keys), f"append keys must start inbox/: {keys}"
+    assert keys == sorted(keys) and len(set(keys)) == 12, f"append keys out of order: {keys}"
+    assert list(await wd_store.checkpointer.load(w)) == keys
+
+
+async def test_concurrent_appends_lose_nothing_and_agree_with_load(wd_store: Store) -> None:
+    w = wf("append-race")
+    n = 32
+    keys = await asyncio.gather(*(wd_store.checkpointer.append(w, {"n": i}) for i in range(n)))
+    assert len(set(keys)) == n, f"duplicate append keys: {sorted(keys)}"
+    loaded = await wd_store.checkpointer.load(w)
+    assert sorted(loaded) == sorted(keys), f"appended keys missing from load: {set(keys) - set(loaded)}"
+    for i, key in enumerate(keys):
+        assert loaded[key] == {"n": i}, f"append {i} under {key} holds {loaded[key]!r}"
+    assert list(loaded) == sorted(loaded), f"key order and load order disagree: {list(loaded)}"
+
+
+async def test_appends_to_many_workflows_interleave_safely(wd_store: Store) -> None:
+    ws = [wf("append-many") for _ in range(4)]
+    keys = await asyncio.gather(*(wd_store.checkpointer.append(w, w) for w in ws for _ in range(6)))
+    per: dict[str, list[str]] = {w: [] for w in ws}
+    for (w, _), key in zip(((w, i) for w in ws for i in range(6)), keys, strict=True):
+        per[w].append(key)
+    for w in ws:
+        loaded = await wd_store.checkpointer.load(w)
+        assert sorted(loaded) == sorted(per[w]) and list(loaded) == sorted(loaded), (
+            f"{w}: expected keys {sorted(per[w])} in order, got {list(loaded)}"
+        )
+
+
+async def test_history_stamps_the_winning_write_only(wd_store: Store) -> None:
+    u, w = unit(wd_store), wf("history")
+    held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    await wd_store.checkpointer.record(held, "one", 1)
+    await wd_store.clock.advance(u)
+    await wd_store.checkpointer.supply(w, "two", 2)
+    key = await wd_store.checkpointer.append(w, 3)
+    before = await wd_store.checkpointer.history(w)
+    await wd_store.clock.advance(u)
+    await wd_store.checkpointer.record(held, "one", 10)
+    await wd_store.checkpointer.record(held, "one", 1)
+    await wd_store.checkpointer.supply(w, "two", 20)
+    after = await wd_store.checkpointer.history(w)
+    assert [e.key for e in after] == ["one", "two", key]
+    assert [e.value for e in after] == [1, 2, 3]
+    assert after == before, f"a losing write moved history: {before!r} then {after!r}"
+    times = [e.written_at for e in after]
+    assert all(t.tzinfo is not None for t in times), f"written_at must be timezone-aware: {times}"
+    assert times == sorted(times), f"written_at out of record order: {times}"
+    assert times[1] - times[0] >= u * 0.8, f"written_at does not follow the store clock: {times}"
+    assert list((await wd_store.checkpointer.load(w)).items()) == [(e.key, e.value) for e in after]
+
+
+# -- transact ------------------------------------------------------------------------------
+
+
+async def test_transact_performs_once_and_records(wd_store: Store) -> None:
+    w = wf("transact")
+    kit = wd_store.effects
+    held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    first = await wd_store.checkpointer.transact(held, "reserve", kit.ledger_add(w, 5))
+    assert first == Recorded(5, True), f"transact result: {first!r}"
+    for _ in range(3):
+        again = await wd_store.checkpointer.transact(held, "reserve", kit.ledger_add(w, 5))
+        assert again.value == 5, f"a recorded transact returned {again!r}"
+    assert await kit.ledger_read(w) == 5, "the effect ran more than once"
+    assert (await wd_store.checkpointer.load(w)) == {"reserve": 5}
+
+
+async def test_transact_on_a_recorded_key_performs_nothing(wd_store: Store) -> None:
+    w = wf("transact-recorded")
+    kit = wd_store.effects
+    held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    await wd_store.checkpointer.record(held, "reserve", "by record")
+    result = await wd_store.checkpointer.transact(held, "reserve", kit.ledger_add(w, 1))
+    assert result.value == "by record"
+    assert await kit.ledger_read(w) == 0, "transact performed its effect on a recorded key"
+
+
+async def test_transact_by_a_superseded_pass_performs_nothing(wd_store: Store) -> None:
+    w = wf("transact-fenced")
+    kit = wd_store.effects
+    old = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    await wd_store.checkpointer.release(old)
+    await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    with pytest.raises(Fenced):
+        await wd_store.checkpointer.transact(old, "reserve", kit.ledger_add(w, 1))
+    assert await kit.ledger_read(w) == 0, "a superseded pass's transact performed its effect"
+    assert await wd_store.checkpointer.load(w) == {}
+
+
+async def test_transact_superseded_mid_effect_rolls_back(wd_store: Store) -> None:
+    w = wf("transact-mid")
+    kit = wd_store.effects
+    held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    with pytest.raises(Fenced):
+        await wd_store.checkpointer.transact(held, "reserve", kit.superseding(held, kit.ledger_add(w, 1)))
+    assert await kit.ledger_read(w) == 0, "the effect of a pass superseded mid-effect was kept"
+    assert await wd_store.checkpointer.load(w) == {}, "a pass superseded mid-effect recorded"
+
+
+async def test_transact_whose_effect_fails_rolls_back(wd_store: Store) -> None:
+    w = wf("transact-fail")
+    kit = wd_store.effects
+    held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    with pytest.raises(EffectFailed):
+        await wd_store.checkpointer.transact(held, "reserve", kit.failing(kit.ledger_add(w, 1)))
+    assert await kit.ledger_read(w) == 0, "a failed effect's write was kept"
+    assert await wd_store.checkpointer.load(w) == {}
+    ok = await wd_store.checkpointer.transact(held, "reserve", kit.ledger_add(w, 2))
+    assert ok == Recorded(2, True) and await kit.ledger_read(w) == 2
+
+
+async def test_concurrent_transacts_on_one_key_perform_once(wd_store: Store) -> None:
+    w = wf("transact-race")
+    kit = wd_store.effects
+    held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    results = await asyncio.gather(
+        *(wd_store.checkpointer.transact(held, "reserve", kit.ledger_add(w, 1)) for _ in range(8)),
+        return_exceptions=True,
+    )
+    values = [r.value for r in results if isinstance(r, Recorded)]
+    assert values and all(v == 1 for v in values), f"transact results: {results!r}"
+    assert await kit.ledger_read(w) == 1, "concurrent transacts on one key moved the ledger twice"
+
+
+# -- the scheduler -------------------------------------------------------------------------
+
+
+async def test_take_hides_what_it_hands_out(wd_store: Store) -> None:
+    w = wf("take")
+    await wd_store.scheduler.schedule(w)
+    got = await wd_store.scheduler.take(LONG)
+    assert isinstance(got, Delivery) and got.workflow == w, f"take: got {got!r}"
+    assert await wd_store.scheduler.take(LONG) is None, "a taken delivery was handed out again"
+
+
+async def test_future_schedule_is_not_visible_early(wd_store: Store) -> None:
+    u, w = unit(wd_store), wf("future")
+    await wd_store.scheduler.schedule(w, await wd_store.now() + 2 * u)
+    assert await wd_store.scheduler.take(LONG) is None, "a future schedule was visible early"
+    await wd_store.clock.advance(2.5 * u)
+    got = await wd_store.scheduler.take(LONG)
+    assert got is not None and got.workflow == w
+
+
+async def test_schedule_keeps_the_earlier_time(wd_store: Store) -> None:
+    u, w = unit(wd_store), wf("earlier")
+    now = await wd_store.now()
+    await wd_store.scheduler.schedule(w, now + 4 * u)
+    await wd_store.scheduler.schedule(w, now + 2 * u)
+    await wd_store.scheduler.schedule(w, now + 8 * u)
+    await wd_store.clock.advance(2.5 * u)
+    got = await wd_store.scheduler.take(LONG)
+    assert got is not None and got.workflow == w, "schedule did not keep the earlier time"
+
+
+async def test_concurrent_takes_never_share_a_delivery(wd_store: Store) -> None:
+    ws = [wf("storm") for _ in range(40)]
+    for w in ws:
+        await wd_store.scheduler.schedule(w)
+    taken: list[str] = []
+
+    async def taker() -> None:
+        while (d := await wd_store.scheduler.take(LONG)) is not None:
+            taken.append(d.workflow)
+
+    await asyncio.gather(*(taker() for _ in range(8)))
+    assert sorted(taken) == sorted(ws), (
+        f"each delivery once: duplicates {sorted({t for t in taken if taken.count(t) > 1})}, "
+        f"missing {sorted(set(ws) - set(taken))}"
+    )
+
+
+async def test_unanswered_delivery_reappears_after_its_visibility(wd_store: Store) -> None:
+    u, w = unit(wd_store), wf("reappear")
+    await wd_store.scheduler.schedule(w)
+    first = await wd_store.scheduler.take(2 * u)
+    assert first is not None
+    await wd_store.clock.advance(u)
+    assert await wd_store.scheduler.take(2 * u) is None, "a hidden delivery reappeared early"
+    await wd_store.clock.advance(1.5 * u)
+    second = await wd_store.scheduler.take(2 * u)
+    assert second is not None and second.workflow == w, "an unanswered delivery did not reappear"
+
+
+async def test_wake_at_none_removes_the_delivery(wd_store: Store) -> None:
+    u, w = unit(wd_store), wf("done")
+    await wd_store.scheduler.schedule(w)
+    got = await wd_store.scheduler.take(u)
+    assert got is not None
+    await wd_store.scheduler.wake_at(got, None)
+    await wd_store.clock.advance(1.5 * u)
+    assert await wd_store.scheduler.take(u) is None, "wake_at(None) left the delivery queued"
+
+
+async def test_wake_at_sets_the_next_visibility(wd_store: Store) -> None:
+    u, w = unit(wd_store), wf("sleep")
+    await wd_store.scheduler.schedule(w)
+    got = await wd_store.scheduler.take(LONG)
+    assert got is not None
+    await wd_store.scheduler.wake_at(got, await wd_store.now() + 2 * u)
+    await wd_store.clock.advance(u)
+    assert await wd_store.scheduler.take(LONG) is None, "woke before its time"
+    await wd_store.clock.advance(1.5 * u)
+    again = await wd_store.scheduler.take(LONG)
+    assert again is not None and again.workflow == w, "did not wake at its time"
+
+
+async def test_wake_at_does_not_reinstate_a_cancelled_delivery(wd_store: Store) -> None:
+    u, w = unit(wd_store), wf("cancelled")
+    await wd_store.scheduler.schedule(w)
+    got = await wd_store.scheduler.take(u)
+    assert got is not None
+    await wd_store.scheduler.cancel(w)
+    await wd_store.scheduler.wake_at(got, await wd_store.now())
+    await wd_store.clock.advance(1.5 * u)
+    assert await wd_store.scheduler.take(u) is None, "wake_at reinstated a cancelled delivery"
+
+
+async def test_wake_at_does_not_overwrite_a_wakeup_since_the_take(wd_store: Store) -> None:
+    w = wf("woken")
+    await wd_store.scheduler.schedule(w)
+    got = await wd_store.scheduler.take(LONG)
+    assert got is not None
+    await wd_store.scheduler.schedule(w)  # a wakeup arrives while the pass runs
+    await wd_store.scheduler.wake_at(got, await wd_store.now() + LONG)
+    again = await wd_store.scheduler.take(LONG)
+    assert again is not None and again.workflow == w, "wake_at overwrote a wakeup that arrived since"
+
+
+async def test_stale_delivery_cannot_answer_for_a_newer_take(wd_store: Store) -> None:
+    u, w = unit(wd_store), wf("stale")
+    await wd_store.scheduler.schedule(w)
+    first = await wd_store.scheduler.take(u)
+    assert first is not None
+    await wd_store.clock.advance(1.5 * u)
+    second = await wd_store.scheduler.take(LONG)
+    assert second is not None and second.workflow == w
+    await wd_store.scheduler.wake_at(first, None)  # the first taker answers late
+    await wd_store.scheduler.wake_at(second, await wd_store.now())
+    third = await wd_store.scheduler.take(LONG)
+    assert third is not None and third.workflow == w, "a stale delivery's answer removed a newer one"
+
+
+# -- the durable transitions -----------------------------------------------------------------
+
+
+async def test_arrive_records_and_schedules(wd_store: Store) -> None:
+    w = wf("arrive")
+    assert await wd_store.durable.arrive(w, "approval", {"ok": True}) == Recorded({"ok": True}, True)
+    assert await wd_store.durable.arrive(w, "approval", {"ok": False}) == Recorded({"ok": True}, False)
+    got = await wd_store.scheduler.take(LONG)
+    assert got is not None and got.workflow == w
+    assert await wd_store.checkpointer.load(w) == {"approval": {"ok": True}}
+
+
+async def test_deliver_appends_and_schedules(wd_store: Store) -> None:
+    w = wf("deliver")
+    k1 = await wd_store.durable.deliver(w, "hello")
+    k2 = await wd_store.durable.deliver(w, "again")
+    assert k1 < k2 and k1.startswith(INBOX_PREFIX)
+    got = await wd_store.scheduler.take(LONG)
+    assert got is not None and got.workflow == w
+    assert await wd_store.checkpointer.load(w) == {k1: "hello", k2: "again"}
+
+
+async def test_durable_discard_forgets_fences_and_cancels(wd_store: Store) -> None:
+    w = wf("durable-discard")
+    held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    await wd_store.durable.arrive(w, "a", 1)
+    await wd_store.durable.discard(w)
+    assert await wd_store.checkpointer.load(w) == {}
+    assert await wd_store.scheduler.take(LONG) is None, "discard left the workflow queued"
+    with pytest.raises(Fenced):
+        await wd_store.checkpointer.record(held, "b", 2)

@@ -1,0 +1,57 @@
+"""The Memory store's factory: a manual clock the suite moves, effects over the store's own dict."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from ..._values import Pass
+from ...clock import ManualClock
+from ...memory import MemoryCheckpointer, MemoryDurable, MemoryEffect, MemoryScheduler
+from ..harness import EffectFailed, EffectKit, ManualTestClock, StoreFactory, StoreUnderTest, register
+
+
+def memory_effects(checkpointer: MemoryCheckpointer) -> EffectKit[MemoryEffect]:
+    """Ledger effects over ``checkpointer.state``."""
+
+    def ledger_add(name: str, amount: int) -> MemoryEffect:
+        def effect(state: dict[str, Any]) -> object:
+            ledger = state.setdefault("ledger", {})
+            ledger[name] = ledger.get(name, 0) + amount
+            return ledger[name]
+
+        return effect
+
+    async def ledger_read(name: str) -> int:
+        return int(checkpointer.state.get("ledger", {}).get(name, 0))
+
+    def superseding(pass_: Pass, inner: MemoryEffect) -> MemoryEffect:
+        def effect(state: dict[str, Any]) -> object:
+            result = inner(state)
+            # Nothing can run inside a synchronous effect, so the newer claim is written directly.
+            checkpointer._claims[pass_.workflow].token += 1
+            return result
+
+        return effect
+
+    def failing(inner: MemoryEffect) -> MemoryEffect:
+        def effect(state: dict[str, Any]) -> object:
+            inner(state)
+            raise EffectFailed("effect failed after performing its write")
+
+        return effect
+
+    return EffectKit(ledger_add, ledger_read, superseding, failing)
+
+
+@asynccontextmanager
+async def open_memory(_server: object) -> AsyncIterator[StoreUnderTest[MemoryEffect]]:
+    """A fresh Memory store on a manual clock."""
+    clock = ManualClock()
+    checkpointer = MemoryCheckpointer(clock=clock)
+    durable = MemoryDurable(checkpointer, MemoryScheduler(clock=clock))
+    yield StoreUnderTest("memory", durable, ManualTestClock(clock), memory_effects(checkpointer))
+
+
+MEMORY = register(StoreFactory("memory", open_memory, description="in-process test double"))
