@@ -1,5 +1,6 @@
 """The Redis store's factories: ``redis-set`` and ``redis-stream`` on one server, and
-``redis-cluster`` (the checkpointer with the sorted-set scheduler) on a 3-node Redis Cluster.
+``redis-cluster`` and ``redis-cluster-stream`` (the checkpointer with either scheduler) on a private
+3-node Redis Cluster.
 
 Each test gets its own key prefix and deletes exactly its own keys afterwards (a server named by
 ``WD_REDIS_URL`` may hold other data; nothing here flushes it). Time is the server's, so the suite's
@@ -96,7 +97,8 @@ def _opener(
             else:
                 sched = RedisSetScheduler(client, prefix=prefix)
             durable: SplitDurable[Any] = SplitDurable(checkpointer, sched)
-            yield StoreUnderTest(name, durable, RealTestClock(), redis_effects(checkpointer, client),
+            effects = redis_effects(checkpointer, client)
+            yield StoreUnderTest(name, durable, RealTestClock(), effects,
                                  extra={"client": client, "prefix": prefix, "server": server})
         finally:
             try:
@@ -123,4 +125,9 @@ REDIS_CLUSTER = register(StoreFactory(
     "redis-cluster", _opener("redis-cluster", "set", cluster=True),
     lambda: provide("redis-cluster"), _unavailable("redis-cluster"),
     "RedisCheckpointer + RedisSetScheduler on a 3-node Redis Cluster",
+))
+REDIS_CLUSTER_STREAM = register(StoreFactory(
+    "redis-cluster-stream", _opener("redis-cluster-stream", "stream", cluster=True),
+    lambda: provide("redis-cluster"), _unavailable("redis-cluster"),
+    "RedisCheckpointer + RedisStreamScheduler on a 3-node Redis Cluster",
 ))
