@@ -59,12 +59,12 @@ def checkpointer_of(store: Store) -> RedisCheckpointer:
     return cp
 
 
-async def wait_until(condition: Any, timeout: float, what: str) -> None:
-    """Await ``condition()`` until it is true, polling gently, or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
+async def wait_until(condition: Any, within: float, what: str) -> None:
+    """Await ``condition()`` until it is true, polling gently, or fail after ``within`` seconds."""
+    deadline = time.monotonic() + within
     while not await condition():
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+            pytest.fail(f"timed out after {within}s waiting for {what}")
         await asyncio.sleep(0.05)
 
 
@@ -290,7 +290,7 @@ async def test_cross_slot_effect_is_refused_on_the_cluster_having_written_nothin
 async def test_ids_with_braces_or_too_long_are_refused_clearly(wd_store: Store) -> None:
     cp = checkpointer_of(wd_store)
     for bad in ("a{b}", "}", "x" * (MAX_WORKFLOW_ID_BYTES + 1)):
-        with pytest.raises(InvalidWorkflowId, match="brace|bytes"):
+        with pytest.raises(InvalidWorkflowId, match=r"brace|bytes"):
             await cp.claim(bad, alive=LONG, budget=LONG)
         with pytest.raises(InvalidWorkflowId):
             await cp.supply(bad, "k", 1)
@@ -333,7 +333,7 @@ async def test_an_unreachable_server_is_store_unavailable() -> None:
     client = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=1)
     try:
         cp = RedisCheckpointer(client)
-        with pytest.raises(StoreUnavailable, match="127.0.0.1") as caught:
+        with pytest.raises(StoreUnavailable, match=r"127\.0\.0\.1") as caught:
             await cp.supply("w", "k", 1)
         assert caught.value.__cause__ is not None
         with pytest.raises(StoreUnavailable):
