@@ -162,10 +162,16 @@ async def test_renewal_and_writes_rearm_the_ttl(wd_store: Store) -> None:
     assert claim_ttl > 600_000, f"the claim may expire before its budget: PTTL {claim_ttl}"
     await cp.record(held, "k", 1)
     records_ttl = await client.pttl(cp.hash_key(w))
-    assert 0 < records_ttl <= 60_000, f"records TTL not armed: {records_ttl}"
+    assert records_ttl > 600_000, f"records may expire under a live pass: PTTL {records_ttl}"
+    await client.pexpire(cp.hash_key(w), 5_000)
+    await cp.renew(held)
+    assert await client.pttl(cp.hash_key(w)) > 600_000, "renew did not keep the records alive"
     await client.pexpire(cp.hash_key(w), 5_000)
     await cp.supply(w, "j", 2)
     assert await client.pttl(cp.hash_key(w)) > 5_000, "a write did not re-arm the records TTL"
+    other = wf("ttl-supplied")
+    await cp.supply(other, "j", 2)
+    assert 0 < await client.pttl(cp.hash_key(other)) <= 60_000, "supply did not arm the TTL"
 
 
 # -- LuaEffect: exactly once, undone on failure ----------------------------------------------------

@@ -90,8 +90,9 @@ class RedisCheckpointer:
       last token when that is higher), so a claim hash that expired and was re-created still mints
       above every earlier token, as long as the server's clock does not step back by more than
       ``ttl``.
-    - Each write re-arms a TTL of ``ttl`` on the workflow's hashes (the claim's never runs out
-      before its budget): a finished workflow is swept by Redis. A workflow left untouched for
+    - Each write re-arms a TTL of at least ``ttl`` on the workflow's hashes, and a pass's claim,
+      renewals and writes keep both for its remaining budget plus ``ttl``, so neither runs out
+      under a live pass: a finished workflow is swept by Redis. A workflow left untouched for
       longer than ``ttl`` loses its records, while a wakeup queued elsewhere may survive.
     - Record order lives in each hash field's value, so it survives the hash's conversion from
       listpack to hashtable.
@@ -176,8 +177,10 @@ class RedisCheckpointer:
 
     async def renew(self, pass_: Pass) -> None:
         """See ``Checkpointer.renew``."""
-        reply = await self._run(f"renew {pass_.workflow!r}", "renew",
-                                [self.claim_key(pass_.workflow)], [pass_.token, self._ttl_ms])
+        workflow = pass_.workflow
+        reply = await self._run(f"renew {workflow!r}", "renew",
+                                [self.claim_key(workflow), self.hash_key(workflow)],
+                                [pass_.token, self._ttl_ms])
         if text(reply[0]) == "fenced":
             raise Fenced(pass_.workflow, pass_.token)
 

@@ -10,5 +10,5 @@
 local position = redis.call('HLEN', KEYS[1])
 local key = ARGV[2] .. string.format('%0' .. ARGV[3] .. 'd', position)
 redis.call('HSET', KEYS[1], key, int(position) .. ':' .. int(now_us()) .. ':' .. ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
+extend(KEYS[1], tonumber(ARGV[4]))
 return key
