@@ -359,32 +359,81 @@ async def test_a_foreign_encoding_is_a_store_error_naming_the_key(wd_store: Stor
 # -- the stream scheduler ------------------------------------------------------------------------
 
 
-@pytest.mark.wd_store(["redis-stream", "redis-cluster-stream"])
-async def test_stream_wakes_a_blocked_reader_and_keeps_itself_short(wd_store: Store) -> None:
-    sched, client, w = wd_store.scheduler, client_of(wd_store), wf("block")
+STREAMS = pytest.mark.wd_store(["redis-stream", "redis-cluster-stream"])
+
+
+def stream_of(store: Store) -> RedisStreamScheduler:
+    sched = store.scheduler
     assert isinstance(sched, RedisStreamScheduler)
-    warm = wf("warm")
-    await sched.schedule(warm)  # makes the stream and its group
-    last = (await client.xrevrange(sched.stream_key, count=1))[0][0]
-    reader = asyncio.create_task(client.xread({sched.stream_key: last}, block=10_000))
-    await asyncio.sleep(0)  # let the read be sent before the wakeup
-    await sched.schedule(w)
-    woke = await asyncio.wait_for(reader, timeout=10)
-    assert woke, "a blocked reader was not woken by a due schedule"
+    return sched
+
+
+@STREAMS
+async def test_stream_wait_wakes_for_a_schedule_not_the_poll_interval(wd_store: Store) -> None:
+    sched, w = stream_of(wd_store), wf("wake")
+    assert await sched.take(LONG) is None
+
+    async def later() -> None:
+        await asyncio.sleep(0.3)
+        await sched.schedule(w)
+
+    started = time.monotonic()
+    arrival = asyncio.create_task(later())
+    await sched.wait(timedelta(seconds=20))
+    waited = time.monotonic() - started
+    await arrival
+    assert 0.25 < waited < 5, f"wait returned after {waited:.2f}s for a schedule made at 0.3s"
+    got = await sched.take(LONG)
+    assert got is not None and got.workflow == w
+
+
+@STREAMS
+async def test_stream_wait_sees_work_that_arrived_since_the_empty_take(wd_store: Store) -> None:
+    sched, w = stream_of(wd_store), wf("gap")
+    assert await sched.take(LONG) is None
+    await sched.schedule(w)  # between the empty take and the wait
+    started = time.monotonic()
+    await sched.wait(timedelta(seconds=20))
+    assert time.monotonic() - started < 5, "wait slept through work queued after the empty take"
+
+
+@STREAMS
+async def test_stream_wait_wakes_when_a_timer_falls_due(wd_store: Store) -> None:
+    sched, w = stream_of(wd_store), wf("timer")
+    await sched.schedule(w, await sched.now() + timedelta(milliseconds=400))
+    assert await sched.take(LONG) is None
+    started = time.monotonic()
+    await sched.wait(timedelta(seconds=20))
+    waited = time.monotonic() - started
+    assert 0.2 < waited < 5, f"wait returned after {waited:.2f}s for a timer due at 0.4s"
+    got = await sched.take(LONG)
+    assert got is not None and got.workflow == w
+    started = time.monotonic()
+    assert await sched.take(LONG) is None
+    await sched.wait(timedelta(milliseconds=300))  # the next timer is the delivery's, an hour out
+    assert 0.25 < time.monotonic() - started < 5, "wait did not keep to at_most"
+
+
+@STREAMS
+async def test_stream_keeps_itself_short(wd_store: Store) -> None:
+    sched, client = stream_of(wd_store), client_of(wd_store)
+    ws = [wf("short") for _ in range(5)]
+    for w in ws:
+        await sched.schedule(w)
     seen = []
     while (d := await sched.take(LONG)) is not None:
-        seen.append(d)
+        seen.append(d.workflow)
         await sched.wake_at(d, None)
-    assert sorted(d.workflow for d in seen) == sorted([warm, w])
+    assert sorted(seen) == sorted(ws)
     assert await client.xlen(sched.stream_key) == 0, "answered entries stayed in the stream"
     pending = await client.xpending(sched.stream_key, "wd")
     assert pending["pending"] == 0, f"answered deliveries stayed pending: {pending}"
+    assert await client.hlen(sched.entries_key) == 0 and await client.zcard(sched.timers_key) == 0
 
 
-@pytest.mark.wd_store(["redis-stream", "redis-cluster-stream"])
+@STREAMS
 async def test_stream_cancel_drops_the_pending_entry(wd_store: Store) -> None:
-    sched, client, w = wd_store.scheduler, client_of(wd_store), wf("cancel")
-    assert isinstance(sched, RedisStreamScheduler)
+    sched, client, w = stream_of(wd_store), client_of(wd_store), wf("cancel")
     await sched.schedule(w)
     got = await sched.take(LONG)
     assert got is not None
@@ -394,3 +443,31 @@ async def test_stream_cancel_drops_the_pending_entry(wd_store: Store) -> None:
     await sched.wake_at(got, await sched.now())
     assert await sched.take(LONG) is None, "wake_at reinstated a cancelled delivery"
     assert not await client.hexists(sched.entries_key, w)
+
+
+# -- the factories clean up after themselves -------------------------------------------------------
+
+
+@pytest.mark.wd_store(["redis-set", "redis-stream", "redis-cluster", "redis-cluster-stream"])
+async def test_a_store_under_test_deletes_exactly_its_own_keys(wd_factory: Any) -> None:
+    from without_durability.testing.stores.redis import delete_prefix
+
+    factory, server = wd_factory
+    async with factory.open(server) as store:
+        client, prefix = client_of(store), store.extra["prefix"]
+        bystander = f"bystander-{next(_ids)}"
+        await client.set(bystander, "keep")  # stands for a WD_REDIS_URL server's own data
+        for i in range(6):  # several workflows, so a cluster spreads them over its nodes
+            w = wf(f"clean{i}")
+            held = await store.checkpointer.claim(w, alive=LONG, budget=LONG)
+            await store.checkpointer.transact(held, "t", store.effects.ledger_add(w, 1))
+            await store.durable.deliver(w, "m")
+        assert [k async for k in client.scan_iter(match=f"{prefix}*")], "nothing was written"
+    check = type(client).from_url(server.url)
+    try:
+        left = [k async for k in check.scan_iter(match=f"{prefix}*")]
+        assert left == [], f"keys left behind under {prefix}: {left}"
+        assert await check.get(bystander) == b"keep", "cleanup touched a key outside its prefix"
+    finally:
+        await delete_prefix(check, bystander)
+        await check.aclose()
