@@ -471,3 +471,27 @@ async def test_a_store_under_test_deletes_exactly_its_own_keys(wd_factory: Any) 
     finally:
         await delete_prefix(check, bystander)
         await check.aclose()
+
+
+# -- mutants: a broken script can be swapped in, and is noticed ------------------------------------
+
+
+@CHECKPOINTERS
+async def test_a_mutant_without_the_fence_in_record_lets_a_stale_pass_write(wd_store: Store) -> None:
+    from without_durability_redis import script_source
+
+    fence = "if redis.call('HGET', KEYS[2], 'token') ~= ARGV[1] then\n  return {'fenced'}\nend"
+    assert fence in script_source("record"), "the RECORD script no longer reads as this test expects"
+
+    class Unfenced(RedisCheckpointer):
+        script_overrides = {"record": script_source("record").replace(fence, "")}  # noqa: RUF012
+
+    real = checkpointer_of(wd_store)
+    mutant = Unfenced(client_of(wd_store), prefix=wd_store.extra["prefix"])
+    w = wf("mutant")
+    old = await real.claim(w, alive=LONG, budget=LONG)
+    await real.release(old)
+    await real.claim(w, alive=LONG, budget=LONG)
+    with pytest.raises(Fenced):
+        await real.record(old, "stale", 1)
+    assert await mutant.record(old, "stale", 1) == Recorded(1, True), "the mutant kept the fence"

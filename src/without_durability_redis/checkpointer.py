@@ -8,10 +8,10 @@ them; every time is the server's (``TIME`` inside the script).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from without_durability._values import Entry, Pass, Recorded
 from without_durability.codec import CheckpointCodec, JsonCodec
@@ -34,7 +34,7 @@ from without_durability.rules import (
 )
 
 from ._keys import check_id, check_name, hash_tag
-from ._scripts import EFFECT_MARK, Client, Scripts, boundary, from_micros, source, span, text
+from ._scripts import EFFECT_MARK, Client, Scripts, boundary, from_micros, span, text
 
 _LONGEST = timedelta(days=365 * 100)
 
@@ -102,6 +102,10 @@ class RedisCheckpointer:
       fsync, asynchronous replication) a write that returned can still be lost in a crash.
     """
 
+    script_overrides: ClassVar[Mapping[str, str]] = {}
+    """Replacement script texts by name (see ``script_source``), for a subclass that breaks a
+    guarantee on purpose so a harness can prove it notices. Empty in the real store."""
+
     def __init__(
         self,
         client: Client,
@@ -120,7 +124,7 @@ class RedisCheckpointer:
         self.max_value_bytes = max_value_bytes
         self._ttl_ms = int(ttl.total_seconds() * 1000)
         self._json = bool(getattr(self.codec, "renders_json", False))
-        self._scripts = Scripts(client, "checkpoint")
+        self._scripts = Scripts(client, self.script_overrides)
 
     # -- key names -----------------------------------------------------------------------------
 
@@ -285,7 +289,7 @@ class RedisCheckpointer:
         check_id(workflow)
         check_key(workflow, key)
         self._check_effect(workflow, key, effect)
-        script = source("transact", "checkpoint").replace(EFFECT_MARK, effect.source, 1)
+        script = self._scripts.source("transact").replace(EFFECT_MARK, effect.source, 1)
         keys = [self.hash_key(workflow), self.claim_key(workflow), *effect.keys]
         args = [pass_.token, key, self.max_value_bytes, self._ttl_ms, "1" if self._json else "0",
                 *effect.args]

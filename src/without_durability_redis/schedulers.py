@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from without_durability._values import Delivery
 from without_durability.errors import InvalidInput
@@ -33,13 +34,15 @@ class _StreamReceipt:
 
 
 class _Base:
-    _prelude = "plain"
+    script_overrides: ClassVar[Mapping[str, str]] = {}
+    """Replacement script texts by name (see ``script_source``), for a subclass that breaks a
+    guarantee on purpose so a harness can prove it notices. Empty in the real schedulers."""
 
     def __init__(self, client: Client, *, namespace: str, prefix: str) -> None:
         self.client = client
         self.namespace = check_name("namespace", namespace)
         self.prefix = check_name("prefix", prefix, allow_empty=True)
-        self._scripts = Scripts(client, self._prelude)
+        self._scripts = Scripts(client, self.script_overrides)
         self._clock_key = f"{prefix}clock:{{{namespace}}}"
 
     async def _run(self, what: str, name: str, keys: list[str], args: list[object]) -> Any:
@@ -116,8 +119,6 @@ class RedisStreamScheduler(_Base):
     Answered entries are acknowledged and deleted, so the stream stays as short as the ready work.
     ``consumer`` names this scheduler's pending list (default: host and process id).
     """
-
-    _prelude = "stream"
 
     def __init__(
         self,
