@@ -172,7 +172,8 @@ class RedisCheckpointer:
         for name, value in (("alive", alive), ("budget", budget)):
             if value > _LONGEST:
                 raise InvalidInput(f"workflow {workflow!r}: claim {name} {value} is longer than a "
-                                   "century; a pass that may run forever needs no budget")
+                                   "century, the longest the Redis store can count in microseconds "
+                                   "exactly; choose a shorter one")
         reply = await self._run(f"claim {workflow!r}", "claim", [self.claim_key(workflow)],
                                 [span(alive), span(budget), self._ttl_ms])
         if text(reply[0]) == "contended":
