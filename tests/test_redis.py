@@ -495,3 +495,28 @@ async def test_a_mutant_without_the_fence_in_record_lets_a_stale_pass_write(wd_s
     with pytest.raises(Fenced):
         await real.record(old, "stale", 1)
     assert await mutant.record(old, "stale", 1) == Recorded(1, True), "the mutant kept the fence"
+
+
+# -- a script the driver re-sends after a lost reply -------------------------------------------
+
+
+@CHECKPOINTERS
+async def test_a_resent_claim_or_append_lands_once(wd_store: Store) -> None:
+    # redis-py re-sends a command whose connection failed (3 retries by default), so a script can
+    # run twice for one call. Run each the way a re-send would: the same arguments, twice.
+    cp, client, w = checkpointer_of(wd_store), client_of(wd_store), wf("resent")
+    ttl = int(cp.ttl.total_seconds() * 1000)
+    claim_args = [3_600_000_000, 3_600_000_000, ttl, "nonce-1"]
+    first = await cp._scripts.run("claim", [cp.claim_key(w)], claim_args)
+    again = await cp._scripts.run("claim", [cp.claim_key(w)], claim_args)
+    assert first == again and first[0] == b"ok", f"a re-sent claim got {again}, not {first}"
+    other = await cp._scripts.run("claim", [cp.claim_key(w)], [*claim_args[:3], "nonce-2"])
+    assert other == [b"contended"], f"another caller's claim got {other}"
+
+    keys = [cp.hash_key(w), cp._appends_key(w)]
+    append_args = ['"m"', "inbox/", 20, ttl, "nonce-3"]
+    key = await cp._scripts.run("append", keys, append_args)
+    assert await cp._scripts.run("append", keys, append_args) == key
+    assert await cp.load(w) == {key.decode(): "m"}, "a re-sent append appended twice"
+    await cp.discard(w)
+    assert not await client.exists(cp._appends_key(w)), "discard left the append receipts"

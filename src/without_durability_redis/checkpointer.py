@@ -8,6 +8,7 @@ them; every time is the server's (``TIME`` inside the script).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -137,6 +138,9 @@ class RedisCheckpointer:
         """The key of ``workflow``'s claim hash (token, held, alive, for): for operators, tests."""
         return f"{self.hash_key(workflow)}:claim"
 
+    def _appends_key(self, workflow: str) -> str:
+        return f"{self.hash_key(workflow)}:appends"
+
     # -- helpers -------------------------------------------------------------------------------
 
     def _encode(self, workflow: str, key: str, value: object) -> str:
@@ -175,7 +179,7 @@ class RedisCheckpointer:
                                    "century, the longest the Redis store can count in microseconds "
                                    "exactly; choose a shorter one")
         reply = await self._run(f"claim {workflow!r}", "claim", [self.claim_key(workflow)],
-                                [span(alive), span(budget), self._ttl_ms])
+                                [span(alive), span(budget), self._ttl_ms, uuid.uuid4().hex])
         if text(reply[0]) == "contended":
             raise Contended(workflow)
         return Pass(workflow, int(text(reply[1])))
@@ -197,7 +201,8 @@ class RedisCheckpointer:
     async def discard(self, workflow: str) -> None:
         """See ``Checkpointer.discard``."""
         await self._run(f"discard {workflow!r}", "discard",
-                        [self.hash_key(workflow), self.claim_key(workflow)], [self._ttl_ms])
+                        [self.hash_key(workflow), self.claim_key(workflow),
+                         self._appends_key(workflow)], [self._ttl_ms])
 
     # -- records -------------------------------------------------------------------------------
 
@@ -228,8 +233,10 @@ class RedisCheckpointer:
         it landed, which is also its load position."""
         check_id(workflow)
         encoded = self._encode(workflow, INBOX_PREFIX, value)
-        reply = await self._run(f"append to {workflow!r}", "append", [self.hash_key(workflow)],
-                                [encoded, INBOX_PREFIX, INBOX_DIGITS, self._ttl_ms])
+        reply = await self._run(f"append to {workflow!r}", "append",
+                                [self.hash_key(workflow), self._appends_key(workflow)],
+                                [encoded, INBOX_PREFIX, INBOX_DIGITS, self._ttl_ms,
+                                 uuid.uuid4().hex])
         return text(reply)
 
     async def _rows(self, workflow: str) -> list[tuple[int, str, int, str]]:
@@ -263,7 +270,7 @@ class RedisCheckpointer:
         if not isinstance(effect.source, str) or not effect.source.strip():
             raise InvalidInput(f"workflow {workflow!r}, key {key!r}: LuaEffect source must be "
                                "non-empty Lua text")
-        own = {self.hash_key(workflow), self.claim_key(workflow)}
+        own = {self.hash_key(workflow), self.claim_key(workflow), self._appends_key(workflow)}
         for effect_key in effect.keys:
             if not isinstance(effect_key, str) or not effect_key:
                 raise InvalidKey(f"workflow {workflow!r}, key {key!r}: LuaEffect keys must be "
