@@ -501,7 +501,7 @@ async def test_a_mutant_without_the_fence_in_record_lets_a_stale_pass_write(wd_s
 
 
 @CHECKPOINTERS
-async def test_a_resent_claim_or_append_lands_once(wd_store: Store) -> None:
+async def test_a_resent_claim_append_or_transact_lands_once(wd_store: Store) -> None:
     # redis-py re-sends a command whose connection failed (3 retries by default), so a script can
     # run twice for one call. Run each the way a re-send would: the same arguments, twice.
     cp, client, w = checkpointer_of(wd_store), client_of(wd_store), wf("resent")
@@ -513,10 +513,21 @@ async def test_a_resent_claim_or_append_lands_once(wd_store: Store) -> None:
     other = await cp._scripts.run("claim", [cp.claim_key(w)], [*claim_args[:3], "nonce-2"])
     assert other == [b"contended"], f"another caller's claim got {other}"
 
-    keys = [cp.hash_key(w), cp._appends_key(w)]
+    keys = [cp.hash_key(w), cp._nonces_key(w)]
     append_args = ['"m"', "inbox/", 20, ttl, "nonce-3"]
     key = await cp._scripts.run("append", keys, append_args)
     assert await cp._scripts.run("append", keys, append_args) == key
     assert await cp.load(w) == {key.decode(): "m"}, "a re-sent append appended twice"
+    await cp.discard(w)  # lapses the claim the re-sent script holds
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    effect = counter(cp, w)
+    text = cp._scripts.source("transact").replace("--[[effect]]", effect.source, 1)
+    keys = [cp.hash_key(w), cp.claim_key(w), cp._nonces_key(w), *effect.keys]
+    args = [held.token, "t", cp.max_value_bytes, ttl, "1", "nonce-4"]
+    assert await cp._scripts.run_source(text, keys, args) == [b"ok", b"1"]
+    resent = await cp._scripts.run_source(text, keys, args)
+    assert resent == [b"ok", b"1"], f"a re-sent transact no longer knew it was its own: {resent}"
+    assert await cp._scripts.run_source(text, keys, [*args[:5], "nonce-5"]) == [b"recorded", b"1"]
+    assert await read_int(client, effect.keys[0]) == 1
     await cp.discard(w)
-    assert not await client.exists(cp._appends_key(w)), "discard left the append receipts"
+    assert not await client.exists(cp._nonces_key(w)), "discard left the nonces"

@@ -138,8 +138,8 @@ class RedisCheckpointer:
         """The key of ``workflow``'s claim hash (token, held, alive, for): for operators, tests."""
         return f"{self.hash_key(workflow)}:claim"
 
-    def _appends_key(self, workflow: str) -> str:
-        return f"{self.hash_key(workflow)}:appends"
+    def _nonces_key(self, workflow: str) -> str:
+        return f"{self.hash_key(workflow)}:nonces"
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -202,7 +202,7 @@ class RedisCheckpointer:
         """See ``Checkpointer.discard``."""
         await self._run(f"discard {workflow!r}", "discard",
                         [self.hash_key(workflow), self.claim_key(workflow),
-                         self._appends_key(workflow)], [self._ttl_ms])
+                         self._nonces_key(workflow)], [self._ttl_ms])
 
     # -- records -------------------------------------------------------------------------------
 
@@ -234,7 +234,7 @@ class RedisCheckpointer:
         check_id(workflow)
         encoded = self._encode(workflow, INBOX_PREFIX, value)
         reply = await self._run(f"append to {workflow!r}", "append",
-                                [self.hash_key(workflow), self._appends_key(workflow)],
+                                [self.hash_key(workflow), self._nonces_key(workflow)],
                                 [encoded, INBOX_PREFIX, INBOX_DIGITS, self._ttl_ms,
                                  uuid.uuid4().hex])
         return text(reply)
@@ -270,7 +270,7 @@ class RedisCheckpointer:
         if not isinstance(effect.source, str) or not effect.source.strip():
             raise InvalidInput(f"workflow {workflow!r}, key {key!r}: LuaEffect source must be "
                                "non-empty Lua text")
-        own = {self.hash_key(workflow), self.claim_key(workflow), self._appends_key(workflow)}
+        own = {self.hash_key(workflow), self.claim_key(workflow), self._nonces_key(workflow)}
         for effect_key in effect.keys:
             if not isinstance(effect_key, str) or not effect_key:
                 raise InvalidKey(f"workflow {workflow!r}, key {key!r}: LuaEffect keys must be "
@@ -298,9 +298,10 @@ class RedisCheckpointer:
         check_key(workflow, key)
         self._check_effect(workflow, key, effect)
         script = self._scripts.source("transact").replace(EFFECT_MARK, effect.source, 1)
-        keys = [self.hash_key(workflow), self.claim_key(workflow), *effect.keys]
+        keys = [self.hash_key(workflow), self.claim_key(workflow), self._nonces_key(workflow),
+                *effect.keys]
         args = [pass_.token, key, self.max_value_bytes, self._ttl_ms, "1" if self._json else "0",
-                *effect.args]
+                uuid.uuid4().hex, *effect.args]
         with boundary(self.client, f"transact {workflow!r}/{key!r}"):
             try:
                 reply = await self._scripts.run_source(script, keys, args)
