@@ -329,6 +329,14 @@ async def test_a_decoding_client_works_too(wd_store: Store) -> None:
         await sched.schedule(w)
         got = await sched.take(LONG)
         assert got is not None and got.workflow == w
+        stream = RedisStreamScheduler(client, prefix=prefix, namespace="decoding")
+        assert await stream.take(LONG) is None
+        await stream.schedule(w)
+        await stream.wait(timedelta(seconds=5))
+        got = await stream.take(LONG)
+        assert got is not None and got.workflow == w
+        await stream.wake_at(got, None)
+        assert (await stream.now()).tzinfo is not None
     finally:
         await client.aclose()
 
