@@ -87,10 +87,10 @@ class RedisCheckpointer:
     """``Checkpointer[LuaEffect]`` over a Redis server or a Redis Cluster (a ``redis.asyncio``
     client of either kind).
 
-    - Fencing tokens are a hybrid logical clock (the server's microseconds, or one more than the
-      last token when that is higher), so a claim hash that expired and was re-created still mints
-      above every earlier token, as long as the server's clock does not step back by more than
-      ``ttl``.
+    - Fencing tokens are a hybrid logical clock (the server's clock in milliseconds, or one more
+      than the last token when that is higher), so a claim hash that expired and was re-created
+      still mints above every earlier token, as long as the server's clock does not step back by
+      more than ``ttl``. Tokens are 13-digit numbers: exact in a double, in JSON, in Lua.
     - Each write re-arms a TTL of at least ``ttl`` on the workflow's hashes, and a pass's claim,
       renewals and writes keep both for its remaining budget plus ``ttl``, so neither runs out
       under a live pass: a finished workflow is swept by Redis. A workflow left untouched for
