@@ -28,6 +28,14 @@ from .errors import (
 )
 from .memory import MemoryCheckpointer, MemoryDurable, MemoryEffect, MemoryScheduler
 from .protocols import Checkpointer, Durable, Effect, Scheduler
+from .sqlite import (
+    SqliteCheckpointer,
+    SqliteConnection,
+    SqliteDurable,
+    SqliteEffect,
+    SqliteScheduler,
+    sqlite_connect,
+)
 
 __all__ = [
     "CheckpointCodec",
@@ -54,10 +62,16 @@ __all__ = [
     "Scheduler",
     "SchemaMismatch",
     "SplitDurable",
+    "SqliteCheckpointer",
+    "SqliteConnection",
+    "SqliteDurable",
+    "SqliteEffect",
+    "SqliteScheduler",
     "StoreError",
     "StoreUnavailable",
     "Suspended",
     "Swallowed",
     "WithoutDurabilityError",
+    "sqlite_connect",
     "system_clock",
 ]
