@@ -665,6 +665,12 @@ class SqliteCheckpointer:
                 result = effect(cur)
             except BaseException as exc:
                 raise _EffectRaised(exc) from exc
+            if not cur.connection.in_transaction:  # before any statement of ours runs unguarded
+                raise StoreError(
+                    f"workflow {pass_.workflow!r}, key {key!r}: the transact effect ended the "
+                    "transaction (an effect must not COMMIT, ROLLBACK or BEGIN); what it wrote "
+                    "before that was committed on its own and nothing was recorded"
+                )
             encoded = self._encode(pass_.workflow, key, result)
             now = self._now()  # after the effect: a slow effect is stamped when it lands
             _fenced_unless(cur.execute(FENCE_AND_RENEW, {**names, "now": now}).fetchone(), pass_)
