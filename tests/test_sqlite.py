@@ -66,13 +66,15 @@ async def read_line(proc: asyncio.subprocess.Process) -> str:
 
 async def test_processes_racing_on_one_file(tmp_path: Path) -> None:
     path, workers, rounds, per_round = tmp_path / "race.db", 4, 5, 12
-    setup = await SqliteDurable.open(path)
+    # The workers start on a file that does not exist yet, so they also race to create the schema.
     procs = [await spawn("race", str(path), str(i)) for i in range(workers)]
     results: list[dict[str, Any]] = []
     scheduled: list[str] = []
+    setup: SqliteDurable | None = None
     try:
         for proc in procs:
             assert await read_line(proc) == "ready"
+        setup = await SqliteDurable.open(path)
         for rnd in range(rounds):
             for j in range(per_round):
                 scheduled.append(f"job-{rnd}-{j}")
@@ -94,7 +96,8 @@ async def test_processes_racing_on_one_file(tmp_path: Path) -> None:
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
-        await setup.close()
+        if setup is not None:
+            await setup.close()
 
     for rnd in range(rounds):
         mine = [r for r in results if r["round"] == rnd]

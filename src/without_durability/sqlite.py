@@ -652,7 +652,10 @@ class SqliteCheckpointer:
         """See ``Checkpointer.transact``. ``effect`` runs inside the write transaction, on the
         connection's thread; what it writes commits with the record or rolls back with it. The
         fence is checked before the effect and again after it, in the statement that renews, so an
-        effect that superseded the pass (through the same cursor) is rolled back."""
+        effect that superseded the pass (through the same cursor) is rolled back.
+
+        The file's write lock is held while the effect runs, so every other writer (in any process)
+        waits for it, up to its busy timeout: keep effects to a few statements."""
         check_key(pass_.workflow, key)
         names = {"workflow": pass_.workflow, "key": key, "token": pass_.token}
 
