@@ -15,6 +15,13 @@ and the statements of one connection run one at a time in the order they were is
 Times are the process clock (injectable for tests), read after the write lock is held so that the
 order of ``written_at`` is the order of commits; they are stored as integer microseconds since the
 Unix epoch, which compare exactly.
+
+What it asks of a deployment: every process on one machine (WAL needs shared memory, so no network
+filesystems), and clocks that agree, which on one machine they do. Two costs to know. SQLite's busy
+wait is sleep-and-retry rather than a queue, so under a steady stream of writes one process can
+wait its turn for a while (up to ``busy_timeout``, then ``StoreUnavailable``). And a process stopped
+(SIGSTOP, a debugger) inside a write holds the lock, so every writer waits until it resumes: that
+costs liveness, never the fence, since nobody can supersede a pass while its write is open.
 """
 
 from __future__ import annotations
@@ -800,6 +807,7 @@ class SqliteDurable:
         codec: CheckpointCodec[Any] | None = None,
         namespace: str = "default",
         busy_timeout: timedelta = DEFAULT_BUSY_TIMEOUT,
+        max_value_bytes: int = MAX_VALUE_BYTES,
     ) -> SqliteDurable:
         """Open (creating if new) the store in ``path``: one connection, both halves on it.
 
@@ -808,7 +816,9 @@ class SqliteDurable:
         conn = await sqlite_connect(path, busy_timeout=busy_timeout)
         try:
             return cls(
-                SqliteCheckpointer(conn, codec=codec, clock=clock),
+                SqliteCheckpointer(
+                    conn, codec=codec, clock=clock, max_value_bytes=max_value_bytes
+                ),
                 SqliteScheduler(conn, clock=clock, namespace=namespace),
             )
         except BaseException:
