@@ -1,7 +1,8 @@
 """A worker process for tests/test_sqlite.py: one OS process with its own connection to the file.
 
-    python sqlite_worker.py race DB ID   print "ready", then per stdin line "round R" race the
-                                         others (claim, record/supply, append, take), print JSON
+    python sqlite_worker.py race DB ID   print "ready", then per stdin line "round R TOKEN" race
+                                         the others (claim, record/supply, transact under the
+                                         shared pass TOKEN, append, take), print JSON
     python sqlite_worker.py hang DB      claim "victim", begin a transact whose effect writes the
                                          ledger, print "inside", and block there until killed
 """
@@ -29,13 +30,15 @@ def say(line: str) -> None:
 async def race(path: str, me: int) -> None:
     durable = await SqliteDurable.open(path)
     store = durable.checkpointer
+    kit = sqlite_effects(durable.conn)
     loop = asyncio.get_running_loop()
     say("ready")
     while True:
         line = await loop.run_in_executor(None, sys.stdin.readline)
         if not line or line.strip() == "quit":
             break
-        rnd = int(line.split()[1])
+        _, rnd_text, shared_token = line.split()
+        rnd = int(rnd_text)
         workflow = f"claim-{rnd}"
         won: Pass | None
         try:
@@ -51,6 +54,9 @@ async def race(path: str, me: int) -> None:
             step_seen = [step.value, step.won]
         except Fenced:  # only when two claims both won, which the parent reports
             step_seen = [None, False]
+        # Every worker transacts one key under the parent's pass: the effect must happen once.
+        shared = Pass("shared", int(shared_token))
+        moved = await store.transact(shared, f"t{rnd}", kit.ledger_add("shared", 1))
         keys, taken = [], []
         for i in range(10):  # appends and takes interleaved, so both race the other processes
             keys.append(await store.append("inbox", {"w": me, "r": rnd, "i": i}))
@@ -60,7 +66,7 @@ async def race(path: str, me: int) -> None:
             taken.append(delivery.workflow)
         say(json.dumps({
             "worker": me, "round": rnd, "token": None if won is None else won.token,
-            "step": step_seen, "keys": keys, "taken": taken,
+            "step": step_seen, "keys": keys, "taken": taken, "moved": [moved.value, moved.won],
         }))
     await durable.close()
 

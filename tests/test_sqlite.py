@@ -75,13 +75,15 @@ async def test_processes_racing_on_one_file(tmp_path: Path) -> None:
         for proc in procs:
             assert await read_line(proc) == "ready"
         setup = await SqliteDurable.open(path)
+        await create_ledger(setup.conn)
+        shared = await setup.checkpointer.claim("shared", alive=LONG, budget=LONG)
         for rnd in range(rounds):
             for j in range(per_round):
                 scheduled.append(f"job-{rnd}-{j}")
                 await setup.scheduler.schedule(scheduled[-1])
             for proc in procs:  # every worker starts the round at once
                 assert proc.stdin is not None
-                proc.stdin.write(f"round {rnd}\n".encode())
+                proc.stdin.write(f"round {rnd} {shared.token}\n".encode())
                 await proc.stdin.drain()
             results += [json.loads(await read_line(proc)) for proc in procs]
         for proc in procs:
@@ -90,6 +92,8 @@ async def test_processes_racing_on_one_file(tmp_path: Path) -> None:
             await proc.stdin.drain()
             assert await asyncio.wait_for(proc.wait(), DEADLINE) == 0
         inbox = await setup.checkpointer.load("inbox")
+        ledger = await sqlite_effects(setup.conn).ledger_read("shared")
+        transacted = await setup.checkpointer.load("shared")
         steps = {rnd: await setup.checkpointer.load(f"claim-{rnd}") for rnd in range(rounds)}
     finally:
         for proc in procs:
@@ -108,6 +112,10 @@ async def test_processes_racing_on_one_file(tmp_path: Path) -> None:
         step_winners = [r["worker"] for r in mine if r["step"][1]]
         assert step_winners == [stored], f"round {rnd}: step won by {step_winners}, holds {stored}"
         assert all(r["step"][0] == stored for r in mine), f"round {rnd}: {mine}"
+        movers = [r["worker"] for r in mine if r["moved"][1]]
+        assert len(movers) == 1, f"round {rnd}: transact won by {movers}, expected one"
+        assert transacted[f"t{rnd}"] == rnd + 1 and all(r["moved"][0] == rnd + 1 for r in mine)
+    assert ledger == rounds, f"the shared ledger moved {ledger} times for {rounds} transact keys"
 
     keys = [k for r in results for k in r["keys"]]
     assert len(keys) == workers * rounds * 10
