@@ -309,6 +309,8 @@ class SqliteConnection:
         try:
             # Reading the header first: a file that is not a database fails here, before any write.
             version, app_id = self._identity(db)
+        except sqlite3.OperationalError as exc:  # locked or unreadable: not a verdict on the file
+            raise self._unavailable(exc, "read the database header") from exc
         except sqlite3.DatabaseError as exc:
             raise InvalidInput(
                 f"{where} is not an SQLite database ({exc}); point the store at a new file or at "
