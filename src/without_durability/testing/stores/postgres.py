@@ -86,10 +86,11 @@ def postgres_effects(pool: AsyncConnectionPool[Any]) -> EffectKit[PostgresEffect
 
 @asynccontextmanager
 async def fresh_schema(
-    url: str, *, max_size: int = 20
+    url: str, *, min_size: int = 1, max_size: int = 20
 ) -> AsyncIterator[tuple[AsyncConnectionPool[Any], str]]:
     """A new, migrated schema with a unique name and an open pool whose connections use it (via
-    search_path); the schema is dropped afterwards."""
+    search_path); the schema is dropped afterwards. ``min_size`` connections are open before it
+    yields, so that many callers really run in parallel."""
     import psycopg
     from psycopg_pool import AsyncConnectionPool
 
@@ -99,7 +100,7 @@ async def fresh_schema(
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
         await admin.execute(f'CREATE SCHEMA "{schema}"')  # a name generated here
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-        url, min_size=1, max_size=max_size, open=False,
+        url, min_size=min_size, max_size=max(min_size, max_size), open=False,
         kwargs={"options": f"-c search_path={schema}"},
     )
     try:
