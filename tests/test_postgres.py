@@ -596,3 +596,20 @@ async def test_fenced_pass_record_via_missing_claim_row(wd_store: Store) -> None
         await cp.renew(Pass(w, 1))
     await cp.release(Pass(w, 1))  # silent
     assert errors.Fenced is Fenced
+
+
+async def test_numbers_keep_their_type_and_scale(wd_store: Store) -> None:
+    cp, w = wd_store.checkpointer, wf("numbers")
+    values = {"int": 1, "float": 1.0, "small": 1e-07, "scaled": 123.45, "big": 2**70, "neg": -2.5}
+    for key, value in values.items():
+        assert await cp.supply(w, key, value) == Recorded(value, True)
+    loaded = await cp.load(w)
+    assert loaded == values and [type(v) for v in loaded.values()] == [
+        type(v) for v in values.values()
+    ], f"numbers changed through jsonb: {loaded!r}"
+    one = await cp.supply(w, "int", 1.0)
+    assert one == Recorded(1, False), f"1.0 over a stored 1 reported {one!r}"
+    for huge in (1e16, 1.5e300, -2.5e20):
+        with pytest.raises(InvalidValue, match="integer"):
+            await cp.supply(w, "huge", huge)
+    assert await cp.supply(w, "text", "1e+16") == Recorded("1e+16", True)

@@ -33,6 +33,9 @@ Pool = AsyncConnectionPool[Any]
 # jsonb cannot hold the escape for NUL; an even run of backslashes before it means it is not one.
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
+# A cheap first look for a number written with an exponent (only then is a full parse needed).
+_EXPONENT = re.compile(r"[0-9][eE][+-]?[0-9]")
+
 
 def masked_dsn(pool: Pool) -> str:
     """Where ``pool`` connects, with any password replaced by ``***``."""
@@ -102,7 +105,36 @@ def check_encoded(workflow: str, key: str, encoded: object) -> str:
             f"workflow {workflow!r}, key {key!r}: the value contains a NUL character (\\u0000), "
             "which Postgres jsonb cannot hold; strip or replace it before recording"
         )
+    if _EXPONENT.search(encoded):
+        _check_numbers(workflow, key, encoded)
     return encoded
+
+
+def _check_numbers(workflow: str, key: str, encoded: str) -> None:
+    """Refuse a float jsonb would hand back as an integer.
+
+    jsonb keeps numbers as numeric, whose text has as many decimals as the input had after its
+    exponent was applied: ``1e+16`` comes back ``10000000000000000``, which JSON reads as an int
+    (and ``1.5e+300`` as an int that no longer equals the float). Smaller exponents keep a decimal
+    point (``1e-07`` comes back ``0.0000001``) and survive.
+    """
+
+    def check(token: str) -> float:
+        mantissa, _, exponent = token.lower().partition("e")
+        if exponent and int(exponent) >= len(mantissa.partition(".")[2]):
+            raise InvalidValue(
+                f"workflow {workflow!r}, key {key!r}: the number {token} would come back from "
+                "Postgres jsonb as an integer (jsonb stores numbers as numeric, without the "
+                "exponent); record floats of magnitude 1e16 or more as strings"
+            )
+        return float(token)
+
+    try:
+        json.loads(encoded, parse_float=check)
+    except InvalidValue:
+        raise
+    except ValueError:
+        pass  # not JSON at all: the server refuses it and says so
 
 
 def check_codec(codec: CheckpointCodec[Any]) -> None:
