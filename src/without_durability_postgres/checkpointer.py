@@ -88,7 +88,9 @@ FORGET = "DELETE FROM workflow_checkpoint WHERE workflow = %(workflow)s"
 # this runs is waited for and the row re-read, and the token compared is the newest. The token in
 # its WHERE means a refused write renews nobody; an accepted one renews its own window. The no-op
 # DO UPDATE hands back the stored row even when a concurrent writer committed it after this
-# statement began, and seq/written_at keep their insert-time defaults. won is jsonb equality.
+# statement began, and seq/written_at keep their insert-time defaults. won compares the two
+# values' jsonb text: normalized, so key order and whitespace do not matter, but, unlike jsonb's
+# `=`, 1 and 1.0 differ (numeric keeps its scale), as the caller would get back a different value.
 RECORD = """
 WITH fence AS (
     UPDATE workflow_claim
@@ -99,7 +101,7 @@ WITH fence AS (
 INSERT INTO workflow_checkpoint AS cp (workflow, key, value)
 SELECT fence.workflow, %(key)s, %(value)s::jsonb FROM fence
 ON CONFLICT (workflow, key) DO UPDATE SET value = cp.value
-RETURNING cp.value::text, cp.value = %(value)s::jsonb
+RETURNING cp.value::text, cp.value::text = %(value)s::jsonb::text
 """
 
 # RECORD without the fence: from outside a pass, first writer wins.
@@ -107,7 +109,7 @@ SUPPLY = """
 INSERT INTO workflow_checkpoint AS cp (workflow, key, value)
 VALUES (%(workflow)s, %(key)s, %(value)s::jsonb)
 ON CONFLICT (workflow, key) DO UPDATE SET value = cp.value
-RETURNING cp.value::text, cp.value = %(value)s::jsonb
+RETURNING cp.value::text, cp.value::text = %(value)s::jsonb::text
 """
 
 # Concurrent writers make "count, then insert" a race both can win, so the number comes from the
@@ -176,8 +178,10 @@ class PostgresCheckpointer:
     """``Checkpointer[PostgresEffect]`` over the tables ``migrate`` creates, through ``pool``.
 
     ``codec`` must render JSON text (values are jsonb; a codec that does not is refused here).
-    ``won`` compares with jsonb equality, so encodings that differ only in key order or whitespace
-    agree. Ids, keys and values may hold any text but NUL. Every time is the server's.
+    ``won`` compares the two values as jsonb, so encodings that differ only in key order or
+    whitespace agree (numbers keep their written scale: ``1`` and ``1.0`` do not). Ids, keys and
+    values may hold any text but NUL; a float jsonb would hand back as an integer (magnitude 1e16
+    or more) is refused. Every time is the server's.
     """
 
     def __init__(
