@@ -613,3 +613,28 @@ async def test_numbers_keep_their_type_and_scale(wd_store: Store) -> None:
         with pytest.raises(InvalidValue, match="integer"):
             await cp.supply(w, "huge", huge)
     assert await cp.supply(w, "text", "1e+16") == Recorded("1e+16", True)
+
+
+async def test_a_killed_server_is_store_unavailable_then_the_store_recovers(
+    wd_store: Store,
+) -> None:
+    server = wd_store.extra["server"]
+    if server.source != "local":
+        pytest.skip("only a private server can be killed")
+    cp, w = wd_store.checkpointer, wf("restart")
+    await cp.supply(w, "k", "committed")
+    await asyncio.to_thread(server.restart, kill=True)
+    seen: list[BaseException] = []
+
+    async def recovered() -> bool:
+        try:
+            return await cp.load(w) == {"k": "committed"}
+        except StoreError as exc:
+            seen.append(exc)
+            return False
+
+    await until(recovered, "the store to answer again after the server restarted", within=60)
+    assert seen, "the pool's connections to the killed server did not fail"
+    for exc in seen:
+        assert isinstance(exc, StoreUnavailable), f"expected StoreUnavailable, got {exc!r}"
+        assert isinstance(exc.__cause__, psycopg.OperationalError), repr(exc.__cause__)

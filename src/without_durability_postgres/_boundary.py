@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolClosed
 
 from without_durability.codec import CheckpointCodec
 from without_durability.errors import (
@@ -55,12 +55,15 @@ def masked_dsn(pool: Pool) -> str:
 
 def wrap(exc: psycopg.Error, pool: Pool, what: str) -> StoreError:
     """The ``StoreError`` a caller sees for a driver error raised while doing ``what``."""
+    if isinstance(exc, PoolClosed):
+        return StoreError(f"the connection pool for {masked_dsn(pool)} is closed ({what})")
     if isinstance(exc, psycopg.OperationalError) and not isinstance(
         exc, pg_errors.QueryCanceled | pg_errors.LockNotAvailable
     ):
         return StoreUnavailable(
-            f"Postgres at {masked_dsn(pool)} could not be reached while {what}: {exc}; "
-            "check that the server is running and the DSN is right"
+            f"Postgres at {masked_dsn(pool)} could not be reached, or the connection was lost, "
+            f"while {what}: {exc}; check that the server is running and the DSN is right (a "
+            "write interrupted this way may or may not have committed)"
         )
     return StoreError(f"Postgres failed while {what}: {type(exc).__name__}: {exc}")
 

@@ -68,7 +68,9 @@ async def sweep(pool: Pool, older_than: timedelta) -> int:
     records were deleted.
 
     Nothing here runs on a schedule: call it from a periodic job. It never deletes the claim row of
-    a workflow that still has records.
+    a workflow that still has records. A deleted claim row restarts that workflow's tokens at 1, so
+    choose ``older_than`` longer than any pass could stall: a pass silent for longer than that could
+    otherwise see its token issued again.
     """
     if not isinstance(older_than, timedelta) or older_than < timedelta(0):
         raise InvalidInput(f"sweep older_than must be a non-negative timedelta, got {older_than!r}")

@@ -124,7 +124,7 @@ async def open_postgres(server: servers.Server) -> AsyncIterator[StoreUnderTest[
         durable = PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool=pool))
         yield StoreUnderTest(
             "postgres", durable, RealTestClock(), postgres_effects(pool),
-            extra={"pool": pool, "schema": schema, "url": server.url},
+            extra={"pool": pool, "schema": schema, "url": server.url, "server": server},
         )
 
 
