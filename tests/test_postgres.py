@@ -638,3 +638,27 @@ async def test_a_killed_server_is_store_unavailable_then_the_store_recovers(
     for exc in seen:
         assert isinstance(exc, StoreUnavailable), f"expected StoreUnavailable, got {exc!r}"
         assert isinstance(exc.__cause__, psycopg.OperationalError), repr(exc.__cause__)
+
+
+async def test_discard_forgets_a_record_that_commits_while_discard_waits(wd_store: Store) -> None:
+    """discard raises the fence before it deletes, so a record holding the claim row when discard
+    starts is waited for and then deleted, never left behind a discard that returned."""
+    from without_durability_postgres.checkpointer import RECORD
+
+    cp, pool, w = wd_store.checkpointer, pool_of(wd_store), wf("discard-wait")
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    async with pool.connection() as writer:
+        params = {"workflow": w, "token": held.token, "key": "late", "value": '"x"'}
+        assert await (await writer.execute(RECORD, params)).fetchone() is not None
+        discard = asyncio.create_task(cp.discard(w))
+
+        async def discard_is_waiting() -> bool:
+            return discard.done() or await lock_waiters(pool, "workflow_claim") > 0
+
+        await until(discard_is_waiting, "discard to wait for the record holding the claim row")
+        assert not discard.done(), "discard did not wait for the record in flight"
+        await writer.commit()
+    await discard
+    assert await cp.load(w) == {}, "a record committed while discard waited survived it"
+    with pytest.raises(Fenced):
+        await cp.record(held, "after", 1)
