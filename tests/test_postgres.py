@@ -662,3 +662,24 @@ async def test_discard_forgets_a_record_that_commits_while_discard_waits(wd_stor
     assert await cp.load(w) == {}, "a record committed while discard waited survived it"
     with pytest.raises(Fenced):
         await cp.record(held, "after", 1)
+
+
+async def test_times_are_utc_whatever_the_session_time_zone(wd_store: Store) -> None:
+    from datetime import UTC
+
+    url, schema = wd_store.extra["url"], wd_store.extra["schema"]
+    pool = psycopg_pool.AsyncConnectionPool(
+        url, open=False, min_size=1, max_size=2,
+        kwargs={"options": f"-c search_path={schema} -c TimeZone=Asia/Kathmandu"},
+    )
+    await pool.open(wait=True)
+    try:
+        cp, sched = PostgresCheckpointer(pool=pool), PostgresScheduler(pool=pool)
+        w = wf("tz")
+        await cp.supply(w, "k", 1)
+        (entry,) = await cp.history(w)
+        now = await sched.now()
+        assert entry.written_at.tzinfo is UTC and now.tzinfo is UTC, (entry, now)
+        assert timedelta(0) <= now - entry.written_at < timedelta(seconds=30)
+    finally:
+        await pool.close()

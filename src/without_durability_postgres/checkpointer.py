@@ -7,7 +7,7 @@ transact is one transaction with the caller's own SQL in the middle. Every time 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -306,7 +306,8 @@ class PostgresCheckpointer:
         self._workflow(workflow)
         async with connect(self.pool, f"loading {workflow!r}", workflow) as conn:
             rows = await (await conn.execute(LOAD, {"workflow": workflow})).fetchall()
-        return [(str(k), self.codec.decode(v), at) for k, v, at in rows]
+        # The session's TimeZone decides the tzinfo psycopg attaches; callers get UTC either way.
+        return [(str(k), self.codec.decode(v), at.astimezone(UTC)) for k, v, at in rows]
 
     async def load(self, workflow: str) -> dict[str, object]:
         """See ``Checkpointer.load``: in ``seq`` order, the order each key was first recorded."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -81,7 +81,7 @@ class PostgresScheduler:
             row = await (await conn.execute(NOW)).fetchone()
         assert row is not None
         at: datetime = row[0]
-        return at
+        return at.astimezone(UTC)
 
     async def schedule(self, workflow: str, at: datetime | None = None) -> None:
         """See ``Scheduler.schedule``."""
