@@ -150,6 +150,9 @@ def check_codec(codec: CheckpointCodec[Any]) -> None:
     probe: object = {"probe": [1, "two", None]}
     try:
         encoded = codec.encode(probe)
+    except (TypeError, ValueError):
+        return  # a codec for its own value types only: the first write tells instead
+    try:
         if not isinstance(encoded, str):
             raise TypeError(f"encode returned {type(encoded).__name__}, not str")
         json.loads(encoded)
