@@ -28,8 +28,17 @@ from .errors import (
 )
 from .memory import MemoryCheckpointer, MemoryDurable, MemoryEffect, MemoryScheduler
 from .protocols import Checkpointer, Durable, Effect, Scheduler
+from .run import Blocked, Finished, Outcome, Run, Sleeping, resume
+from .worker import Worker
 
 __all__ = [
+    "Blocked",
+    "Finished",
+    "Outcome",
+    "Run",
+    "Sleeping",
+    "Worker",
+    "resume",
     "CheckpointCodec",
     "Checkpointer",
     "Clock",
