@@ -79,14 +79,19 @@ async def test_a_node_returning_a_tuple_is_refused_by_name(wd_store: Store) -> N
 
 async def test_a_node_that_lost_a_race_takes_the_recorded_value(wd_store: Store) -> None:
     w = wf("race")
-    await wd_store.checkpointer.supply(w, "dag/a", 10)  # another pass got there first
-    calls: list[str] = []
+
+    async def a(inputs: dict[str, object]) -> object:
+        await wd_store.checkpointer.supply(w, "dag/a", 10)  # another writer got there first
+        return 2
+
+    async def b(inputs: dict[str, object]) -> object:
+        return {"double": 2 * int(inputs["a"])}  # type: ignore[call-overload]
 
     async def body(run: Run[Any]) -> object:
-        return await run_durably(diamond(calls), run)
+        return await run_durably([Node("a", a), Node("b", b, ("a",))], run)
 
     got = await one_pass(wd_store, w, body)
-    assert isinstance(got, Finished) and got.value["b"] == {"double": 20}, got  # type: ignore[index]
+    assert got == Finished({"a": 10, "b": {"double": 20}}), f"the winner did not stand: {got}"
 
 
 @pytest.mark.parametrize(
