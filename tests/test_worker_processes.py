@@ -119,7 +119,7 @@ async def test_a_running_worker_is_not_fenced_by_a_step_longer_than_alive(
             await durable.checkpointer.claim("long", alive=LONG, budget=LONG)
         await worker.expect("effect-done long")
         await worker.expect("finished long")
-    assert (await durable.checkpointer.load("long"))["slow"].startswith("worker token")
+    assert str((await durable.checkpointer.load("long"))["slow"]).startswith("worker token")
 
 
 async def test_sigterm_finishes_the_current_pass_then_exits(
