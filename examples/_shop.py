@@ -115,7 +115,6 @@ async def _sqlite_shop(path: str) -> AsyncIterator[Shop]:
 @contextlib.asynccontextmanager
 async def _postgres_shop(url: str) -> AsyncIterator[Shop]:
     try:
-        from psycopg_pool import AsyncConnectionPool
         from without_durability_postgres import (  # type: ignore[import-not-found,unused-ignore]
             PostgresCheckpointer,
             PostgresDurable,
@@ -127,6 +126,7 @@ async def _postgres_shop(url: str) -> AsyncIterator[Shop]:
             f"--postgres needs the Postgres store and psycopg ({exc}); "
             "pip install 'without-durability[postgres]'"
         ) from exc
+    from psycopg_pool import AsyncConnectionPool  # installed with the Postgres store
 
     pool: Any = AsyncConnectionPool(url, open=False)
     await pool.open(wait=True)

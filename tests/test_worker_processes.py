@@ -1,7 +1,10 @@
-"""The Worker in real processes sharing a SQLite file: real SIGSTOP, real SIGTERM.
+"""The Worker in real processes sharing a store: real SIGSTOP, real SIGTERM.
 
 Each test starts ``procs/step_worker.py`` (one Worker whose body runs one slow step) and follows
-it through what it prints, so every wait is on an event with a deadline.
+it through what it prints, so every wait is on an event with a deadline. The tests follow the
+``--wd-store`` selection among the stores several processes can share: SQLite (a file of the test's
+own, on the process clock, since the suite's SQLite factory runs on a manual one) and Postgres (a
+fresh schema on the session's server).
 """
 
 from __future__ import annotations
@@ -12,13 +15,16 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from without_durability import Contended, Pass
+from without_durability import Contended, Durable, Pass
 from without_durability.sqlite import SqliteDurable
+from without_durability.testing.harness import StoreFactory
 
 WORKER = Path(__file__).parent / "procs" / "step_worker.py"
 LONG = timedelta(hours=1)
@@ -45,10 +51,47 @@ class Proc:
         return (await self.proc.stderr.read()).decode()
 
 
+@dataclass
+class Shared:
+    """A store as this test sees it, and how a worker process reaches the same store."""
+
+    durable: Durable[Any]
+    spec: str
+
+
+@pytest.fixture
+async def shared(
+    wd_factory: tuple[StoreFactory, Any], tmp_path: Path
+) -> AsyncIterator[Shared]:
+    factory, server = wd_factory
+    if factory.name == "sqlite":
+        path = tmp_path / "wd.db"
+        sqlite = await SqliteDurable.open(path)
+        try:
+            yield Shared(sqlite, f"sqlite:{path}")
+        finally:
+            await sqlite.close()
+    elif factory.name == "postgres":
+        from without_durability.testing.stores.postgres import fresh_schema
+        from without_durability_postgres import (
+            PostgresCheckpointer,
+            PostgresDurable,
+            PostgresScheduler,
+        )
+
+        async with fresh_schema(server.url) as (pool, schema):
+            yield Shared(
+                PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool=pool)),
+                f"postgres:{schema}:{server.url}",
+            )
+    else:
+        pytest.skip(f"the process tests do not reach the {factory.name} store from a process yet")
+
+
 @contextlib.asynccontextmanager
-async def worker_process(db: Path, *, alive: float, step: float) -> AsyncIterator[Proc]:
+async def worker_process(store: Shared, *, alive: float, step: float) -> AsyncIterator[Proc]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(WORKER), str(db), str(alive), str(step),
+        sys.executable, str(WORKER), store.spec, str(alive), str(step),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     try:
@@ -63,16 +106,7 @@ async def worker_process(db: Path, *, alive: float, step: float) -> AsyncIterato
             await proc.wait()
 
 
-@pytest.fixture
-async def durable(tmp_path: Path) -> AsyncIterator[SqliteDurable]:
-    store = await SqliteDurable.open(tmp_path / "wd.db")
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
-async def claim_when_free(store: SqliteDurable, workflow: str, seconds: float) -> Pass:
+async def claim_when_free(store: Durable[Any], workflow: str, seconds: float) -> Pass:
     """Claim ``workflow`` as soon as its current pass lapses, with a deadline."""
     async with asyncio.timeout(seconds):
         while True:
@@ -81,11 +115,11 @@ async def claim_when_free(store: SqliteDurable, workflow: str, seconds: float) -
             await asyncio.sleep(0.05)
 
 
-async def test_a_stopped_worker_is_fenced_after_its_window(
-    tmp_path: Path, durable: SqliteDurable
-) -> None:
+@pytest.mark.wd_store(["sqlite", "postgres"])
+async def test_a_stopped_worker_is_fenced_after_its_window(shared: Shared) -> None:
+    durable = shared.durable
     alive = 1.0
-    async with worker_process(tmp_path / "wd.db", alive=alive, step=0.3) as worker:
+    async with worker_process(shared, alive=alive, step=0.3) as worker:
         await durable.scheduler.schedule("stall")
         started = await worker.expect("started stall")
         os.kill(worker.proc.pid, signal.SIGSTOP)
@@ -108,10 +142,10 @@ async def test_a_stopped_worker_is_fenced_after_its_window(
         assert (await durable.checkpointer.load("stall")) == {"slow": "test"}
 
 
-async def test_a_running_worker_is_not_fenced_by_a_step_longer_than_alive(
-    tmp_path: Path, durable: SqliteDurable
-) -> None:
-    async with worker_process(tmp_path / "wd.db", alive=0.6, step=2.0) as worker:
+@pytest.mark.wd_store(["sqlite", "postgres"])
+async def test_a_running_worker_is_not_fenced_by_a_step_longer_than_alive(shared: Shared) -> None:
+    durable = shared.durable
+    async with worker_process(shared, alive=0.6, step=2.0) as worker:
         await durable.scheduler.schedule("long")
         await worker.expect("started long")
         with pytest.raises(Contended):  # halfway through the step, well past one window
@@ -122,10 +156,10 @@ async def test_a_running_worker_is_not_fenced_by_a_step_longer_than_alive(
     assert str((await durable.checkpointer.load("long"))["slow"]).startswith("worker token")
 
 
-async def test_sigterm_finishes_the_current_pass_then_exits(
-    tmp_path: Path, durable: SqliteDurable
-) -> None:
-    async with worker_process(tmp_path / "wd.db", alive=5.0, step=1.0) as worker:
+@pytest.mark.wd_store(["sqlite", "postgres"])
+async def test_sigterm_finishes_the_current_pass_then_exits(shared: Shared) -> None:
+    durable = shared.durable
+    async with worker_process(shared, alive=5.0, step=1.0) as worker:
         await durable.scheduler.schedule("term")
         await worker.expect("started term")
         os.kill(worker.proc.pid, signal.SIGTERM)

@@ -2,18 +2,23 @@
 
 Its workflow body runs one slow step. The step prints ``started <workflow> <token>`` when its
 effect begins and ``effect-done <workflow>`` when it ends; the body prints ``finished <workflow>``
-after the step is recorded. Usage: ``python step_worker.py DB ALIVE_SECONDS STEP_SECONDS``.
+after the step is recorded.
+
+Usage: ``python step_worker.py STORE ALIVE_SECONDS STEP_SECONDS`` where STORE is ``sqlite:PATH``
+or ``postgres:SCHEMA:URL`` (the schema goes on the connections' search_path).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
-from without_durability import Run, Worker
+from without_durability import Durable, Run, Worker
 from without_durability.sqlite import SqliteDurable
 
 
@@ -21,9 +26,43 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
-async def main(path: str, alive: float, step_seconds: float) -> None:
-    durable = await SqliteDurable.open(path)
+@contextlib.asynccontextmanager
+async def open_store(spec: str) -> AsyncIterator[Durable[Any]]:
+    kind, _, rest = spec.partition(":")
+    if kind == "sqlite":
+        durable = await SqliteDurable.open(rest)
+        try:
+            yield durable
+        finally:
+            await durable.close()
+    elif kind == "postgres":
+        from without_durability_postgres import (
+            PostgresCheckpointer,
+            PostgresDurable,
+            PostgresScheduler,
+        )
 
+        schema, _, url = rest.partition(":")
+        from psycopg_pool import AsyncConnectionPool
+        pool: Any = AsyncConnectionPool(
+            url, min_size=2, open=False, kwargs={"options": f"-c search_path={schema}"}
+        )
+        await pool.open(wait=True)
+        try:
+            yield PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool=pool))
+        finally:
+            await pool.close()
+    else:
+        raise SystemExit(f"unknown store {spec!r}")
+
+
+async def main(spec: str, alive: float, step_seconds: float) -> None:
+    async with open_store(spec) as durable:
+        await serve(durable, alive, step_seconds)
+    say("exited")
+
+
+async def serve(durable: Durable[Any], alive: float, step_seconds: float) -> None:
     async def body(run: Run[Any]) -> object:
         async def slow() -> object:
             say(f"started {run.workflow} {run.pass_.token}")
@@ -40,11 +79,7 @@ async def main(path: str, alive: float, step_seconds: float) -> None:
         visibility=timedelta(minutes=10), poll_interval=timedelta(milliseconds=50),
     )
     say("ready")
-    try:
-        await worker.serve()
-    finally:
-        await durable.close()
-    say("exited")
+    await worker.serve()
 
 
 if __name__ == "__main__":
