@@ -229,3 +229,59 @@ def test_worker_refuses_bad_durations(field: str) -> None:
     kw[field] = timedelta(0)
     with pytest.raises(ValueError, match=field):
         Worker(object(), as_any, **kw)  # type: ignore[arg-type]
+
+
+async def test_a_fenced_pass_answers_nothing_and_compensates_nothing(wd_store: Store) -> None:
+    w = wf("fenced")
+    u = unit(wd_store)
+    compensated: list[bool] = []
+
+    async def charge() -> object:
+        await wd_store.checkpointer.discard(w)  # a newer claim may now be made: this pass is stale
+        return "charged"
+
+    async def body(run: Run[Any]) -> object:
+        try:
+            return await run.step("charge", charge, as_any)
+        except Exception:
+            compensated.append(True)
+            raise
+
+    await wd_store.scheduler.schedule(w)
+    work = Worker(
+        wd_store.durable, body, alive=LONG, budget=LONG, visibility=2 * u,
+        poll_interval=timedelta(milliseconds=20),
+    )
+    await work.run(max_passes=1)
+    assert compensated == [] and await wd_store.checkpointer.load(w) == {}
+    assert await wd_store.scheduler.take(LONG) is None, "the fenced pass answered its delivery"
+    await wd_store.clock.advance(3 * u)
+    again = await wd_store.scheduler.take(LONG)
+    assert again is not None and again.workflow == w, "the unanswered delivery never came back"
+
+
+async def test_a_failing_body_is_released_and_retried_after_its_visibility(
+    wd_store: Store,
+) -> None:
+    w = wf("fails")
+    u = unit(wd_store)
+    attempts: list[int] = []
+
+    async def body(run: Run[Any]) -> object:
+        attempts.append(run.pass_.token)
+        if len(attempts) == 1:
+            raise RuntimeError("a bug in the body")
+        return None
+
+    await wd_store.scheduler.schedule(w)
+    work = Worker(
+        wd_store.durable, body, alive=LONG, budget=LONG, visibility=2 * u,
+        poll_interval=timedelta(milliseconds=20),
+    )
+    await work.run(max_passes=1)
+    assert len(attempts) == 1
+    assert await wd_store.scheduler.take(LONG) is None, "a failed pass was retried at once"
+    await wd_store.clock.advance(3 * u)
+    await work.run(until=lambda: len(attempts) == 2)
+    assert attempts[1] > attempts[0], "the failed pass kept its claim"
+    assert await wd_store.scheduler.take(LONG) is None, "the finished workflow stayed queued"
