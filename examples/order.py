@@ -4,6 +4,7 @@ wait out a cooling-off period, ship.
     python examples/order.py                  # SQLite, in a temporary file
     python examples/order.py --sqlite shop.db
     python examples/order.py --postgres postgresql://user@127.0.0.1:5432/db
+    python examples/order.py --redis redis://127.0.0.1:6379/0
 
 The workflow runs in several passes. Each pass replays what is already recorded and stops at the
 first thing it must wait for: the approval (from outside: ``durable.arrive``), then the cooling-off
@@ -37,12 +38,12 @@ def order_workflow(
 
         order = await run.awaiting("order", as_dict)  # supplied when the order was placed
         reservation = await run.transact(
-            "reserve", shop.reserve(order["sku"], order["qty"]), as_dict
+            "reserve", shop.reserve(run.workflow, order["sku"], order["qty"]), as_dict
         )
         if not reservation["reserved"]:
             finished[run.workflow] = {"status": "out of stock"}
             return finished[run.workflow]
-        say(f"{order['qty']} x {order['sku']} reserved ({reservation['left']} left free)")
+        say(f"{order['qty']} x {order['sku']} reserved (the order holds {reservation['held']})")
 
         async def charge() -> object:
             return await gateway.call(f"{run.workflow}/charge", amount=order["amount"])
@@ -84,9 +85,10 @@ async def main() -> int:
     finished: dict[str, object] = {}
     async with open_shop(args) as shop:
         print(f"store: {shop.name}")
-        await shop.stock_in("piano", 3)
-        order_id = f"order-{uuid.uuid4().hex[:8]}"
-        await shop.durable.arrive(order_id, "order", {"sku": "piano", "qty": 1, "amount": 4200})
+        suffix = uuid.uuid4().hex[:8]
+        order_id, sku = f"order-{suffix}", f"piano-{suffix}"
+        await shop.stock_in(sku, 3)
+        await shop.durable.arrive(order_id, "order", {"sku": sku, "qty": 1, "amount": 4200})
         print(f"placed {order_id}")
         worker = Worker(
             shop.durable, order_workflow(shop, gateway, carrier, finished),
@@ -102,9 +104,9 @@ async def main() -> int:
         for entry in await shop.durable.checkpointer.history(order_id):
             print(f"  {entry.written_at.isoformat(timespec='milliseconds')}  "
                   f"{entry.key:<12} {entry.value}")
-        stock = await shop.stock("piano")
+        held = await shop.held(order_id, sku)
         checks = {
-            f"stock reserved once over {worker.passes} passes": stock["reserved"] == 1,
+            f"stock reserved once over {worker.passes} passes": held == 1,
             f"card charged once ({gateway.calls} call(s))": gateway.performed == 1,
             f"shipped once ({carrier.calls} call(s))": carrier.performed == 1,
         }

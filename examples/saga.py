@@ -4,6 +4,7 @@ what was done. Then the case that shapes it: a forward pass that is fenced must 
     python examples/saga.py                   # SQLite, in a temporary file
     python examples/saga.py --sqlite trip.db
     python examples/saga.py --postgres postgresql://user@127.0.0.1:5432/db
+    python examples/saga.py --redis redis://127.0.0.1:6379/0
 
 The saga is an ``except Exception`` around the forward steps. ``Fenced`` is a ``BaseException``, so
 it passes through that ``except`` untouched: a fenced pass is not a failed trip, it is a pass that
@@ -48,7 +49,9 @@ class Trip:
 
         trip = await run.awaiting("trip", as_dict)
         try:
-            seat = await run.transact("seat", self.shop.reserve(trip["flight"], 1), as_dict)
+            seat = await run.transact(
+                "seat", self.shop.reserve(run.workflow, trip["flight"], 1), as_dict
+            )
             if not seat["reserved"]:
                 raise ServiceDeclined(f"flight {trip['flight']} is full")
 
@@ -80,7 +83,9 @@ class Trip:
                 await run.step("refund", refund, as_dict)
                 say("refunded the charge")
             if run.recorded("seat"):
-                await run.transact("seat-back", self.shop.unreserve(trip["flight"], 1), as_dict)
+                await run.transact(
+                    "seat-back", self.shop.unreserve(run.workflow, trip["flight"], 1), as_dict
+                )
                 say("released the seat")
             result = {"status": "rolled back", "reason": str(failure)}
         self.finished[run.workflow] = result
@@ -109,12 +114,12 @@ async def hotel_full(shop: Shop) -> dict[str, bool]:
     await shop.durable.arrive(w, "trip", {"flight": flight, "amount": 300, "nights": 2})
     await worker(trip).run(until=lambda: w in trip.finished)
     print(f"  result: {trip.finished[w]}")
-    seats = await shop.stock(flight)
+    seats = await shop.held(w, flight)
     return {
         "rolled back": trip.finished[w] == {"status": "rolled back",
                                            "reason": "hotel: no rooms left"},
         "refunded once": trip.refunds.performed == 1 and trip.gateway.performed == 1,
-        "seat released": seats["reserved"] == 0,
+        "seat released": seats == 0,
     }
 
 
@@ -135,13 +140,13 @@ async def fenced_forward_pass(shop: Shop) -> dict[str, bool]:
     except Fenced as exc:
         fenced = exc
         print(f"  [{w} pass {stalled.token}] fenced: {exc}")
-    seats = await shop.stock(flight)
+    seats = await shop.held(w, flight)
     return {
         "the stalled pass was fenced": fenced is not None,
         "booked by the newer pass": trip.finished[w] == {
             "status": "booked", "charge": "charge_1", "hotel": "hotel_1"},
         "charged once, refunded never": trip.gateway.performed == 1 and trip.refunds.performed == 0,
-        "seat still held": seats["reserved"] == 1,
+        "seat still held": seats == 1,
     }
 
 

@@ -3,8 +3,8 @@
 Each test starts ``procs/step_worker.py`` (one Worker whose body runs one slow step) and follows
 it through what it prints, so every wait is on an event with a deadline. The tests follow the
 ``--wd-store`` selection among the stores several processes can share: SQLite (a file of the test's
-own, on the process clock, since the suite's SQLite factory runs on a manual one) and Postgres (a
-fresh schema on the session's server).
+own, on the process clock, since the suite's SQLite factory runs on a manual one), Postgres (a
+fresh schema on the session's server) and Redis (a fresh key prefix).
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from without_durability.testing.harness import StoreFactory
 WORKER = Path(__file__).parent / "procs" / "step_worker.py"
 LONG = timedelta(hours=1)
 DEADLINE = 30.0
+SHARED_STORES = ["sqlite", "postgres", "redis-set", "redis-stream"]
+"""The stores a worker process here can reach (a Memory store lives in one process)."""
 
 
 class Proc:
@@ -68,22 +70,15 @@ async def shared(
         path = tmp_path / "wd.db"
         sqlite = await SqliteDurable.open(path)
         try:
-            yield Shared(sqlite, f"sqlite:{path}")
+            yield Shared(sqlite, f"sqlite|{path}")
         finally:
             await sqlite.close()
     elif factory.name == "postgres":
-        from without_durability.testing.stores.postgres import fresh_schema
-        from without_durability_postgres import (
-            PostgresCheckpointer,
-            PostgresDurable,
-            PostgresScheduler,
-        )
-
-        async with fresh_schema(server.url) as (pool, schema):
-            yield Shared(
-                PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool=pool)),
-                f"postgres:{schema}:{server.url}",
-            )
+        async with factory.open(server) as store:
+            yield Shared(store.durable, f"postgres|{store.extra['schema']}|{server.url}")
+    elif factory.name in ("redis-set", "redis-stream"):
+        async with factory.open(server) as store:
+            yield Shared(store.durable, f"{factory.name}|{store.extra['prefix']}|{server.url}")
     else:
         pytest.skip(f"the process tests do not reach the {factory.name} store from a process yet")
 
@@ -115,7 +110,7 @@ async def claim_when_free(store: Durable[Any], workflow: str, seconds: float) ->
             await asyncio.sleep(0.05)
 
 
-@pytest.mark.wd_store(["sqlite", "postgres"])
+@pytest.mark.wd_store(SHARED_STORES)
 async def test_a_stopped_worker_is_fenced_after_its_window(shared: Shared) -> None:
     durable = shared.durable
     alive = 1.0
@@ -142,7 +137,7 @@ async def test_a_stopped_worker_is_fenced_after_its_window(shared: Shared) -> No
         assert (await durable.checkpointer.load("stall")) == {"slow": "test"}
 
 
-@pytest.mark.wd_store(["sqlite", "postgres"])
+@pytest.mark.wd_store(SHARED_STORES)
 async def test_a_running_worker_is_not_fenced_by_a_step_longer_than_alive(shared: Shared) -> None:
     durable = shared.durable
     async with worker_process(shared, alive=0.6, step=2.0) as worker:
@@ -156,18 +151,18 @@ async def test_a_running_worker_is_not_fenced_by_a_step_longer_than_alive(shared
     assert str((await durable.checkpointer.load("long"))["slow"]).startswith("worker token")
 
 
-@pytest.mark.wd_store(["sqlite", "postgres"])
+@pytest.mark.wd_store(SHARED_STORES)
 async def test_sigterm_finishes_the_current_pass_then_exits(shared: Shared) -> None:
     durable = shared.durable
     async with worker_process(shared, alive=5.0, step=1.0) as worker:
         await durable.scheduler.schedule("term")
-        await worker.expect("started term")
+        token = int((await worker.expect("started term")).split()[-1])
         os.kill(worker.proc.pid, signal.SIGTERM)
         await worker.expect("effect-done term")
         await worker.expect("finished term")
         await worker.expect("exited")
         assert await asyncio.wait_for(worker.proc.wait(), DEADLINE) == 0
-    assert await durable.checkpointer.load("term") == {"slow": "worker token 1"}
+    assert await durable.checkpointer.load("term") == {"slow": f"worker token {token}"}
     assert await durable.scheduler.take(LONG) is None, "the pass ended but was not answered"
     again = await durable.checkpointer.claim("term", alive=LONG, budget=LONG)  # released
-    assert again.token == 2
+    assert again.token > token

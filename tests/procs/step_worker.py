@@ -4,8 +4,9 @@ Its workflow body runs one slow step. The step prints ``started <workflow> <toke
 effect begins and ``effect-done <workflow>`` when it ends; the body prints ``finished <workflow>``
 after the step is recorded.
 
-Usage: ``python step_worker.py STORE ALIVE_SECONDS STEP_SECONDS`` where STORE is ``sqlite:PATH``
-or ``postgres:SCHEMA:URL`` (the schema goes on the connections' search_path).
+Usage: ``python step_worker.py STORE ALIVE_SECONDS STEP_SECONDS`` where STORE is ``sqlite|PATH``,
+``postgres|SCHEMA|URL`` (the schema goes on the connections' search_path), or
+``redis-set|PREFIX|URL`` / ``redis-stream|PREFIX|URL``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
-from without_durability import Durable, Run, Worker
+from without_durability import Durable, Run, SplitDurable, Worker
 from without_durability.sqlite import SqliteDurable
 
 
@@ -28,9 +29,9 @@ def say(line: str) -> None:
 
 @contextlib.asynccontextmanager
 async def open_store(spec: str) -> AsyncIterator[Durable[Any]]:
-    kind, _, rest = spec.partition(":")
+    kind, *args = spec.split("|")
     if kind == "sqlite":
-        durable = await SqliteDurable.open(rest)
+        durable = await SqliteDurable.open(args[0])
         try:
             yield durable
         finally:
@@ -42,8 +43,9 @@ async def open_store(spec: str) -> AsyncIterator[Durable[Any]]:
             PostgresScheduler,
         )
 
-        schema, _, url = rest.partition(":")
+        schema, url = args
         from psycopg_pool import AsyncConnectionPool
+
         pool: Any = AsyncConnectionPool(
             url, min_size=2, open=False, kwargs={"options": f"-c search_path={schema}"}
         )
@@ -52,6 +54,25 @@ async def open_store(spec: str) -> AsyncIterator[Durable[Any]]:
             yield PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool=pool))
         finally:
             await pool.close()
+    elif kind in ("redis-set", "redis-stream"):
+        from without_durability_redis import (
+            RedisCheckpointer,
+            RedisSetScheduler,
+            RedisStreamScheduler,
+        )
+
+        prefix, url = args
+        from redis.asyncio import Redis
+
+        client: Any = Redis.from_url(url)
+        scheduler: Any = (
+            RedisSetScheduler(client, prefix=prefix) if kind == "redis-set"
+            else RedisStreamScheduler(client, prefix=prefix)
+        )
+        try:
+            yield SplitDurable(RedisCheckpointer(client, prefix=prefix), scheduler)
+        finally:
+            await client.aclose()
     else:
         raise SystemExit(f"unknown store {spec!r}")
 
