@@ -257,3 +257,40 @@ async def test_a_stray_branch_does_nothing_after_its_pass_ended(wd_store: Store)
 
 async def test_suspended_is_not_an_exception() -> None:
     assert not issubclass(Suspended, Exception) and not issubclass(Fenced, Exception)
+
+
+async def test_a_task_group_fan_out_reports_its_waits(wd_store: Store) -> None:
+    w = wf("taskgroup")
+
+    async def body(run: Run[Any]) -> object:
+        async with asyncio.TaskGroup() as group:
+            left = group.create_task(run.awaiting("left", as_any))
+            right = group.create_task(run.awaiting("right", as_any))
+        return [left.result(), right.result()]
+
+    outcome = await one_pass(wd_store, w, body)
+    assert isinstance(outcome, Blocked) and sorted(outcome.waits) == ["left", "right"], outcome
+    await wd_store.durable.arrive(w, "left", 1)
+    await wd_store.durable.arrive(w, "right", 2)
+    assert await one_pass(wd_store, w, body) == Finished([1, 2])
+
+
+async def test_a_fence_inside_a_task_group_is_raised_as_fenced(wd_store: Store) -> None:
+    w = wf("taskgroup-fenced")
+
+    async def charge() -> object:
+        await wd_store.checkpointer.discard(w)
+        return "charged"
+
+    async def other() -> object:
+        return "fine"
+
+    async def body(run: Run[Any]) -> object:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(run.step("charge", charge, as_any))
+            group.create_task(run.step("other", other, as_any))
+        return None
+
+    pass_ = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    with pytest.raises(Fenced):
+        await resume(wd_store.durable, pass_, body)

@@ -22,11 +22,12 @@ from typing import Generic, Never, TypeVar
 from typing_extensions import TypeVar as TypeVarX
 
 from ._values import Pass, Recorded
-from .errors import InvalidInput, InvalidValue, Suspended, Swallowed
+from .errors import Fenced, InvalidInput, InvalidValue, Suspended, Swallowed
 from .protocols import Durable
 from .rules import INBOX_PREFIX, check_key
 
 T = TypeVar("T")
+X = TypeVar("X", bound=BaseException)
 E = TypeVarX("E", default=Never)
 
 
@@ -250,7 +251,9 @@ async def resume(
     sleep is pending; wake at its ``until``) or ``Blocked`` (only awaited values are missing), each
     naming every wait the body reached. Raises ``Swallowed`` if the body returned after reaching a
     wait (something turned its ``Suspended`` into a value). ``Fenced`` and the body's own errors
-    propagate: a fenced pass must stop, and nothing here retries.
+    propagate: a fenced pass must stop, and nothing here retries. A ``TaskGroup`` fan-out's
+    exception group counts as a suspension when it holds only waits, and as ``Fenced`` (raised
+    bare, so ``except Fenced`` works) when it holds a fence.
 
     A fan-out's branches still inside a Run operation when the body ends are waited for, so every
     wait they reach is reported; any operation started after that stops its branch and does nothing.
@@ -263,6 +266,16 @@ async def resume(
         # Let branches that are mid-operation (a sleep reading the clock) reach their own wait.
         await _settle(run)
         return _suspended(run)
+    except BaseExceptionGroup as group:  # a TaskGroup fan-out: its waits, a fence, or failures
+        fenced = _first(group, Fenced)
+        if fenced is not None:
+            run._closed = True
+            raise fenced from group
+        if group.subgroup(lambda e: not isinstance(e, Suspended | BaseExceptionGroup)) is None:
+            await _settle(run)
+            return _suspended(run)
+        run._closed = True
+        raise
     except BaseException:
         run._closed = True
         raise
@@ -270,6 +283,18 @@ async def resume(
     if run._waits:
         raise Swallowed(pass_.workflow, list(run._waits))
     return Finished(value)
+
+
+def _first(group: BaseExceptionGroup[BaseException], kind: type[X]) -> X | None:
+    """The first leaf of ``group`` that is a ``kind``, depth first."""
+    for exc in group.exceptions:
+        if isinstance(exc, kind):
+            return exc
+        if isinstance(exc, BaseExceptionGroup):
+            found = _first(exc, kind)
+            if found is not None:
+                return found
+    return None
 
 
 async def _settle(run: Run[E]) -> None:

@@ -152,7 +152,7 @@ class Worker(Generic[E]):
                 log.info("worker: %s", fenced[0])
                 return
             raise  # cancelled from outside: propagate
-        except Exception:
+        except (Exception, BaseExceptionGroup):  # a group: a TaskGroup's failures and waits
             log.exception("worker: workflow %r failed; it runs again once its delivery's "
                           "visibility lapses", pass_.workflow)
             await self.durable.checkpointer.release(pass_)
