@@ -260,9 +260,7 @@ class SqliteConnection:
         self, path: str | os.PathLike[str], busy_timeout: timedelta
     ) -> concurrent.futures.Future[None]:
         if not isinstance(busy_timeout, timedelta) or busy_timeout < timedelta(0):
-            raise InvalidInput(
-                f"busy_timeout must be a non-negative timedelta, got {busy_timeout!r}"
-            )
+            raise InvalidInput(f"busy_timeout must be a non-negative timedelta, got {busy_timeout!r}")
         self.path = Path(path)
         self.busy_timeout = busy_timeout
         self._db: sqlite3.Connection | None = None
@@ -292,9 +290,7 @@ class SqliteConnection:
         if self.path.is_dir():
             raise InvalidInput(f"SQLite store {str(self.path)!r} is a folder, not a database file")
         try:
-            db = sqlite3.connect(
-                self.path, timeout=self.busy_timeout.total_seconds(), isolation_level=None
-            )
+            db = sqlite3.connect(self.path, timeout=self.busy_timeout.total_seconds(), isolation_level=None)
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"SQLite store {str(self.path)!r}: cannot open: {exc}") from exc
         try:
@@ -359,9 +355,7 @@ class SqliteConnection:
             if version == 0:
                 names = {
                     row[0]
-                    for row in db.execute(
-                        "SELECT name FROM sqlite_schema WHERE name IN (?, ?, ?)", _TABLES
-                    )
+                    for row in db.execute("SELECT name FROM sqlite_schema WHERE name IN (?, ?, ?)", _TABLES)
                 }
                 if names:
                     raise SchemaMismatch(
@@ -589,9 +583,7 @@ class SqliteCheckpointer:
 
     # -- records -------------------------------------------------------------------------------
 
-    def _put(
-        self, cur: sqlite3.Cursor, workflow: str, key: str, encoded: str, now: int
-    ) -> Recorded:
+    def _put(self, cur: sqlite3.Cursor, workflow: str, key: str, encoded: str, now: int) -> Recorded:
         params = {"workflow": workflow, "key": key, "value": encoded, "now": now}
         cur.execute(PUT, params)
         stored = cur.execute(STORED, params).fetchone()[0]
@@ -752,8 +744,7 @@ class SqliteScheduler:
         receipt = delivery.receipt
         if not isinstance(receipt, _Receipt) or receipt.namespace != self.namespace:
             raise InvalidInput(
-                f"{delivery!r} was not handed out by a SqliteScheduler of namespace "
-                f"{self.namespace!r}"
+                f"{delivery!r} was not handed out by a SqliteScheduler of namespace {self.namespace!r}"
             )
         params = {
             "namespace": self.namespace,
@@ -787,9 +778,7 @@ class SqliteDurable:
     """
 
     def __init__(self, checkpointer: SqliteCheckpointer, scheduler: SqliteScheduler) -> None:
-        if not isinstance(checkpointer, SqliteCheckpointer) or not isinstance(
-            scheduler, SqliteScheduler
-        ):
+        if not isinstance(checkpointer, SqliteCheckpointer) or not isinstance(scheduler, SqliteScheduler):
             raise InvalidInput("SqliteDurable takes a SqliteCheckpointer and a SqliteScheduler")
         if checkpointer.conn is not scheduler.conn:
             raise InvalidInput(

@@ -91,9 +91,7 @@ async def _timed_out(exc: PoolTimeout, pool: Pool, what: str) -> StoreError:
     kwargs = pool.kwargs if isinstance(pool.kwargs, dict) else {}
     if isinstance(conninfo, str):
         try:
-            probe = await psycopg.AsyncConnection.connect(
-                conninfo, **{**kwargs, "connect_timeout": 5}
-            )
+            probe = await psycopg.AsyncConnection.connect(conninfo, **{**kwargs, "connect_timeout": 5})
         except psycopg.Error as reason:
             first = str(reason).strip().splitlines()[0] if str(reason).strip() else repr(reason)
             return StoreUnavailable(

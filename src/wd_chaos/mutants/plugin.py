@@ -24,7 +24,9 @@ def mutant_factory(mutant: Mutant, base: StoreFactory) -> StoreFactory:
             sut.name = mutant.name
             yield sut
 
-    return StoreFactory(mutant.name, open_mutant, base.server, base.unavailable, mutant.description)
+    return StoreFactory(
+        mutant.name, open_mutant, base.server, base.unavailable, mutant.description, base.store_kind
+    )
 
 
 def register_all() -> list[Mutant]:

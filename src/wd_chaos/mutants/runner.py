@@ -66,15 +66,25 @@ class GateReport:
         return all(m.killed for m in self.mutants) and all(r.outcome == "passed" for r in self.real)
 
 
-def _split_id(name: str) -> tuple[str, str]:
+def check_name(killer: str) -> str:
+    """A killer's check name: a test function's name (after ``path::`` for a store's own tests), or
+    the whole ``chaos:scenario:checker`` string."""
+    return killer if killer.startswith("chaos:") else killer.rpartition("::")[2]
+
+
+def _split_id(name: str, stores: Sequence[str]) -> tuple[str, str]:
+    """``test_x[postgres-commit]`` -> (``test_x``, ``postgres``): the longest store name that is a
+    whole dash-separated part of the parameter id."""
     base, _, rest = name.partition("[")
-    return base, rest.rstrip("]")
+    params = "-" + rest.rstrip("]") + "-"
+    found = [s for s in stores if f"-{s}-" in params]
+    return base, max(found, key=len) if found else rest.rstrip("]")
 
 
-def _junit_results(path: Path) -> list[CheckResult]:
+def _junit_results(path: Path, stores: Sequence[str]) -> list[CheckResult]:
     results: list[CheckResult] = []
     for case in ET.parse(path).getroot().iter("testcase"):
-        check, store = _split_id(case.get("name", ""))
+        check, store = _split_id(case.get("name", ""), stores)
         outcome, evidence = "passed", ""
         for tag in ("failure", "error"):
             node = case.find(tag)
@@ -91,9 +101,11 @@ def run_conformance(
     mutants: Sequence[Mutant], workdir: Path, *, python: str = sys.executable
 ) -> list[CheckResult]:
     """One pytest session over the mutants and their real stores, limited to the mutants' killers."""
-    checks = sorted({k for m in mutants for k in m.killers if not k.startswith("chaos:")})
+    killers = {k for m in mutants for k in m.killers if not k.startswith("chaos:")}
+    checks = sorted({check_name(k) for k in killers})
     if not checks:
         return []
+    files = sorted({str(Path(k.partition("::")[0]).resolve()) for k in killers if "::" in k})
     stores = sorted({m.store for m in mutants}) + [m.name for m in mutants]
     (workdir / "test_mutants.py").write_text(SUITE)
     junit = workdir / "conformance.xml"
@@ -102,6 +114,7 @@ def run_conformance(
         "-m",
         "pytest",
         str(workdir / "test_mutants.py"),
+        *files,
         "-p",
         "wd_chaos.mutants.plugin",
         "-p",
@@ -122,7 +135,7 @@ def run_conformance(
     done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, check=False)
     if not junit.exists():
         raise RuntimeError(f"the conformance run did not start:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-    return _junit_results(junit)
+    return _junit_results(junit, stores)
 
 
 ChaosRunner = Callable[[str, str, str | None, Path], dict[str, str]]
@@ -137,7 +150,8 @@ def judge(mutants: Sequence[Mutant], results: Sequence[CheckResult], started: fl
     verdicts = []
     for m in mutants:
         mine = by_store.get(m.name, [])
-        hits = [r for r in mine if r.check in m.killers and r.outcome == "failed"]
+        named = {check_name(k) for k in m.killers}
+        hits = [r for r in mine if r.check in named and r.outcome == "failed"]
         verdicts.append(
             MutantVerdict(
                 m.name,
@@ -151,7 +165,7 @@ def judge(mutants: Sequence[Mutant], results: Sequence[CheckResult], started: fl
                 hits[0].evidence
                 if hits
                 else "no killer failed: "
-                + ", ".join(f"{r.check}={r.outcome}" for r in mine if r.check in m.killers),
+                + ", ".join(f"{r.check}={r.outcome}" for r in mine if r.check in named),
             )
         )
     real_names = {m.store for m in mutants}

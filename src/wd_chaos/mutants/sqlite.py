@@ -1,165 +1,196 @@
-"""Mutants of the SQLite store: each puts back one statement the seeds argue against."""
+"""Mutants of the SQLite store: each a subclass whose one statement (or one step) drops a guarantee."""
 
 from __future__ import annotations
 
 import sqlite3
-from datetime import timedelta
+from datetime import datetime
 
-from without_durability._values import Pass, Recorded
-from without_durability.errors import Contended, Fenced
-from without_durability.rules import check_key, check_lease, check_workflow
-from without_durability.sqlite import (
-    FENCE_AND_RENEW,
-    STORED,
-    SqliteCheckpointer,
-    SqliteEffect,
-    _micros,
-    _span,
-)
+from without_durability import sqlite as store
+from without_durability._values import Delivery, Pass, Recorded
+from without_durability.errors import Contended
+from without_durability.sqlite import SqliteCheckpointer, SqliteEffect, SqliteScheduler
 
 from . import Mutant, swap
 
-# The claim upsert without its WHERE: a conflicting row is always taken over.
-_CLAIM_ALWAYS = """
-INSERT INTO claim (workflow, token, held_until, alive_until, alive_for)
-VALUES (:workflow, 1, :held_until, :alive_until, :alive_for)
-ON CONFLICT (workflow) DO UPDATE
-    SET token = claim.token + 1, held_until = excluded.held_until,
-        alive_until = excluded.alive_until, alive_for = excluded.alive_for
-RETURNING token
-"""
 
+class RenewPastBudget(SqliteCheckpointer):
+    """renew sets liveness to now + alive, without the min() that holds it under the budget."""
 
-class ClaimIgnoresLiveness(SqliteCheckpointer):
-    """Claims a workflow whether or not a live pass holds it."""
-
-    async def claim(self, workflow: str, *, alive: timedelta, budget: timedelta) -> Pass:
-        check_workflow(workflow)
-        check_lease(workflow, alive, budget)
-
-        def job(cur: sqlite3.Cursor) -> int | None:
-            now = _micros(self.clock())
-            row = cur.execute(_CLAIM_ALWAYS, {
-                "workflow": workflow, "held_until": now + _span(budget),
-                "alive_until": now + min(_span(alive), _span(budget)), "alive_for": _span(alive),
-            }).fetchone()
-            return None if row is None else int(row[0])
-
-        token = await self.conn.write(job)
-        if token is None:
-            raise Contended(workflow)
-        return Pass(workflow, token)
-
-
-class DiscardDeletesFence(SqliteCheckpointer):
-    """Discard deletes the claim row, so the next claim restarts at token 1 and a pass in flight
-    outranks it."""
-
-    async def discard(self, workflow: str) -> None:
-        check_workflow(workflow)
-
+    async def renew(self, pass_: Pass) -> None:
         def job(cur: sqlite3.Cursor) -> None:
-            cur.execute("DELETE FROM checkpoint WHERE workflow = ?", (workflow,))
-            cur.execute("DELETE FROM claim WHERE workflow = ?", (workflow,))
+            row = cur.execute(
+                "UPDATE claim SET alive_until = :now + alive_for"
+                " WHERE workflow = :workflow AND token = :token RETURNING token",
+                {"workflow": pass_.workflow, "token": pass_.token, "now": self._now()},
+            ).fetchone()
+            store._fenced_unless(row, pass_)
 
         await self.conn.write(job)
 
 
-class StampsEveryWrite(SqliteCheckpointer):
-    """A losing write keeps the winner's value but moves its ``written_at`` to now."""
+class RefusedWriteRenews(SqliteCheckpointer):
+    """record renews the claim by workflow before it checks the token, so a superseded pass's stray
+    write keeps the holder's claim alive."""
 
-    def _put(
-        self, cur: sqlite3.Cursor, workflow: str, key: str, encoded: str, now: int
-    ) -> Recorded:
+    async def record(self, pass_: Pass, key: str, value: object) -> Recorded:
+        def job(cur: sqlite3.Cursor) -> None:
+            cur.execute(
+                "UPDATE claim SET alive_until = min(:now + alive_for, held_until) WHERE workflow = :workflow",
+                {"workflow": pass_.workflow, "now": self._now()},
+            )
+
+        await self.conn.write(job)
+        return await super().record(pass_, key, value)
+
+
+class SupplyGatedOnClaim(SqliteCheckpointer):
+    """supply refuses (Contended) while a live pass holds the workflow."""
+
+    async def supply(self, workflow: str, key: str, value: object) -> Recorded:
+        def job(cur: sqlite3.Cursor) -> bool:
+            row = cur.execute(
+                "SELECT 1 FROM claim WHERE workflow = :w AND alive_until > :now",
+                {"w": workflow, "now": self._now()},
+            ).fetchone()
+            return row is not None
+
+        if await self.conn.read(job):
+            raise Contended(workflow)
+        return await super().supply(workflow, key, value)
+
+
+class StampsLosingWrites(SqliteCheckpointer):
+    """A losing write keeps the winner's value but moves written_at to its own time."""
+
+    def _put(self, cur: sqlite3.Cursor, workflow: str, key: str, encoded: str, now: int) -> Recorded:
         got = super()._put(cur, workflow, key, encoded, now)
         cur.execute(
-            "UPDATE checkpoint SET written_at = ? WHERE workflow = ? AND key = ?",
-            (now, workflow, key),
+            "UPDATE checkpoint SET written_at = :now WHERE workflow = :workflow AND key = :key",
+            {"workflow": workflow, "key": key, "now": now},
         )
         return got
 
 
-class RefusedWriteRenews(SqliteCheckpointer):
-    """Record renews the workflow's claim before checking the token, so a superseded pass's stray
-    writes keep the holder alive."""
+class DiscardDeletesClaim(SqliteCheckpointer):
+    """discard deletes the claim row instead of raising its token, so the next claim mints token 1
+    again and a pass in flight outranks it."""
 
-    async def record(self, pass_: Pass, key: str, value: object) -> Recorded:
-        def renew_whoever_holds(cur: sqlite3.Cursor) -> None:
-            cur.execute(
-                "UPDATE claim SET alive_until = min(? + alive_for, held_until) WHERE workflow = ?",
-                (self._now(), pass_.workflow),
-            )
+    async def discard(self, workflow: str) -> None:
+        def job(cur: sqlite3.Cursor) -> None:
+            cur.execute(store.DISCARD_RECORDS, {"workflow": workflow})
+            cur.execute("DELETE FROM claim WHERE workflow = :workflow", {"workflow": workflow})
 
-        await self.conn.write(renew_whoever_holds)
-        return await super().record(pass_, key, value)
+        await self.conn.write(job)
 
 
-class TransactSkipsRefence(SqliteCheckpointer):
-    """Transact checks the fence before the effect only, so a pass superseded while its effect ran
-    still commits the effect and the record."""
+class TransactCommitsSeparately(SqliteCheckpointer):
+    """transact commits the effect in one transaction and records in another, so an effect whose
+    pass was superseded (or whose record failed) is kept."""
 
     async def transact(self, pass_: Pass, key: str, effect: SqliteEffect) -> Recorded:
-        check_key(pass_.workflow, key)
         names = {"workflow": pass_.workflow, "key": key, "token": pass_.token}
 
-        def job(cur: sqlite3.Cursor) -> Recorded:
-            stored = cur.execute(STORED, names).fetchone()
+        def perform(cur: sqlite3.Cursor) -> object:
+            stored = cur.execute(store.STORED, names).fetchone()
             if stored is not None:
                 return Recorded(self.codec.decode(stored[0]), False)
-            if cur.execute(FENCE_AND_RENEW, {**names, "now": self._now()}).fetchone() is None:
-                raise Fenced(pass_.workflow, pass_.token)
-            encoded = self._encode(pass_.workflow, key, effect(cur))
-            return self._put(cur, pass_.workflow, key, encoded, self._now())
+            store._fenced_unless(cur.execute(store.FENCE_HOLDS, names).fetchone(), pass_)
+            try:
+                return ("done", effect(cur))
+            except Exception as exc:
+                return ("raised", exc)
 
-        return await self.conn.write(job)
+        outcome = await self.conn.write(perform)  # commits the effect on its own
+        if isinstance(outcome, Recorded):
+            return outcome
+        assert isinstance(outcome, tuple)
+        if outcome[0] == "raised":
+            raise outcome[1]
+        return await self.record(pass_, key, outcome[1])
+
+
+class WakeReinstatesCancelled(SqliteScheduler):
+    """wake_at writes its time whether or not the delivery is still queued, so a workflow cancelled
+    while its pass ran comes back."""
+
+    async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
+        params = {
+            "namespace": self.namespace,
+            "workflow": delivery.workflow,
+            "at": None if at is None else store._micros(at),
+        }
+
+        def job(cur: sqlite3.Cursor) -> None:
+            if at is None:
+                cur.execute(store.CANCEL, params)
+            else:
+                cur.execute(
+                    "INSERT INTO queue (namespace, workflow, visibility) VALUES (:namespace, :workflow, :at)"
+                    " ON CONFLICT (namespace, workflow) DO UPDATE SET visibility = excluded.visibility",
+                    params,
+                )
+
+        await self.conn.write(job)
 
 
 MUTANTS = [
     Mutant(
-        "sqlite-claim-ignores-liveness",
+        "sqlite-renew-past-budget",
         "sqlite",
-        "exclusive claim",
-        "the claim upsert has no WHERE, so a live pass is taken over",
-        (
-            "test_claim_live_is_contended",
-            "test_exactly_one_of_concurrent_claims_wins",
-            "test_store_agrees_with_memory_model",
-        ),
-        swap("checkpointer", ClaimIgnoresLiveness),
-    ),
-    Mutant(
-        "sqlite-discard-deletes-fence",
-        "sqlite",
-        "fencing across discard",
-        "discard deletes the claim row instead of raising its token",
-        (
-            "test_discard_raises_the_fence_and_leaves_the_id_claimable",
-            "test_tokens_strictly_increase_across_discards",
-        ),
-        swap("checkpointer", DiscardDeletesFence),
-    ),
-    Mutant(
-        "sqlite-stamps-every-write",
-        "sqlite",
-        "history time",
-        "every write, losing ones included, moves the key's written_at",
-        ("test_history_stamps_the_winning_write_only", "test_store_agrees_with_memory_model"),
-        swap("checkpointer", StampsEveryWrite),
+        "budget",
+        "renew carries liveness past the budget",
+        ("test_renew_never_passes_the_budget",),
+        swap("checkpointer", RenewPastBudget),
     ),
     Mutant(
         "sqlite-refused-write-renews",
         "sqlite",
-        "fencing",
-        "record renews the claim before it checks the token",
+        "refused-write-renews-nobody",
+        "a fenced record still renews the holder's claim",
         ("test_refused_write_renews_nobody",),
         swap("checkpointer", RefusedWriteRenews),
     ),
     Mutant(
-        "sqlite-transact-skips-refence",
+        "sqlite-supply-gated-on-claim",
         "sqlite",
-        "exactly-once transact",
-        "transact checks the fence before its effect only, not again after it",
-        ("test_transact_superseded_mid_effect_rolls_back",),
-        swap("checkpointer", TransactSkipsRefence),
+        "supply-not-gated",
+        "supply refuses while a pass holds the claim",
+        ("test_supply_works_while_a_pass_holds_the_claim",),
+        swap("checkpointer", SupplyGatedOnClaim),
+    ),
+    Mutant(
+        "sqlite-written-at-moves",
+        "sqlite",
+        "history-stamps-winner",
+        "a losing write moves the record's written_at",
+        ("test_history_stamps_the_winning_write_only",),
+        swap("checkpointer", StampsLosingWrites),
+    ),
+    Mutant(
+        "sqlite-discard-deletes-claim",
+        "sqlite",
+        "discard-raises-fence",
+        "discard deletes the claim row instead of raising the token",
+        (
+            "test_discard_raises_the_fence_and_leaves_the_id_claimable",
+            "test_tokens_strictly_increase_across_discards",
+        ),
+        swap("checkpointer", DiscardDeletesClaim),
+    ),
+    Mutant(
+        "sqlite-transact-commits-separately",
+        "sqlite",
+        "exactly-once-transact",
+        "transact commits the effect and the record in two transactions",
+        ("test_transact_superseded_mid_effect_rolls_back", "test_transact_whose_effect_fails_rolls_back"),
+        swap("checkpointer", TransactCommitsSeparately),
+    ),
+    Mutant(
+        "sqlite-wake-reinstates-cancelled",
+        "sqlite",
+        "wake-at-respects-cancel",
+        "wake_at reinstates a delivery cancelled since it was taken",
+        ("test_wake_at_does_not_reinstate_a_cancelled_delivery",),
+        swap("scheduler", WakeReinstatesCancelled),
     ),
 ]

@@ -35,7 +35,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "wd_store(names): limit a test to the named stores")
+    config.addinivalue_line(
+        "markers", "wd_store(names): limit a test to the named stores (and factories of their kind)"
+    )
     names: list[str] = [n for opt in config.getoption("--wd-store") or [] for n in opt.split(",")]
     factories = registered()
     if "all" in names:  # every registered store, each required to run
@@ -86,7 +88,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         allowed = set(
             marker.args[0] if marker.args and isinstance(marker.args[0], (list, tuple)) else marker.args
         )
-        names = [n for n in names if n in allowed]
+        factories = registered()
+        names = [n for n in names if factories[n].store_kind in allowed]
     metafunc.parametrize("_wd_store_name", names, ids=names, indirect=False)
 
 
