@@ -28,8 +28,25 @@ from .errors import (
 )
 from .memory import MemoryCheckpointer, MemoryDurable, MemoryEffect, MemoryScheduler
 from .protocols import Checkpointer, Durable, Effect, Scheduler
+from .run import Blocked, Finished, Outcome, Run, Sleeping, resume
+from .sqlite import (
+    SqliteCheckpointer,
+    SqliteConnection,
+    SqliteDurable,
+    SqliteEffect,
+    SqliteScheduler,
+    sqlite_connect,
+)
+from .worker import Worker
 
 __all__ = [
+    "Blocked",
+    "Finished",
+    "Outcome",
+    "Run",
+    "Sleeping",
+    "Worker",
+    "resume",
     "CheckpointCodec",
     "Checkpointer",
     "Clock",
@@ -54,10 +71,16 @@ __all__ = [
     "Scheduler",
     "SchemaMismatch",
     "SplitDurable",
+    "SqliteCheckpointer",
+    "SqliteConnection",
+    "SqliteDurable",
+    "SqliteEffect",
+    "SqliteScheduler",
     "StoreError",
     "StoreUnavailable",
     "Suspended",
     "Swallowed",
     "WithoutDurabilityError",
+    "sqlite_connect",
     "system_clock",
 ]
