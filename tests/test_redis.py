@@ -539,3 +539,27 @@ async def test_a_resent_claim_append_or_transact_lands_once(wd_store: Store) -> 
     assert await read_int(client, effect.keys[0]) == 1
     await cp.discard(w)
     assert not await client.exists(cp._nonces_key(w)), "discard left the nonces"
+
+
+@CHECKPOINTERS
+async def test_a_workflow_resumed_ten_times_moves_its_counter_once(wd_store: Store) -> None:
+    from without_durability.run import Blocked, Finished, Run, resume
+
+    cp, client, w = checkpointer_of(wd_store), client_of(wd_store), wf("resume")
+    effect = counter(cp, w)
+
+    async def body(run: Run[LuaEffect]) -> object:
+        reserved = await run.transact("reserved", effect, int)
+        approval = await run.awaiting("approval", str)
+        return (reserved, approval)
+
+    outcomes = []
+    for attempt in range(10):
+        if attempt == 9:
+            await wd_store.durable.arrive(w, "approval", "yes")
+        held = await cp.claim(w, alive=LONG, budget=LONG)
+        outcomes.append(await resume(wd_store.durable, held, body))
+        await cp.release(held)
+    assert all(isinstance(o, Blocked) for o in outcomes[:9]), outcomes
+    assert outcomes[9] == Finished((1, "yes")), outcomes[9]
+    assert await read_int(client, effect.keys[0]) == 1, "the counter moved more than once"
