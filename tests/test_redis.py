@@ -130,7 +130,8 @@ async def test_append_keys_are_load_positions_with_records_between(wd_store: Sto
 @CHECKPOINTERS
 async def test_expired_claim_hash_still_mints_a_higher_token(wd_store: Store) -> None:
     client, w = client_of(wd_store), wf("expired")
-    cp = RedisCheckpointer(client, prefix=wd_store.extra["prefix"], ttl=timedelta(seconds=1))
+    # The store under test's own class (a mutant of it included), with a short TTL.
+    cp = type(checkpointer_of(wd_store))(client, prefix=wd_store.extra["prefix"], ttl=timedelta(seconds=1))
     issued = []
     for _ in range(5):  # claims and discards in quick succession: the token runs ahead of nothing
         held = await cp.claim(w, alive=timedelta(milliseconds=100), budget=timedelta(seconds=1))
@@ -227,8 +228,9 @@ async def test_failing_effects_are_undone_and_reported(wd_store: Store) -> None:
         pass
 
     with pytest.raises(OutOfStock, match="OUT_OF_STOCK"):
-        await cp.transact(held, "reserve", LuaEffect(writes + failures["error_reply"], keys,
-                                                     on_error=OutOfStock))
+        await cp.transact(
+            held, "reserve", LuaEffect(writes + failures["error_reply"], keys, on_error=OutOfStock)
+        )
     for label, body, err in (
         ("a number", "return 5", InvalidValue),
         ("not JSON", "return 'five'", InvalidValue),
@@ -271,17 +273,22 @@ async def test_cross_slot_effect_is_refused_on_the_cluster_having_written_nothin
     # A key on another node than the workflow's slot.
     home = client.get_node_from_key(mine)
     other = next(
-        key for key in (f"{wd_store.extra['prefix']}{{far-{i}}}:ledger" for i in range(1000))
+        key
+        for key in (f"{wd_store.extra['prefix']}{{far-{i}}}:ledger" for i in range(1000))
         if client.get_node_from_key(key) != home
     )
-    declared = LuaEffect("redis.call('SET', KEYS[1], 1); redis.call('SET', KEYS[2], 1); "
-                         "return cjson.encode(1)", (mine, other))
+    declared = LuaEffect(
+        "redis.call('SET', KEYS[1], 1); redis.call('SET', KEYS[2], 1); return cjson.encode(1)", (mine, other)
+    )
     with pytest.raises(InvalidKey, match="does not carry the workflow's hash tag"):
         await cp.transact(held, "reserve", declared)
     # The same effect reaching the other node's key without declaring it: the node refuses the
     # access mid-script, and the write it had already made to its declared key is undone.
-    undeclared = LuaEffect("redis.call('SET', KEYS[1], 1); redis.call('SET', ARGV[1], 1); "
-                           "return cjson.encode(1)", (mine,), (other,))
+    undeclared = LuaEffect(
+        "redis.call('SET', KEYS[1], 1); redis.call('SET', ARGV[1], 1); return cjson.encode(1)",
+        (mine,),
+        (other,),
+    )
     with pytest.raises(LuaEffectFailed, match="non local key"):
         await cp.transact(held, "reserve", undeclared)
     assert not await client.exists(mine), "the effect's write survived its failure"
