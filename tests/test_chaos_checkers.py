@@ -365,3 +365,14 @@ def test_overall_prefers_invalid_then_unknown() -> None:
     v = [checkers.Verdict("a", True, ""), checkers.Verdict("b", "unknown", "")]
     assert checkers.overall(v) == "unknown"
     assert checkers.overall([*v, checkers.Verdict("c", False, "")]) is False
+
+
+def test_kill_bite_counts_only_kills_between_effect_and_record() -> None:
+    h = H()
+    h.event("fault", "controller", 9, fault="kill", phase="armed", failpoint="inside-transact")
+    h.event("fault", "A", 1, fault="kill", phase="start", failpoint="after-claim")
+    assert checkers.bite("kill-between")(h.lines, final([])).valid is False
+    h.event("effect", "B", 2, workflow=WF, key="s", token=1, nonce="n")
+    h.event("fault", "B", 2, fault="kill", phase="start", failpoint="after-effect-before-record",
+            key="s")
+    assert checkers.bite("kill-between")(h.lines, final([])).valid is True

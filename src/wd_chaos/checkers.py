@@ -667,7 +667,13 @@ def bite(kind: str) -> Callable[[list[Op], dict[str, Any]], Verdict]:
 
     def kill_between(ops: list[Op], final: dict[str, Any]) -> Verdict:
         hits = []
-        points = [line for line in ops if line["type"] == "fault" and line.get("fault") == "kill"]
+        points = [
+            line
+            for line in ops
+            if line["type"] == "fault"
+            and line.get("fault") == "kill"
+            and line.get("phase") == "start"
+        ]
         for p in points:
             if p.get("failpoint") not in ("after-effect-before-record", "inside-transact"):
                 continue

@@ -52,7 +52,7 @@ class Nemesis:
         self.pending = sorted(events, key=lambda e: float(e["at"]))
         self.hist = hist
         self.armed = run_dir / "armed"
-        self.armed.mkdir(parents=True, exist_ok=True)
+        (self.armed / "taken").mkdir(parents=True, exist_ok=True)
         self.pids = pids
         self.busy = busy
         self.rng = random.Random(f"{seed}:targets")
@@ -146,8 +146,8 @@ class Nemesis:
                 why="after the end of the workload phase",
             )
         self.pending.clear()
-        for left in self.armed.glob("*"):
-            if ".taken-" not in left.name:
+        for left in self.armed.glob("*.*"):
+            if left.is_file():
                 left.unlink(missing_ok=True)
                 self.hist.event("fault", fault="kill", phase="disarmed", id=left.name)
         if self.toxi is not None:

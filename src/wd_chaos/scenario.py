@@ -197,7 +197,7 @@ def _expected(error: dict[str, object]) -> str:
         return f"kind = one of {ctx.get('expected_tags')}"
     if kind == "union_tag_not_found":
         return "a 'kind' field: stall, kill, partition or restart"
-    return str(error.get("msg", ""))
+    return str(error.get("msg", "")).removeprefix("Value error, ")
 
 
 def _where(loc: tuple[object, ...]) -> str:

@@ -202,9 +202,8 @@ class Failpoints:
         except FileNotFoundError:
             return
         for name in names:
-            mine = self.folder / f"{name}.taken-{os.getpid()}"
-            try:
-                os.rename(self.folder / name, mine)
+            try:  # the rename is the claim: exactly one process gets each armed file
+                os.rename(self.folder / name, self.folder / "taken" / f"{name}.{os.getpid()}")
             except FileNotFoundError:
                 continue  # another worker took it first
             self.hist.event("fault", fault="kill", phase="start", failpoint=point, id=name, **where)
