@@ -34,9 +34,7 @@ class JsonCodec:
 
     def encode(self, value: object) -> str:
         """Encode ``value`` as canonical JSON text."""
-        return json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
     def decode(self, encoded: str) -> object:
         """Decode JSON text."""

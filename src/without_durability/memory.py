@@ -241,9 +241,7 @@ class MemoryDurable:
     step, since nothing can run between its two halves."""
 
     def __init__(self, checkpointer: MemoryCheckpointer, scheduler: MemoryScheduler) -> None:
-        if not isinstance(checkpointer, MemoryCheckpointer) or not isinstance(
-            scheduler, MemoryScheduler
-        ):
+        if not isinstance(checkpointer, MemoryCheckpointer) or not isinstance(scheduler, MemoryScheduler):
             raise InvalidInput("MemoryDurable takes a MemoryCheckpointer and a MemoryScheduler")
         self._checkpointer = checkpointer
         self._scheduler = scheduler

@@ -7,9 +7,9 @@ conformance suite (``without_durability.testing``) is what holds it to the contr
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Never, Protocol
 
-from typing_extensions import Never, TypeVar
+from typing_extensions import TypeVar
 
 from ._values import Delivery, Entry, Pass, Recorded
 

@@ -73,9 +73,7 @@ def check_time(what: str, at: datetime | None) -> None:
 E = TypeVar("E")
 
 
-def encode_value(
-    codec: CheckpointCodec[E], workflow: str, key: str, value: object, max_bytes: int
-) -> E:
+def encode_value(codec: CheckpointCodec[E], workflow: str, key: str, value: object, max_bytes: int) -> E:
     """Encode ``value`` for ``workflow``/``key``, refusing what the codec cannot carry or what is
     larger than ``max_bytes`` with an ``InvalidValue`` that names both."""
     try:

@@ -17,15 +17,18 @@ import pytest_asyncio
 
 from .harness import StoreFactory, StoreUnderTest, registered
 
-_SELECTED = pytest.StashKey[list[str]]()
-_LEFT_OUT = pytest.StashKey[dict[str, str]]()
-_EXPLICIT = pytest.StashKey[bool]()
+_SELECTED: pytest.StashKey[list[str]] = pytest.StashKey()
+_LEFT_OUT: pytest.StashKey[dict[str, str]] = pytest.StashKey()
+_EXPLICIT: pytest.StashKey[bool] = pytest.StashKey()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("without-durability")
     group.addoption(
-        "--wd-store", action="append", default=[], metavar="NAME",
+        "--wd-store",
+        action="append",
+        default=[],
+        metavar="NAME",
         help="run the store conformance suite against NAME (repeatable; 'all' requires every "
         "registered store; default: every registered store whose server can be had)",
     )
@@ -39,9 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
         names = list(factories)
     unknown = [n for n in names if n not in factories]
     if unknown:
-        raise pytest.UsageError(
-            f"--wd-store: unknown store(s) {unknown}; registered: {sorted(factories)}"
-        )
+        raise pytest.UsageError(f"--wd-store: unknown store(s) {unknown}; registered: {sorted(factories)}")
     left_out: dict[str, str] = {}
     if names:
         for name in names:
@@ -63,7 +64,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    lines = [f"wd-store: {', '.join(config.stash.get(_SELECTED, [])) or '(none)'}"]
+    selected: list[str] = config.stash.get(_SELECTED, [])
+    lines = [f"wd-store: {', '.join(selected) or '(none)'}"]
     for name, reason in config.stash.get(_LEFT_OUT, {}).items():
         lines.append(f"wd-store left out: {name}: {reason}")
     return lines
@@ -71,7 +73,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 def selected_stores(config: pytest.Config) -> list[str]:
     """The store names this session runs the suite against."""
-    return list(config.stash.get(_SELECTED, []))
+    selected: list[str] = config.stash.get(_SELECTED, [])
+    return list(selected)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -80,9 +83,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     names = selected_stores(metafunc.config)
     marker = metafunc.definition.get_closest_marker("wd_store")
     if marker is not None:
-        allowed = set(marker.args[0] if marker.args and isinstance(marker.args[0], (list, tuple)) else marker.args)
+        allowed = set(
+            marker.args[0] if marker.args and isinstance(marker.args[0], (list, tuple)) else marker.args
+        )
         names = [n for n in names if n in allowed]
     metafunc.parametrize("_wd_store_name", names, ids=names, indirect=False)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Coroutine tests that take a store run on asyncio, whatever the project's asyncio mode."""
+    import inspect
+
+    for item in items:
+        fn = getattr(item, "function", None)
+        if (
+            fn is not None
+            and inspect.iscoroutinefunction(fn)
+            and "wd_store" in getattr(item, "fixturenames", ())
+        ):
+            item.add_marker(pytest.mark.asyncio)
 
 
 class _Servers:

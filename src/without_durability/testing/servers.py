@@ -59,7 +59,9 @@ class Server:
         """Stop the server (SIGKILL when ``kill``, else a clean stop) and start it again on the same
         port and data folder. Only for private instances."""
         if self._restart is None:
-            raise ServerUnavailable(f"{self.kind} at {self.url} came from {self.source}; only a private instance can be restarted")
+            raise ServerUnavailable(
+                f"{self.kind} at {self.url} came from {self.source}; only a private instance can be restarted"
+            )
         self._restart(kill)
 
 
@@ -121,8 +123,14 @@ def _executor(command: list[str], host: str, port: int, log: Path, stop_signal: 
 
     out = open(log, "ab")  # noqa: SIM115 - the server writes here for its whole life
     return TCPExecutor(
-        command, host=host, port=port, timeout=60, stop_signal=stop_signal,
-        stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        command,
+        host=host,
+        port=port,
+        timeout=60,
+        stop_signal=stop_signal,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -140,19 +148,49 @@ def local_postgres(port: int | None = None) -> Iterator[Server]:
         data = root / "data"
         prefix = _postgres_user_prefix(root)
         init = subprocess.run(
-            [*prefix, initdb, "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
-             "--no-sync", "--locale=C"],
-            capture_output=True, text=True, check=False,
+            [
+                *prefix,
+                initdb,
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "--locale=C",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if init.returncode != 0:
             raise ServerUnavailable(f"initdb failed ({init.returncode}): {init.stderr.strip()}")
         command = [
-            *prefix, postgres, "-D", str(data), "-p", str(port), "-k", str(root),
-            "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200",
-            "-c", "log_min_messages=warning",
+            *prefix,
+            postgres,
+            "-D",
+            str(data),
+            "-p",
+            str(port),
+            "-k",
+            str(root),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "max_connections=200",
+            "-c",
+            "log_min_messages=warning",
         ]
-        server = Server("postgres", f"postgresql://postgres@127.0.0.1:{port}/postgres",
-                        "127.0.0.1", port, "local", datadir=data)
+        server = Server(
+            "postgres",
+            f"postgresql://postgres@127.0.0.1:{port}/postgres",
+            "127.0.0.1",
+            port,
+            "local",
+            datadir=data,
+        )
         state: dict[str, Any] = {}
 
         def start() -> None:
@@ -182,8 +220,12 @@ def local_postgres(port: int | None = None) -> Iterator[Server]:
 def _wait_postgres_ready(isready: str, port: int, timeout: float = 60.0) -> None:
     """An open port is not a ready server (crash recovery answers 'starting up'): ask pg_isready."""
     deadline = time.monotonic() + timeout
-    while subprocess.run([isready, "-q", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres"],
-                         check=False).returncode != 0:
+    while (
+        subprocess.run(
+            [isready, "-q", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres"], check=False
+        ).returncode
+        != 0
+    ):
         if time.monotonic() > deadline:
             raise ServerUnavailable(f"postgres on port {port} was not ready within {timeout:.0f}s")
         time.sleep(0.05)
@@ -196,7 +238,9 @@ def _postmaster_pid(data: Path, ex: Any) -> int:
 
 
 @contextlib.contextmanager
-def local_redis(port: int | None = None, *, cluster: bool = False, folder: Path | None = None) -> Iterator[Server]:
+def local_redis(
+    port: int | None = None, *, cluster: bool = False, folder: Path | None = None
+) -> Iterator[Server]:
     """A private redis-server on a free loopback port, with no persistence configured beyond the
     defaults' append-only log being off. ``cluster`` starts it with cluster mode enabled."""
     binary = find_binary("redis-server")
@@ -204,11 +248,30 @@ def local_redis(port: int | None = None, *, cluster: bool = False, folder: Path 
     with contextlib.ExitStack() as stack:
         root = folder or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wd-redis-")))
         root.mkdir(parents=True, exist_ok=True)
-        command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(root),
-                   "--save", "", "--appendonly", "no", "--protected-mode", "no"]
+        command = [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(root),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "no",
+        ]
         if cluster:
-            command += ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf",
-                        "--cluster-node-timeout", "5000"]
+            command += [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                f"nodes-{port}.conf",
+                "--cluster-node-timeout",
+                "5000",
+            ]
         server = Server("redis", f"redis://127.0.0.1:{port}/0", "127.0.0.1", port, "local", datadir=root)
         state: dict[str, Any] = {}
 
@@ -244,24 +307,35 @@ def local_redis_cluster(masters: int = 3) -> Iterator[Server]:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wd-redis-cluster-")))
         nodes = [stack.enter_context(local_redis(cluster=True, folder=root)) for _ in range(masters)]
         made = subprocess.run(
-            [cli, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in nodes],
-             "--cluster-replicas", "0", "--cluster-yes"],
-            capture_output=True, text=True, check=False,
+            [
+                cli,
+                "--cluster",
+                "create",
+                *[f"127.0.0.1:{n.port}" for n in nodes],
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if made.returncode != 0:
             raise ServerUnavailable(f"redis-cli --cluster create failed: {made.stdout}{made.stderr}")
         _wait_cluster_ok(cli, nodes)
         first = nodes[0]
-        yield Server("redis-cluster", first.url, first.host, first.port, "local",
-                     nodes=[n.url for n in nodes])
+        yield Server(
+            "redis-cluster", first.url, first.host, first.port, "local", nodes=[n.url for n in nodes]
+        )
 
 
 def _wait_cluster_ok(cli: str, nodes: list[Server], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
         states = [
-            subprocess.run([cli, "-p", str(n.port), "cluster", "info"], capture_output=True,
-                           text=True, check=False).stdout
+            subprocess.run(
+                [cli, "-p", str(n.port), "cluster", "info"], capture_output=True, text=True, check=False
+            ).stdout
             for n in nodes
         ]
         if all("cluster_state:ok" in s for s in states):
@@ -277,12 +351,18 @@ def local_toxiproxy(port: int | None = None) -> Iterator[Server]:
     binary = find_binary("toxiproxy-server")
     port = port or free_port()
     with tempfile.TemporaryDirectory(prefix="wd-toxiproxy-") as tmp:
-        ex = _executor([binary, "-host", "127.0.0.1", "-port", str(port)], "127.0.0.1", port,
-                       Path(tmp) / "toxiproxy.log", signal.SIGTERM)
+        ex = _executor(
+            [binary, "-host", "127.0.0.1", "-port", str(port)],
+            "127.0.0.1",
+            port,
+            Path(tmp) / "toxiproxy.log",
+            signal.SIGTERM,
+        )
         ex.start()
         try:
-            yield Server("toxiproxy", f"http://127.0.0.1:{port}", "127.0.0.1", port, "local",
-                         pid=int(ex.process.pid))
+            yield Server(
+                "toxiproxy", f"http://127.0.0.1:{port}", "127.0.0.1", port, "local", pid=int(ex.process.pid)
+            )
         finally:
             with contextlib.suppress(Exception):
                 ex.stop()
@@ -303,7 +383,10 @@ _LOCAL = {
     "toxiproxy": local_toxiproxy,
 }
 _BINARIES = {
-    "postgres": [("initdb", "/usr/lib/postgresql/*/bin/initdb"), ("postgres", "/usr/lib/postgresql/*/bin/postgres")],
+    "postgres": [
+        ("initdb", "/usr/lib/postgresql/*/bin/initdb"),
+        ("postgres", "/usr/lib/postgresql/*/bin/postgres"),
+    ],
     "redis": [("redis-server", "")],
     "redis-cluster": [("redis-server", ""), ("redis-cli", "")],
     "toxiproxy": [("toxiproxy-server", "")],
@@ -338,7 +421,9 @@ def _from_testcontainers(kind: str) -> Iterator[Server]:
 
         with PostgresContainer("postgres:16", driver=None) as pg:
             url = pg.get_connection_url()
-            yield Server(kind, url, pg.get_container_host_ip(), int(pg.get_exposed_port(5432)), "testcontainers")
+            yield Server(
+                kind, url, pg.get_container_host_ip(), int(pg.get_exposed_port(5432)), "testcontainers"
+            )
     elif kind == "redis":
         from testcontainers.redis import RedisContainer
 
@@ -370,8 +455,10 @@ def why_unavailable(kind: str) -> str | None:
         return None
     if kind != "redis-cluster" and _docker_answers():
         return None
-    return (f"{kind}: {', '.join(missing)} not on PATH, {_ENV[kind]} not set, and no Docker "
-            f"engine answers; {INSTALL_HINT}, or set {_ENV[kind]}")
+    return (
+        f"{kind}: {', '.join(missing)} not on PATH, {_ENV[kind]} not set, and no Docker "
+        f"engine answers; {INSTALL_HINT}, or set {_ENV[kind]}"
+    )
 
 
 @contextlib.contextmanager
