@@ -1,0 +1,170 @@
+"""The store boundary: what goes in (no NUL, JSON text) and what comes out when the driver fails.
+
+Every public method enters the database through ``connect``, so a driver error reaches the caller as
+a ``StoreError`` (or ``StoreUnavailable`` when the server cannot be reached, naming the DSN with its
+password masked) with the driver's own exception kept as ``__cause__``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import AsyncConnectionPool, PoolClosed
+
+from without_durability.codec import CheckpointCodec
+from without_durability.errors import (
+    InvalidInput,
+    InvalidKey,
+    InvalidValue,
+    InvalidWorkflowId,
+    StoreError,
+    StoreUnavailable,
+)
+
+Pool = AsyncConnectionPool[Any]
+
+# jsonb cannot hold the escape for NUL; an even run of backslashes before it means it is not one.
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+# A cheap first look for a number written with an exponent (only then is a full parse needed).
+_EXPONENT = re.compile(r"[0-9][eE][+-]?[0-9]")
+
+
+def masked_dsn(pool: Pool) -> str:
+    """Where ``pool`` connects, with any password replaced by ``***``."""
+    conninfo = pool.conninfo
+    if not isinstance(conninfo, str):
+        return "<conninfo supplied by a callable>"
+    try:
+        params = conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return "<unparseable conninfo>"
+    if "password" in params:
+        params["password"] = "***"
+    kwargs = pool.kwargs if isinstance(pool.kwargs, dict) else {}
+    params.update({k: v for k, v in kwargs.items() if k in ("host", "port", "dbname", "user")})
+    return make_conninfo("", **params) or "<libpq defaults>"
+
+
+def wrap(exc: psycopg.Error, pool: Pool, what: str) -> StoreError:
+    """The ``StoreError`` a caller sees for a driver error raised while doing ``what``."""
+    if isinstance(exc, PoolClosed):
+        return StoreError(f"the connection pool for {masked_dsn(pool)} is closed ({what})")
+    if isinstance(exc, psycopg.OperationalError) and not isinstance(
+        exc, pg_errors.QueryCanceled | pg_errors.LockNotAvailable
+    ):
+        return StoreUnavailable(
+            f"Postgres at {masked_dsn(pool)} could not be reached, or the connection was lost, "
+            f"while {what}: {exc}; check that the server is running and the DSN is right (a "
+            "write interrupted this way may or may not have committed)"
+        )
+    return StoreError(f"Postgres failed while {what}: {type(exc).__name__}: {exc}")
+
+
+@asynccontextmanager
+async def connect(
+    pool: Pool, what: str, workflow: str = "", key: str = ""
+) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """A pooled connection inside one transaction, committed on success and rolled back on any
+    exception; driver errors leave as ``StoreError`` (``InvalidValue`` when the server refused a
+    value as jsonb), the driver's error kept as ``__cause__``."""
+    try:
+        async with pool.connection() as conn, conn.transaction():
+            yield conn
+    except psycopg.Error as exc:
+        raise (refused_value(exc, workflow, key) or wrap(exc, pool, what)) from exc
+
+
+def check_text(workflow: str, key: str | None = None) -> None:
+    """Refuse ids and keys Postgres text cannot hold (a NUL character)."""
+    if "\x00" in workflow:
+        raise InvalidWorkflowId(
+            f"workflow id {workflow!r} contains a NUL character, which Postgres text cannot "
+            "hold; use an id without '\\x00'"
+        )
+    if key is not None and "\x00" in key:
+        raise InvalidKey(
+            f"workflow {workflow!r}: key {key!r} contains a NUL character, which Postgres text "
+            "cannot hold; use a key without '\\x00'"
+        )
+
+
+def check_encoded(workflow: str, key: str, encoded: object) -> str:
+    """Refuse an encoding a jsonb column cannot take: not text, or carrying a NUL."""
+    if not isinstance(encoded, str):
+        raise InvalidValue(
+            f"workflow {workflow!r}, key {key!r}: the codec produced {type(encoded).__name__}, "
+            "but the Postgres store keeps values as jsonb and needs a codec that renders JSON text"
+        )
+    if "\x00" in encoded or _JSON_NUL.search(encoded):
+        raise InvalidValue(
+            f"workflow {workflow!r}, key {key!r}: the value contains a NUL character (\\u0000), "
+            "which Postgres jsonb cannot hold; strip or replace it before recording"
+        )
+    if _EXPONENT.search(encoded):
+        _check_numbers(workflow, key, encoded)
+    return encoded
+
+
+def _check_numbers(workflow: str, key: str, encoded: str) -> None:
+    """Refuse a float jsonb would hand back as an integer.
+
+    jsonb keeps numbers as numeric, whose text has as many decimals as the input had after its
+    exponent was applied: ``1e+16`` comes back ``10000000000000000``, which JSON reads as an int
+    (and ``1.5e+300`` as an int that no longer equals the float). Smaller exponents keep a decimal
+    point (``1e-07`` comes back ``0.0000001``) and survive.
+    """
+
+    def check(token: str) -> float:
+        mantissa, _, exponent = token.lower().partition("e")
+        if exponent and int(exponent) >= len(mantissa.partition(".")[2]):
+            raise InvalidValue(
+                f"workflow {workflow!r}, key {key!r}: the number {token} would come back from "
+                "Postgres jsonb as an integer (jsonb stores numbers as numeric, without the "
+                "exponent); record floats of magnitude 1e16 or more as strings"
+            )
+        return float(token)
+
+    try:
+        json.loads(encoded, parse_float=check)
+    except InvalidValue:
+        raise
+    except ValueError:
+        pass  # not JSON at all: the server refuses it and says so
+
+
+def check_codec(codec: CheckpointCodec[Any]) -> None:
+    """Refuse, at construction, a codec that does not render JSON text (jsonb would reject it)."""
+    if getattr(codec, "renders_json", True) is False:
+        raise InvalidInput(
+            f"{type(codec).__name__} says it does not render JSON text; the Postgres store keeps "
+            "values as jsonb, so its codec must produce JSON text"
+        )
+    probe: object = {"probe": [1, "two", None]}
+    try:
+        encoded = codec.encode(probe)
+        if not isinstance(encoded, str):
+            raise TypeError(f"encode returned {type(encoded).__name__}, not str")
+        json.loads(encoded)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(
+            f"{type(codec).__name__} does not render JSON text ({exc}); the Postgres store keeps "
+            "values as jsonb, so its codec must produce JSON text (JsonCodec does)"
+        ) from exc
+
+
+def refused_value(exc: psycopg.Error, workflow: str, key: str) -> InvalidValue | None:
+    """The ``InvalidValue`` for a value the server refused as jsonb, or None for other errors."""
+    if isinstance(exc, pg_errors.UntranslatableCharacter | pg_errors.InvalidTextRepresentation):
+        return InvalidValue(
+            f"workflow {workflow!r}, key {key!r}: Postgres refused the encoded value as jsonb "
+            f"({exc}); the codec must render JSON text jsonb can hold"
+        )
+    return None

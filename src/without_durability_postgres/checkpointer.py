@@ -1,0 +1,365 @@
+"""PostgresCheckpointer: every guarantee of ``Checkpointer`` as one statement or one transaction.
+
+The atomic unit comes with the database: a claim is one upsert, a fenced record is one statement, a
+transact is one transaction with the caller's own SQL in the middle. Every time is the server's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from without_durability._values import Entry, Pass, Recorded
+from without_durability.codec import CheckpointCodec, JsonCodec
+from without_durability.errors import Contended, Fenced
+from without_durability.protocols import Checkpointer
+from without_durability.rules import (
+    INBOX_DIGITS,
+    INBOX_PREFIX,
+    MAX_VALUE_BYTES,
+    check_key,
+    check_lease,
+    check_workflow,
+    encode_value,
+)
+
+from ._boundary import Pool, check_codec, check_encoded, check_text, connect
+
+PostgresEffect = Callable[[psycopg.AsyncCursor[Any]], Awaitable[object]]
+"""A Postgres transact effect: given a cursor inside the open transaction, do the application's
+write and return the value to record. It commits with the record or not at all."""
+
+# -- claims ---------------------------------------------------------------------------------
+
+# The WHERE on DO UPDATE is the "is it free" test: a live row fails it and RETURNING comes back
+# empty, which is how a lost race shows. Two first claims serialize on the primary key, and the
+# loser takes the DO UPDATE arm. LEAST keeps liveness at or under the budget.
+CLAIM = """
+INSERT INTO workflow_claim AS held (workflow, token, held_until, alive_until, alive_for)
+VALUES (
+    %(workflow)s, 1,
+    now() + %(budget)s, LEAST(now() + %(alive)s, now() + %(budget)s), %(alive)s
+)
+ON CONFLICT (workflow) DO UPDATE
+    SET token = held.token + 1,
+        held_until = now() + %(budget)s,
+        alive_until = LEAST(now() + %(alive)s, now() + %(budget)s),
+        alive_for = %(alive)s
+    WHERE held.alive_until <= now()
+RETURNING token
+"""
+
+# A renewal can never carry liveness past the budget, nor revive a claim a release ended.
+RENEW = """
+UPDATE workflow_claim
+   SET alive_until = LEAST(now() + alive_for, held_until)
+ WHERE workflow = %(workflow)s AND token = %(token)s
+RETURNING token
+"""
+
+# Lowering both deadlines to now (never raising them) frees the workflow at once for good.
+RELEASE = """
+UPDATE workflow_claim
+   SET held_until = LEAST(held_until, now()),
+       alive_until = LEAST(alive_until, now())
+ WHERE workflow = %(workflow)s AND token = %(token)s
+"""
+
+# discard's first half: a new token fences every pass in flight, and lapsing the claim lets the
+# id be claimed at once. It runs first so its row lock orders it after any record in flight.
+RAISE_FENCE = """
+UPDATE workflow_claim
+   SET token = token + 1,
+       held_until = LEAST(held_until, now()),
+       alive_until = LEAST(alive_until, now())
+ WHERE workflow = %(workflow)s
+"""
+
+# discard's second half, a new statement and so a new snapshot: it sees every record that was
+# committed by a pass that held the claim row before the fence went up.
+FORGET = "DELETE FROM workflow_checkpoint WHERE workflow = %(workflow)s"
+
+# -- records --------------------------------------------------------------------------------
+
+# The fence is an UPDATE, not a read: it takes the claim row's lock, so a claim committing while
+# this runs is waited for and the row re-read, and the token compared is the newest. The token in
+# its WHERE means a refused write renews nobody; an accepted one renews its own window. The no-op
+# DO UPDATE hands back the stored row even when a concurrent writer committed it after this
+# statement began, and seq/written_at keep their insert-time defaults. won compares the two
+# values' jsonb text: normalized, so key order and whitespace do not matter, but, unlike jsonb's
+# `=`, 1 and 1.0 differ (numeric keeps its scale), as the caller would get back a different value.
+RECORD = """
+WITH fence AS (
+    UPDATE workflow_claim
+       SET alive_until = LEAST(now() + alive_for, held_until)
+     WHERE workflow = %(workflow)s AND token = %(token)s
+    RETURNING workflow
+)
+INSERT INTO workflow_checkpoint AS cp (workflow, key, value)
+SELECT fence.workflow, %(key)s, %(value)s::jsonb FROM fence
+ON CONFLICT (workflow, key) DO UPDATE SET value = cp.value
+RETURNING cp.value::text, cp.value::text = %(value)s::jsonb::text
+"""
+
+# RECORD without the fence: from outside a pass, first writer wins.
+SUPPLY = """
+INSERT INTO workflow_checkpoint AS cp (workflow, key, value)
+VALUES (%(workflow)s, %(key)s, %(value)s::jsonb)
+ON CONFLICT (workflow, key) DO UPDATE SET value = cp.value
+RETURNING cp.value::text, cp.value::text = %(value)s::jsonb::text
+"""
+
+# Concurrent writers make "count, then insert" a race both can win, so the number comes from the
+# sequence. It is drawn once and spent twice, as the key and as seq, so key order and load order
+# are one order. Gaps are fine: keys only need to sort within a workflow.
+APPEND = f"""
+WITH drawn AS (SELECT nextval('workflow_seq') AS seq)
+INSERT INTO workflow_checkpoint (workflow, key, value, seq)
+SELECT %(workflow)s, '{INBOX_PREFIX}' || lpad(drawn.seq::text, {INBOX_DIGITS}, '0'),
+       %(value)s::jsonb, drawn.seq
+  FROM drawn
+RETURNING key
+"""
+
+# seq, not the heap, is the record order: a no-op conflict update rewrites and moves a tuple.
+LOAD = """
+SELECT key, value::text, written_at FROM workflow_checkpoint
+ WHERE workflow = %(workflow)s
+ ORDER BY seq
+"""
+
+# -- transact -------------------------------------------------------------------------------
+
+# Already recorded: hand it back and perform nothing.
+LOOKUP = """
+SELECT value::text FROM workflow_checkpoint WHERE workflow = %(workflow)s AND key = %(key)s
+"""
+
+# The first fence read takes no lock: it only stops a superseded pass before its effect, and
+# leaves the claim row free for the worker's own renewals while the effect runs.
+PEEK_FENCE = "SELECT token FROM workflow_claim WHERE workflow = %(workflow)s"
+
+# The second read locks, after the effect: a pass superseded meanwhile is refused here and its
+# effect rolls back. clock_timestamp(), since now() is when the (possibly long) transaction began.
+LOCK_FENCE = """
+UPDATE workflow_claim
+   SET alive_until = LEAST(clock_timestamp() + alive_for, held_until)
+ WHERE workflow = %(workflow)s AND token = %(token)s
+RETURNING token
+"""
+
+# DO NOTHING: if a racing transact of this key committed first, no row comes back and this one
+# rolls its effect back (exactly once).
+TRANSACT_PUT = """
+INSERT INTO workflow_checkpoint (workflow, key, value)
+VALUES (%(workflow)s, %(key)s, %(value)s::jsonb)
+ON CONFLICT (workflow, key) DO NOTHING
+RETURNING value::text
+"""
+
+
+class _LostRace(Exception):
+    """Internal: a concurrent transact recorded the key first; roll this one back."""
+
+
+class _EffectRaised(Exception):
+    """Internal: carries a driver error the caller's effect raised past the store boundary, so the
+    caller sees its own error rather than a ``StoreError``."""
+
+    def __init__(self, original: psycopg.Error) -> None:
+        super().__init__(str(original))
+        self.original = original
+
+
+class PostgresCheckpointer:
+    """``Checkpointer[PostgresEffect]`` over the tables ``migrate`` creates, through ``pool``.
+
+    ``codec`` must render JSON text (values are jsonb; a codec that does not is refused here).
+    ``won`` compares the two values as jsonb, so encodings that differ only in key order or
+    whitespace agree (numbers keep their written scale: ``1`` and ``1.0`` do not). Ids, keys and
+    values may hold any text but NUL; a float jsonb would hand back as an integer (magnitude 1e16
+    or more) is refused. Every time is the server's.
+    """
+
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        codec: CheckpointCodec[Any] | None = None,
+        max_value_bytes: int = MAX_VALUE_BYTES,
+    ) -> None:
+        self.pool = pool
+        self.codec: CheckpointCodec[Any] = codec if codec is not None else JsonCodec()
+        check_codec(self.codec)
+        self.max_value_bytes = max_value_bytes
+
+    # -- input ------------------------------------------------------------------------------
+
+    def _workflow(self, workflow: str) -> str:
+        check_workflow(workflow)
+        check_text(workflow)
+        return workflow
+
+    def _key(self, workflow: str, key: str) -> str:
+        check_key(workflow, key)
+        check_text(workflow, key)
+        return key
+
+    def _encode(self, workflow: str, key: str, value: object) -> str:
+        encoded = encode_value(self.codec, workflow, key, value, self.max_value_bytes)
+        return check_encoded(workflow, key, encoded)
+
+    def _recorded(self, row: tuple[Any, ...]) -> Recorded:
+        return Recorded(self.codec.decode(row[0]), bool(row[1]))
+
+    # -- the claim ----------------------------------------------------------------------------
+
+    async def claim(self, workflow: str, *, alive: timedelta, budget: timedelta) -> Pass:
+        """See ``Checkpointer.claim``."""
+        self._workflow(workflow)
+        check_lease(workflow, alive, budget)
+        params = {"workflow": workflow, "alive": alive, "budget": budget}
+        async with connect(self.pool, f"claiming {workflow!r}", workflow) as conn:
+            row = await (await conn.execute(CLAIM, params)).fetchone()
+        if row is None:
+            raise Contended(workflow)
+        return Pass(workflow, int(row[0]))
+
+    async def renew(self, pass_: Pass) -> None:
+        """See ``Checkpointer.renew``."""
+        self._workflow(pass_.workflow)
+        params = {"workflow": pass_.workflow, "token": pass_.token}
+        async with connect(self.pool, f"renewing {pass_.workflow!r}", pass_.workflow) as conn:
+            row = await (await conn.execute(RENEW, params)).fetchone()
+        if row is None:
+            raise Fenced(pass_.workflow, pass_.token)
+
+    async def release(self, pass_: Pass) -> None:
+        """See ``Checkpointer.release``: a superseded pass releases nothing, silently."""
+        self._workflow(pass_.workflow)
+        params = {"workflow": pass_.workflow, "token": pass_.token}
+        async with connect(self.pool, f"releasing {pass_.workflow!r}", pass_.workflow) as conn:
+            await conn.execute(RELEASE, params)
+
+    async def discard(self, workflow: str) -> None:
+        """See ``Checkpointer.discard``: one transaction that raises the token (keeping the claim
+        row, the fence a pass in flight is measured against), lapses the claim, and deletes every
+        record."""
+        self._workflow(workflow)
+        async with connect(self.pool, f"discarding {workflow!r}", workflow) as conn:
+            await self._discard_on(conn, workflow)
+
+    @staticmethod
+    async def _discard_on(conn: psycopg.AsyncConnection[Any], workflow: str) -> None:
+        await conn.execute(RAISE_FENCE, {"workflow": workflow})
+        await conn.execute(FORGET, {"workflow": workflow})
+
+    # -- records ------------------------------------------------------------------------------
+
+    async def record(self, pass_: Pass, key: str, value: object) -> Recorded:
+        """See ``Checkpointer.record``: one statement, the fence and the write together."""
+        workflow = self._workflow(pass_.workflow)
+        self._key(workflow, key)
+        encoded = self._encode(workflow, key, value)
+        params = {"workflow": workflow, "token": pass_.token, "key": key, "value": encoded}
+        async with connect(self.pool, f"recording {workflow!r}/{key!r}", workflow, key) as conn:
+            row = await (await conn.execute(RECORD, params)).fetchone()
+        if row is None:
+            raise Fenced(workflow, pass_.token)
+        return self._recorded(row)
+
+    async def supply(self, workflow: str, key: str, value: object) -> Recorded:
+        """See ``Checkpointer.supply``."""
+        self._workflow(workflow)
+        self._key(workflow, key)
+        encoded = self._encode(workflow, key, value)
+        async with connect(self.pool, f"supplying {workflow!r}/{key!r}", workflow, key) as conn:
+            return await self._supply_on(conn, workflow, key, encoded)
+
+    async def _supply_on(
+        self, conn: psycopg.AsyncConnection[Any], workflow: str, key: str, encoded: str
+    ) -> Recorded:
+        params = {"workflow": workflow, "key": key, "value": encoded}
+        row = await (await conn.execute(SUPPLY, params)).fetchone()
+        assert row is not None  # an upsert with DO UPDATE always returns its row
+        return self._recorded(row)
+
+    async def append(self, workflow: str, value: object) -> str:
+        """See ``Checkpointer.append``: keys come from the shared ``workflow_seq`` sequence, so
+        they have gaps and sort within a workflow, and each key's number is its load position."""
+        self._workflow(workflow)
+        encoded = self._encode(workflow, INBOX_PREFIX, value)
+        async with connect(self.pool, f"appending to {workflow!r}", workflow, INBOX_PREFIX) as conn:
+            return await self._append_on(conn, workflow, encoded)
+
+    @staticmethod
+    async def _append_on(conn: psycopg.AsyncConnection[Any], workflow: str, encoded: str) -> str:
+        params = {"workflow": workflow, "value": encoded}
+        row = await (await conn.execute(APPEND, params)).fetchone()
+        assert row is not None  # an INSERT ... SELECT of one drawn row returns it
+        return str(row[0])
+
+    async def _rows(self, workflow: str) -> list[tuple[str, object, datetime]]:
+        self._workflow(workflow)
+        async with connect(self.pool, f"loading {workflow!r}", workflow) as conn:
+            rows = await (await conn.execute(LOAD, {"workflow": workflow})).fetchall()
+        # The session's TimeZone decides the tzinfo psycopg attaches; callers get UTC either way.
+        return [(str(k), self.codec.decode(v), at.astimezone(UTC)) for k, v, at in rows]
+
+    async def load(self, workflow: str) -> dict[str, object]:
+        """See ``Checkpointer.load``: in ``seq`` order, the order each key was first recorded."""
+        return {key: value for key, value, _ in await self._rows(workflow)}
+
+    async def history(self, workflow: str) -> list[Entry]:
+        """See ``Checkpointer.history``: ``written_at`` is the server's clock_timestamp() at the
+        winning insert."""
+        return [Entry(key, value, at) for key, value, at in await self._rows(workflow)]
+
+    # -- transact -----------------------------------------------------------------------------
+
+    async def transact(self, pass_: Pass, key: str, effect: PostgresEffect) -> Recorded:
+        """See ``Checkpointer.transact``: one transaction. A plain fence read, ``effect`` with
+        this transaction's cursor, a locked fence re-read that renews, then the insert. If a racing
+        transact of the same key committed first, this one rolls its effect back and returns the
+        stored value with ``won=False``."""
+        workflow = self._workflow(pass_.workflow)
+        self._key(workflow, key)
+        where = f"transacting {workflow!r}/{key!r}"
+        params: dict[str, Any] = {"workflow": workflow, "key": key, "token": pass_.token}
+        try:
+            async with connect(self.pool, where, workflow, key) as conn:
+                row = await (await conn.execute(LOOKUP, params)).fetchone()
+                if row is not None:
+                    return Recorded(self.codec.decode(row[0]), False)
+                row = await (await conn.execute(PEEK_FENCE, params)).fetchone()
+                if row is None or int(row[0]) != pass_.token:
+                    raise Fenced(workflow, pass_.token)
+                async with conn.cursor() as cursor:
+                    try:
+                        result = await effect(cursor)
+                    except psycopg.Error as exc:
+                        raise _EffectRaised(exc) from exc
+                params["value"] = self._encode(workflow, key, result)
+                if await (await conn.execute(LOCK_FENCE, params)).fetchone() is None:
+                    raise Fenced(workflow, pass_.token, "superseded while its effect ran")
+                row = await (await conn.execute(TRANSACT_PUT, params)).fetchone()
+                if row is None:
+                    raise _LostRace
+                return Recorded(self.codec.decode(row[0]), True)
+        except _EffectRaised as raised:
+            raise raised.original from None
+        except _LostRace:
+            pass
+        async with connect(self.pool, where, workflow, key) as conn:
+            row = await (await conn.execute(LOOKUP, params)).fetchone()
+        if row is None:  # the winner's record is gone: only a discard does that, which fences
+            raise Fenced(workflow, pass_.token, "the workflow was discarded")
+        return Recorded(self.codec.decode(row[0]), False)
+
+
+def _typecheck(pool: Pool) -> None:  # pragma: no cover - mypy proves it meets the protocol
+    c: Checkpointer[PostgresEffect] = PostgresCheckpointer(pool)
+    del c

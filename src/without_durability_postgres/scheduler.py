@@ -1,0 +1,141 @@
+"""PostgresScheduler: a queue table scored by visibility, taken with FOR UPDATE SKIP LOCKED."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from without_durability._values import Delivery
+from without_durability.errors import InvalidInput
+from without_durability.protocols import Scheduler
+from without_durability.rules import check_time, check_visibility, check_workflow
+
+from ._boundary import Pool, check_text, connect
+
+NOW = "SELECT clock_timestamp()"
+
+# The earlier of the queued time and the new one wins, so a wakeup is never pushed later.
+SCHEDULE = """
+INSERT INTO workflow_queue AS q (namespace, workflow, visibility)
+VALUES (%(namespace)s, %(workflow)s, COALESCE(%(at)s::timestamptz, now()))
+ON CONFLICT (namespace, workflow) DO UPDATE
+    SET visibility = LEAST(q.visibility, EXCLUDED.visibility)
+"""
+
+# SKIP LOCKED: a second taker steps over the row the first is hiding instead of queueing behind
+# it, so two takes never hand out one delivery. The visibility set here is the receipt.
+TAKE = """
+WITH next AS (
+    SELECT workflow FROM workflow_queue
+     WHERE namespace = %(namespace)s AND visibility <= now()
+     ORDER BY visibility, workflow
+     LIMIT 1
+     FOR UPDATE SKIP LOCKED
+)
+UPDATE workflow_queue AS q
+   SET visibility = now() + %(visibility)s
+  FROM next
+ WHERE q.namespace = %(namespace)s AND q.workflow = next.workflow
+RETURNING q.workflow, q.visibility
+"""
+
+# Each answer acts only if the row still holds the visibility this delivery's take set: a wakeup
+# moved it (that one stands), a cancel removed it (not reinstated), a later take reset it (this
+# answer is stale). The comparison and the write are one statement.
+WAKE_AT = """
+UPDATE workflow_queue SET visibility = %(at)s
+ WHERE namespace = %(namespace)s AND workflow = %(workflow)s AND visibility = %(receipt)s
+"""
+FINISH = """
+DELETE FROM workflow_queue
+ WHERE namespace = %(namespace)s AND workflow = %(workflow)s AND visibility = %(receipt)s
+"""
+
+CANCEL = "DELETE FROM workflow_queue WHERE namespace = %(namespace)s AND workflow = %(workflow)s"
+
+
+@dataclass(frozen=True, slots=True)
+class _Receipt:
+    namespace: str
+    visible_at: datetime
+
+
+class PostgresScheduler:
+    """``Scheduler`` over ``workflow_queue`` in one namespace, through ``pool``. It polls: there
+    is no blocking take. ``now`` and every visibility are the server's clock."""
+
+    def __init__(self, pool: Pool, *, namespace: str = "default") -> None:
+        if not isinstance(namespace, str) or not namespace or "\x00" in namespace:
+            raise InvalidInput(
+                f"namespace must be a non-empty string without NUL, got {namespace!r}"
+            )
+        self.pool = pool
+        self.namespace = namespace
+
+    async def now(self) -> datetime:
+        """See ``Scheduler.now``: the server's clock_timestamp()."""
+        async with connect(self.pool, "reading the server clock") as conn:
+            row = await (await conn.execute(NOW)).fetchone()
+        assert row is not None
+        at: datetime = row[0]
+        return at.astimezone(UTC)
+
+    async def schedule(self, workflow: str, at: datetime | None = None) -> None:
+        """See ``Scheduler.schedule``."""
+        check_workflow(workflow)
+        check_text(workflow)
+        check_time("schedule at", at)
+        async with connect(self.pool, f"scheduling {workflow!r}", workflow) as conn:
+            await self._schedule_on(conn, workflow, at)
+
+    async def _schedule_on(
+        self, conn: psycopg.AsyncConnection[Any], workflow: str, at: datetime | None = None
+    ) -> None:
+        params = {"namespace": self.namespace, "workflow": workflow, "at": at}
+        await conn.execute(SCHEDULE, params)
+
+    async def take(self, visibility: timedelta) -> Delivery | None:
+        """See ``Scheduler.take``: the earliest visible workflow of this namespace."""
+        check_visibility(visibility)
+        params = {"namespace": self.namespace, "visibility": visibility}
+        async with connect(self.pool, f"taking from namespace {self.namespace!r}") as conn:
+            row = await (await conn.execute(TAKE, params)).fetchone()
+        if row is None:
+            return None
+        return Delivery(str(row[0]), _Receipt(self.namespace, row[1]))
+
+    async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
+        """See ``Scheduler.wake_at``."""
+        check_time("wake_at at", at)
+        receipt = delivery.receipt
+        if not isinstance(receipt, _Receipt) or receipt.namespace != self.namespace:
+            raise InvalidInput(
+                f"{delivery!r} was not handed out by a PostgresScheduler of namespace "
+                f"{self.namespace!r}"
+            )
+        params = {
+            "namespace": self.namespace,
+            "workflow": delivery.workflow,
+            "receipt": receipt.visible_at,
+            "at": at,
+        }
+        async with connect(self.pool, f"answering for {delivery.workflow!r}") as conn:
+            await conn.execute(FINISH if at is None else WAKE_AT, params)
+
+    async def cancel(self, workflow: str) -> None:
+        """See ``Scheduler.cancel``."""
+        check_workflow(workflow)
+        check_text(workflow)
+        async with connect(self.pool, f"cancelling {workflow!r}", workflow) as conn:
+            await self._cancel_on(conn, workflow)
+
+    async def _cancel_on(self, conn: psycopg.AsyncConnection[Any], workflow: str) -> None:
+        await conn.execute(CANCEL, {"namespace": self.namespace, "workflow": workflow})
+
+
+def _typecheck(pool: Pool) -> None:  # pragma: no cover - mypy proves it meets the protocol
+    s: Scheduler = PostgresScheduler(pool)
+    del s

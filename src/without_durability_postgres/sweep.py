@@ -1,0 +1,93 @@
+"""The sweep: collect finished workflows, since nothing here expires on its own."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from without_durability.errors import InvalidInput
+
+from ._boundary import Pool, connect
+
+# A workflow is finished enough to sweep when its newest record is older than the cutoff, it is
+# not queued in any namespace, and no live claim holds it.
+FIND_IDLE = """
+SELECT cp.workflow FROM workflow_checkpoint cp
+ GROUP BY cp.workflow
+HAVING max(cp.written_at) < now() - %(age)s
+   AND NOT EXISTS (SELECT 1 FROM workflow_queue q WHERE q.workflow = cp.workflow)
+   AND NOT EXISTS (SELECT 1 FROM workflow_claim c
+                    WHERE c.workflow = cp.workflow AND c.alive_until > now())
+"""
+
+# Sweeping a workflow is a discard: raise the fence under the claim row's lock first (re-checking,
+# under that lock, that no live claim appeared since), so a pass in flight cannot write after.
+SWEEP_FENCE = """
+UPDATE workflow_claim
+   SET token = token + 1,
+       held_until = LEAST(held_until, now()),
+       alive_until = LEAST(alive_until, now())
+ WHERE workflow = %(workflow)s AND alive_until <= now()
+RETURNING token
+"""
+HAS_CLAIM = "SELECT 1 FROM workflow_claim WHERE workflow = %(workflow)s"
+
+# Delete only if, in this newer snapshot, the workflow is still old and unqueued: a supply or a
+# wakeup that landed since it was found keeps it.
+SWEEP_FORGET = """
+DELETE FROM workflow_checkpoint
+ WHERE workflow = %(workflow)s
+   AND (SELECT max(written_at) FROM workflow_checkpoint WHERE workflow = %(workflow)s)
+       < now() - %(age)s
+   AND NOT EXISTS (SELECT 1 FROM workflow_queue WHERE workflow = %(workflow)s)
+"""
+
+# Claim rows lapsed for longer than the cutoff are locked first, so any record holding one has
+# committed (and any later one will find the row gone and be fenced) ...
+LOCK_OLD_CLAIMS = """
+SELECT workflow FROM workflow_claim
+ WHERE alive_until < now() - %(age)s
+ FOR UPDATE SKIP LOCKED
+"""
+
+# ... then a new statement, with a snapshot taken after those locks, deletes only those whose
+# workflow has no records and no queue row: deleting a claim row under surviving records would
+# restart its tokens at 1 and let a stale pass's token come round again.
+DROP_CLAIMS = """
+DELETE FROM workflow_claim c
+ WHERE c.workflow = ANY(%(workflows)s)
+   AND NOT EXISTS (SELECT 1 FROM workflow_checkpoint cp WHERE cp.workflow = c.workflow)
+   AND NOT EXISTS (SELECT 1 FROM workflow_queue q WHERE q.workflow = c.workflow)
+"""
+
+
+async def sweep(pool: Pool, older_than: timedelta) -> int:
+    """Delete the records of every workflow whose newest record is older than ``older_than`` and
+    that is neither queued nor held by a live claim (each such workflow is discarded: its token is
+    raised first, so a pass in flight is fenced), then delete claim rows lapsed for longer than
+    ``older_than`` whose workflow has no records and is not queued. Returns how many workflows'
+    records were deleted.
+
+    Nothing here runs on a schedule: call it from a periodic job. It never deletes the claim row of
+    a workflow that still has records. A deleted claim row restarts that workflow's tokens at 1, so
+    choose ``older_than`` longer than any pass could stall: a pass silent for longer than that could
+    otherwise see its token issued again.
+    """
+    if not isinstance(older_than, timedelta) or older_than < timedelta(0):
+        raise InvalidInput(f"sweep older_than must be a non-negative timedelta, got {older_than!r}")
+    async with connect(pool, "finding workflows to sweep") as conn:
+        rows = await (await conn.execute(FIND_IDLE, {"age": older_than})).fetchall()
+    swept = 0
+    for (workflow,) in rows:
+        async with connect(pool, f"sweeping {workflow!r}", workflow) as conn:
+            params = {"workflow": workflow, "age": older_than}
+            fenced = await (await conn.execute(SWEEP_FENCE, params)).fetchone()
+            if fenced is None and await (await conn.execute(HAS_CLAIM, params)).fetchone():
+                continue  # claimed again since it was found: leave it
+            if (await conn.execute(SWEEP_FORGET, params)).rowcount:
+                swept += 1
+    async with connect(pool, "collecting old claim rows") as conn:
+        locked = await (await conn.execute(LOCK_OLD_CLAIMS, {"age": older_than})).fetchall()
+        old = [workflow for (workflow,) in locked]
+        if old:
+            await conn.execute(DROP_CLAIMS, {"workflows": old})
+    return swept

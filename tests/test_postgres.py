@@ -1,0 +1,685 @@
+"""The Postgres store's own arguments, each shown against a real server on real parallel
+connections: the row lock in record, one number behind append, migrate under a booting fleet, ids
+that are parameters, jsonb equality, one commit per transition, the sweep, and the boundary.
+
+Run with ``--wd-store postgres`` (a private server is started, or WD_POSTGRES_URL is used).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import sys
+import textwrap
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from without_durability import errors
+from without_durability._values import Pass, Recorded
+from without_durability.errors import (
+    Contended,
+    Fenced,
+    InvalidInput,
+    InvalidKey,
+    InvalidValue,
+    InvalidWorkflowId,
+    StoreError,
+    StoreUnavailable,
+)
+from without_durability.testing.harness import StoreUnderTest
+from without_durability.testing.stores.postgres import LEDGER_ADD, fresh_schema
+
+psycopg = pytest.importorskip("psycopg")
+psycopg_pool = pytest.importorskip("psycopg_pool")
+
+from without_durability_postgres import (  # noqa: E402
+    PostgresCheckpointer,
+    PostgresDurable,
+    PostgresScheduler,
+    migrate,
+    sweep,
+)
+from without_durability_postgres.checkpointer import CLAIM  # noqa: E402
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.wd_store("postgres")]
+
+Store = StoreUnderTest[Any]
+LONG = timedelta(hours=1)
+_ids = itertools.count()
+
+
+def wf(label: str) -> str:
+    return f"pg-{label}-{next(_ids)}"
+
+
+def pool_of(store: Store) -> Any:
+    return store.extra["pool"]
+
+
+async def scalar(pool: Any, sql: str, params: Any = None) -> Any:
+    async with pool.connection() as conn:
+        row = await (await conn.execute(sql, params)).fetchone()
+    return None if row is None else row[0]
+
+
+async def until(check: Callable[[], Awaitable[bool]], what: str, within: float = 10.0) -> None:
+    """Wait for ``check`` to hold, polling the server, or fail naming ``what``."""
+    deadline = asyncio.get_running_loop().time() + within
+    while not await check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {within}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def lock_waiters(pool: Any, table: str) -> int:
+    """How many backends are waiting on a lock in a statement that names ``table``."""
+    return int(await scalar(
+        pool,
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND datname = current_database() AND query LIKE %s",
+        (f"%{table}%",),
+    ))
+
+
+# -- the row lock in record -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("claim_outcome", ["commit", "rollback"])
+async def test_claim_committing_mid_record_refuses_the_stale_record(
+    wd_store: Store, claim_outcome: str
+) -> None:
+    """A superseded pass's record that is already running when a newer claim commits must be
+    refused: the fence locks the claim row, waits for the claim, and compares the newest token.
+    (With rollback, the same record lands: what it waited for was the lock, not a guess.)"""
+    cp, pool, w = wd_store.checkpointer, pool_of(wd_store), wf("rowlock")
+    old = await cp.claim(w, alive=LONG, budget=LONG)
+    await cp.release(old)  # lapsed, so a newer claim may take it
+    async with pool.connection() as claimer:
+        cur = await claimer.execute(CLAIM, {"workflow": w, "alive": LONG, "budget": LONG})
+        newer = await cur.fetchone()
+        assert newer is not None and newer[0] == old.token + 1
+        record = asyncio.create_task(cp.record(old, "step", "stale"))
+
+        async def record_is_waiting() -> bool:
+            return record.done() or await lock_waiters(pool, "workflow_claim") > 0
+
+        await until(record_is_waiting, "the stale record to block on the claim row")
+        assert not record.done(), (
+            f"the record did not wait for the claim in flight: it returned {record.result()!r} "
+            "(the fence read the claim from its snapshot instead of locking the row)"
+        )
+        await (claimer.commit() if claim_outcome == "commit" else claimer.rollback())
+    if claim_outcome == "commit":
+        with pytest.raises(Fenced):
+            await record
+        assert await cp.load(w) == {}, "a record superseded mid-statement wrote"
+    else:
+        assert await record == Recorded("stale", True)
+        assert await cp.load(w) == {"step": "stale"}
+
+
+# -- one number behind append ---------------------------------------------------------------
+
+
+async def test_sixteen_parallel_appends_lose_nothing_and_sort_in_load_order(
+    wd_store: Store,
+) -> None:
+    async with fresh_schema(wd_store.extra["url"], min_size=16) as (pool, _):
+        assert pool.get_stats()["pool_size"] >= 16, "the appends need 16 open connections"
+        await _sixteen_appends(PostgresCheckpointer(pool=pool), pool, wf("append16"))
+
+
+async def _sixteen_appends(cp: PostgresCheckpointer, pool: Any, w: str) -> None:
+    start = asyncio.Event()
+
+    async def one(i: int) -> str:
+        await start.wait()
+        return await cp.append(w, {"i": i})
+
+    tasks = [asyncio.create_task(one(i)) for i in range(16)]
+    await asyncio.sleep(0)
+    start.set()
+    keys = await asyncio.gather(*tasks)
+    assert len(set(keys)) == 16, f"duplicate keys: {sorted(keys)}"
+    loaded = await cp.load(w)
+    assert sorted(loaded) == sorted(keys), f"lost appends: {set(keys) - set(loaded)}"
+    assert list(loaded) == sorted(loaded), f"key order and load order disagree: {list(loaded)}"
+    for i, key in enumerate(keys):
+        assert loaded[key] == {"i": i}, f"append {i} under {key} holds {loaded[key]!r}"
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(
+            "SELECT key, seq FROM workflow_checkpoint WHERE workflow = %s", (w,))).fetchall()
+    mismatched = [(k, s) for k, s in rows if int(k.removeprefix("inbox/")) != s]
+    assert not mismatched, f"an inbox key's number is not its row's seq: {mismatched}"
+
+
+# -- migrate under a booting fleet ----------------------------------------------------------
+
+_MIGRATE_CHILD = textwrap.dedent("""
+    import asyncio, sys
+    from psycopg_pool import AsyncConnectionPool
+    from without_durability_postgres import migrate
+
+    async def main(url, schema):
+        pool = AsyncConnectionPool(url, min_size=1, max_size=1, open=False,
+                                   kwargs={"options": f"-c search_path={schema}"})
+        await pool.open(wait=True)
+        print("ready", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        try:
+            await migrate(pool)
+        finally:
+            await pool.close()
+        print("migrated", flush=True)
+
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
+""")
+
+
+async def test_eight_processes_migrating_at_once_all_succeed(wd_store: Store) -> None:
+    url = wd_store.extra["url"]
+    schema = f"wd_boot_{next(_ids)}_{wd_store.extra['schema']}"
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
+        await admin.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        children = [
+            await asyncio.create_subprocess_exec(
+                sys.executable, "-c", _MIGRATE_CHILD, url, schema,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            for _ in range(8)
+        ]
+        for child in children:  # every process connected, then all go at once
+            assert child.stdout is not None
+            line = await asyncio.wait_for(child.stdout.readline(), 60)
+            assert line.strip() == b"ready", f"child did not start: {line!r}"
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write(b"go\n")
+        outcomes = [await asyncio.wait_for(c.communicate(), 60) for c in children]
+        failed = [(c.returncode, err.decode()[-600:]) for c, (_, err) in
+                  zip(children, outcomes, strict=True) if c.returncode != 0]
+        assert not failed, f"{len(failed)} of 8 concurrent migrates failed: {failed}"
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
+            rows = await (await admin.execute(
+                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relkind IN ('r', 'S') ORDER BY 1", (schema,),
+            )).fetchall()
+        assert [r[0] for r in rows] == [
+            "workflow_checkpoint", "workflow_claim", "workflow_queue", "workflow_seq"
+        ]
+    finally:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
+            await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+async def test_migrate_again_is_a_no_op(wd_store: Store) -> None:
+    cp, pool = wd_store.checkpointer, pool_of(wd_store)
+    await cp.supply("kept", "k", 1)
+    await migrate(pool)
+    assert await cp.load("kept") == {"k": 1}
+
+
+# -- ids are parameters ---------------------------------------------------------------------
+
+HOSTILE = [
+    "{wf}'; DROP TABLE workflow_claim; --",
+    "{wf}'",
+    "{wf}",
+    "'; SELECT 1; \"",
+    "a;b{c}d'e\"f\\g%s%(x)s",
+]
+
+
+async def test_hostile_workflow_ids_address_exactly_themselves(wd_store: Store) -> None:
+    cp, sched = wd_store.checkpointer, wd_store.scheduler
+    for i, w in enumerate(HOSTILE):
+        held = await cp.claim(w, alive=LONG, budget=LONG)
+        assert await cp.record(held, "step", i) == Recorded(i, True)
+        key = await cp.append(w, f"m{i}")
+        await wd_store.durable.arrive(w, "approval", {"n": i})
+    for i, w in enumerate(HOSTILE):
+        loaded = await cp.load(w)
+        assert loaded["step"] == i and loaded["approval"] == {"n": i} and len(loaded) == 3, (
+            f"id {w!r} loaded {loaded!r}"
+        )
+        with pytest.raises(Contended):
+            await cp.claim(w, alive=LONG, budget=LONG)
+    taken = set()
+    while (d := await sched.take(LONG)) is not None:
+        taken.add(d.workflow)
+    assert taken == set(HOSTILE), f"queue held {taken!r}"
+    for near in ("{wf}'; DROP TABLE workflow_claim; -", "{wf}''", "{WF}", "'; SELECT 1;"):
+        assert await cp.load(near) == {}, f"{near!r} saw another id's records"
+    await cp.discard(HOSTILE[0])
+    assert await cp.load(HOSTILE[0]) == {}
+    assert len(await cp.load(HOSTILE[1])) == 3, "discarding one hostile id touched another"
+    assert key.startswith("inbox/")
+
+
+# -- jsonb equality ---------------------------------------------------------------------------
+
+
+class InsertionOrderCodec:
+    """JSON text in the caller's key order with loose whitespace: deterministic per value, but two
+    equal dicts built in different orders encode differently."""
+
+    def encode(self, value: object) -> str:
+        return json.dumps(value, allow_nan=False, separators=(", ", ": "))
+
+    def decode(self, encoded: str) -> object:
+        return json.loads(encoded)
+
+
+async def test_jsonb_equality_agrees_across_key_order_and_whitespace(wd_store: Store) -> None:
+    pool = pool_of(wd_store)
+    cp = PostgresCheckpointer(pool=pool, codec=InsertionOrderCodec())
+    w = wf("jsonb")
+    first, second = {"b": 2, "a": [1, {"y": 0, "x": 1}]}, {"a": [1, {"x": 1, "y": 0}], "b": 2}
+    assert InsertionOrderCodec().encode(first) != InsertionOrderCodec().encode(second)
+    assert await cp.supply(w, "k", first) == Recorded(first, True)
+    again = await cp.supply(w, "k", second)
+    assert again == Recorded(first, True), f"key order alone made a different value: {again!r}"
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    assert (await cp.record(held, "k", second)).won
+    assert not (await cp.record(held, "k", {"a": [1], "b": 2})).won, "a different value won"
+
+
+# -- input the store cannot hold --------------------------------------------------------------
+
+
+async def test_nul_is_refused_clearly_and_nothing_changes(wd_store: Store) -> None:
+    cp, w = wd_store.checkpointer, wf("nul")
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    await cp.record(held, "kept", 1)
+    with pytest.raises(InvalidWorkflowId, match="NUL"):
+        await cp.supply("a\x00b", "k", 1)
+    with pytest.raises(InvalidWorkflowId, match="NUL"):
+        await cp.claim("a\x00b", alive=LONG, budget=LONG)
+    with pytest.raises(InvalidWorkflowId, match="NUL"):
+        await wd_store.scheduler.schedule("a\x00b")
+    with pytest.raises(InvalidKey, match="NUL"):
+        await cp.record(held, "k\x00", 1)
+    for bad in ("a\x00b", {"k\x00": 1}, ["x", "\x00"]):
+        with pytest.raises(InvalidValue, match=w):
+            await cp.record(held, "v", bad)
+        with pytest.raises(InvalidValue, match="NUL"):
+            await cp.append(w, bad)
+    # A literal backslash before u0000 is ordinary text, not the NUL escape.
+    assert await cp.record(held, "text", "\\u0000") == Recorded("\\u0000", True)
+    assert await cp.load(w) == {"kept": 1, "text": "\\u0000"}
+
+
+class Base64Codec:
+    def encode(self, value: object) -> str:
+        import base64
+
+        return base64.b64encode(json.dumps(value).encode()).decode()
+
+    def decode(self, encoded: str) -> object:
+        import base64
+
+        return json.loads(base64.b64decode(encoded))
+
+
+class SaysNotJson(Base64Codec):
+    renders_json = False
+
+
+async def test_a_codec_that_does_not_render_json_is_refused(wd_store: Store) -> None:
+    pool = pool_of(wd_store)
+    for codec in (Base64Codec(), SaysNotJson()):
+        with pytest.raises(InvalidInput, match="JSON text"):
+            PostgresCheckpointer(pool=pool, codec=codec)
+
+
+class SometimesNotJson:
+    """Passes the construction probe, then renders a value jsonb refuses."""
+
+    def encode(self, value: object) -> str:
+        return "not json" if value == "odd" else json.dumps(value)
+
+    def decode(self, encoded: str) -> object:
+        return json.loads(encoded)
+
+
+async def test_a_non_json_encoding_is_refused_at_the_write(wd_store: Store) -> None:
+    cp = PostgresCheckpointer(pool=pool_of(wd_store), codec=SometimesNotJson())
+    w = wf("not-json")
+    with pytest.raises(InvalidValue, match="jsonb") as caught:
+        await cp.supply(w, "k", "odd")
+    assert isinstance(caught.value.__cause__, psycopg.Error)
+    assert await cp.load(w) == {}
+
+
+# -- one commit per transition ------------------------------------------------------------------
+
+
+async def test_durable_requires_one_pool(wd_store: Store) -> None:
+    url = wd_store.extra["url"]
+    other = psycopg_pool.AsyncConnectionPool(url, open=False, min_size=1, max_size=1)
+    with pytest.raises(InvalidInput, match="one pool"):
+        PostgresDurable(PostgresCheckpointer(pool=pool_of(wd_store)), PostgresScheduler(pool=other))
+
+
+async def test_arrive_and_deliver_commit_both_halves_or_neither(wd_store: Store) -> None:
+    pool, cp, w = pool_of(wd_store), wd_store.checkpointer, wf("one-commit")
+    async with pool.connection() as conn:  # make the queue half fail for this id only
+        await conn.execute(
+            "CREATE FUNCTION wd_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "IF NEW.workflow LIKE 'pg-one-commit-%%' THEN RAISE EXCEPTION 'queue refused'; "
+            "END IF; RETURN NEW; END $$")
+        await conn.execute("CREATE TRIGGER wd_refuse BEFORE INSERT ON workflow_queue "
+                           "FOR EACH ROW EXECUTE FUNCTION wd_refuse()")
+    with pytest.raises(StoreError, match="queue refused"):
+        await wd_store.durable.arrive(w, "approval", True)
+    with pytest.raises(StoreError, match="queue refused"):
+        await wd_store.durable.deliver(w, "message")
+    assert await cp.load(w) == {}, "a transition whose schedule failed kept its record"
+    assert await wd_store.scheduler.take(LONG) is None
+
+
+# -- transact ----------------------------------------------------------------------------------
+
+
+def ledger_add(name: str, amount: int, before_return: Callable[[], Awaitable[None]] | None = None):  # type: ignore[no-untyped-def]
+    async def effect(cursor: Any) -> object:
+        await cursor.execute(LEDGER_ADD, {"name": name, "amount": amount})
+        row = await cursor.fetchone()
+        if before_return is not None:
+            await before_return()
+        return int(row[0])
+
+    return effect
+
+
+async def test_transact_that_loses_the_race_rolls_back_and_reports_the_winner(
+    wd_store: Store,
+) -> None:
+    cp, kit, w = wd_store.checkpointer, wd_store.effects, wf("transact-race")
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    entered, gate = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        entered.set()
+        await gate.wait()
+
+    slow = asyncio.create_task(cp.transact(held, "k", ledger_add(w + "/slow", 7, hold)))
+    await entered.wait()  # the slow transact is mid-effect, its transaction open
+    fast = await cp.transact(held, "k", kit.ledger_add(w + "/fast", 1))
+    assert fast == Recorded(1, True)
+    gate.set()
+    assert await slow == Recorded(1, False), "the losing transact did not report the winner"
+    assert await kit.ledger_read(w + "/slow") == 0, "the losing transact's effect was kept"
+    assert await kit.ledger_read(w + "/fast") == 1
+
+
+async def test_transact_leaves_the_claim_row_free_while_its_effect_runs(wd_store: Store) -> None:
+    """The worker's renewal on another connection must not queue behind a long effect."""
+    cp, w = wd_store.checkpointer, wf("renew-during")
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    entered, gate = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        entered.set()
+        await gate.wait()
+
+    task = asyncio.create_task(cp.transact(held, "k", ledger_add(w, 1, hold)))
+    await entered.wait()
+    try:
+        await asyncio.wait_for(cp.renew(held), 5)
+    finally:
+        gate.set()
+    assert (await task).won
+
+
+async def test_slow_transact_renews_and_stamps_with_the_commit_time(wd_store: Store) -> None:
+    """transact renews with clock_timestamp(), not the transaction's start, and written_at is
+    when the record landed, not when the transaction began."""
+    cp, pool, w = wd_store.checkpointer, pool_of(wd_store), wf("slow-transact")
+    alive = timedelta(seconds=3)
+    held = await cp.claim(w, alive=alive, budget=LONG)
+    before = await wd_store.now()
+
+    async def slow(cursor: Any) -> object:
+        await cursor.execute("SELECT pg_sleep(1.5)")
+        return "done"
+
+    await cp.transact(held, "k", slow)
+    left = await scalar(pool, "SELECT alive_until - clock_timestamp() FROM workflow_claim "
+                              "WHERE workflow = %s", (w,))
+    assert left > alive - timedelta(seconds=1), (
+        f"a 1.5s transact left {left} of a {alive} window: it renewed from the transaction start")
+    (entry,) = await cp.history(w)
+    assert entry.written_at - before >= timedelta(seconds=1.4), (
+        f"written_at {entry.written_at} is not the commit time (transact began at ~{before})")
+
+
+async def test_effect_driver_errors_reach_the_caller_unwrapped(wd_store: Store) -> None:
+    cp, w = wd_store.checkpointer, wf("effect-error")
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+
+    async def broken(cursor: Any) -> object:
+        await cursor.execute("SELECT * FROM no_such_table")
+        return None
+
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        await cp.transact(held, "k", broken)
+    assert await cp.load(w) == {}
+
+
+# -- the scheduler ------------------------------------------------------------------------------
+
+
+async def test_take_steps_over_a_locked_row_instead_of_waiting(wd_store: Store) -> None:
+    pool, sched = pool_of(wd_store), wd_store.scheduler
+    first, second = wf("locked"), wf("free")
+    now = await wd_store.now()
+    await sched.schedule(first, now - timedelta(seconds=2))
+    await sched.schedule(second, now - timedelta(seconds=1))
+    async with pool.connection() as holder:
+        await holder.execute(
+            "SELECT 1 FROM workflow_queue WHERE workflow = %s FOR UPDATE", (first,))
+        got = await asyncio.wait_for(sched.take(LONG), 5)
+        assert got is not None and got.workflow == second, f"take handed out {got!r}"
+    got = await sched.take(LONG)
+    assert got is not None and got.workflow == first
+
+
+async def test_namespaces_are_separate_queues(wd_store: Store) -> None:
+    pool, w = pool_of(wd_store), wf("ns")
+    a, b = PostgresScheduler(pool=pool, namespace="a"), PostgresScheduler(pool=pool, namespace="b")
+    await a.schedule(w)
+    assert await b.take(LONG) is None
+    got = await a.take(LONG)
+    assert got is not None and got.workflow == w
+    with pytest.raises(InvalidInput, match="namespace"):
+        await b.wake_at(got, None)
+
+
+# -- the sweep -----------------------------------------------------------------------------------
+
+
+async def test_sweep_collects_finished_workflows_and_never_orphans_records(
+    wd_store: Store,
+) -> None:
+    cp, pool, durable = wd_store.checkpointer, pool_of(wd_store), wd_store.durable
+    names = {k: wf(f"sweep-{k}") for k in ("done", "live", "queued", "young", "bare", "recent")}
+    for kind, w in names.items():
+        if kind != "bare":
+            held = await cp.claim(w, alive=LONG, budget=LONG)
+            await cp.record(held, "step", kind)
+            if kind != "live":
+                await cp.release(held)
+        else:
+            held = await cp.claim(w, alive=LONG, budget=LONG)
+            await cp.release(held)
+    await durable.arrive(names["queued"], "approval", True)
+    async with pool.connection() as conn:  # age the rows on the server, as two hours would
+        await conn.execute(
+            "UPDATE workflow_checkpoint SET written_at = written_at - interval '2 hours' "
+            "WHERE workflow <> %s", (names["young"],))
+        await conn.execute(
+            "UPDATE workflow_claim SET alive_until = alive_until - interval '3 hours', "
+            "held_until = held_until - interval '3 hours' WHERE workflow <> ALL(%s)",
+            ([names["live"], names["recent"]],))
+    recent_token = await scalar(pool, "SELECT token FROM workflow_claim WHERE workflow = %s",
+                                (names["recent"],))
+
+    swept = await sweep(pool, timedelta(hours=1))
+
+    claims = {w for (w,) in await _rows(pool, "SELECT workflow FROM workflow_claim")}
+    assert swept == 2, f"expected 'done' and 'recent' swept, got {swept}"
+    assert await cp.load(names["done"]) == {} and names["done"] not in claims
+    assert await cp.load(names["recent"]) == {}, "a finished workflow's records survived"
+    assert names["recent"] in claims, "a claim row lapsed for less than the age was deleted"
+    assert await cp.load(names["live"]) == {"step": "live"}, "a live claim's records were swept"
+    assert await cp.load(names["queued"]) != {}, "a queued workflow's records were swept"
+    assert await cp.load(names["young"]) == {"step": "young"}
+    assert names["young"] in claims, "a claim row was deleted while its workflow has records"
+    assert names["bare"] not in claims, "an old claim row with no records was kept"
+    again = await cp.claim(names["recent"], alive=LONG, budget=LONG)
+    assert again.token > recent_token, "the sweep did not raise the fence of what it discarded"
+
+
+async def _rows(pool: Any, sql: str) -> list[tuple[Any, ...]]:
+    async with pool.connection() as conn:
+        return list(await (await conn.execute(sql)).fetchall())
+
+
+# -- the boundary --------------------------------------------------------------------------------
+
+
+async def test_unreachable_server_is_one_clear_error_with_the_password_masked() -> None:
+    from without_durability.testing.servers import free_port
+
+    port = free_port()
+    dsn = f"postgresql://walter:sekret@127.0.0.1:{port}/nowhere"
+    pool = psycopg_pool.AsyncConnectionPool(dsn, open=False, min_size=1, max_size=1, timeout=1.0)
+    await pool.open(wait=False)
+    try:
+        with pytest.raises(StoreUnavailable) as caught:
+            await PostgresCheckpointer(pool=pool).load("w")
+    finally:
+        await pool.close()
+    message = str(caught.value)
+    assert "sekret" not in message, f"the password leaked: {message}"
+    assert "***" in message and str(port) in message and "walter" in message, message
+    assert isinstance(caught.value.__cause__, psycopg.OperationalError)
+
+
+async def test_driver_errors_are_wrapped_with_the_cause(wd_store: Store) -> None:
+    url = wd_store.extra["url"]
+    async with fresh_schema(url, max_size=2) as (pool, _):
+        async with pool.connection() as conn:
+            await conn.execute("DROP TABLE workflow_claim")
+        with pytest.raises(StoreError, match="claiming") as caught:
+            await PostgresCheckpointer(pool=pool).claim("w", alive=LONG, budget=LONG)
+    assert not isinstance(caught.value, StoreUnavailable)
+    assert isinstance(caught.value.__cause__, psycopg.errors.UndefinedTable)
+
+
+async def test_server_keeps_its_durability_settings(wd_store: Store) -> None:
+    pool = pool_of(wd_store)
+    assert await scalar(pool, "SHOW fsync") == "on"
+    assert await scalar(pool, "SHOW synchronous_commit") == "on"
+
+
+async def test_fenced_pass_record_via_missing_claim_row(wd_store: Store) -> None:
+    cp, w = wd_store.checkpointer, wf("no-row")
+    with pytest.raises(Fenced):
+        await cp.renew(Pass(w, 1))
+    await cp.release(Pass(w, 1))  # silent
+    assert errors.Fenced is Fenced
+
+
+async def test_numbers_keep_their_type_and_scale(wd_store: Store) -> None:
+    cp, w = wd_store.checkpointer, wf("numbers")
+    values = {"int": 1, "float": 1.0, "small": 1e-07, "scaled": 123.45, "big": 2**70, "neg": -2.5}
+    for key, value in values.items():
+        assert await cp.supply(w, key, value) == Recorded(value, True)
+    loaded = await cp.load(w)
+    assert loaded == values and [type(v) for v in loaded.values()] == [
+        type(v) for v in values.values()
+    ], f"numbers changed through jsonb: {loaded!r}"
+    one = await cp.supply(w, "int", 1.0)
+    assert one == Recorded(1, False), f"1.0 over a stored 1 reported {one!r}"
+    for huge in (1e16, 1.5e300, -2.5e20):
+        with pytest.raises(InvalidValue, match="integer"):
+            await cp.supply(w, "huge", huge)
+    assert await cp.supply(w, "text", "1e+16") == Recorded("1e+16", True)
+
+
+async def test_a_killed_server_is_store_unavailable_then_the_store_recovers(
+    wd_store: Store,
+) -> None:
+    server = wd_store.extra["server"]
+    if server.source != "local":
+        pytest.skip("only a private server can be killed")
+    cp, w = wd_store.checkpointer, wf("restart")
+    await cp.supply(w, "k", "committed")
+    await asyncio.to_thread(server.restart, kill=True)
+    seen: list[BaseException] = []
+
+    async def recovered() -> bool:
+        try:
+            return await cp.load(w) == {"k": "committed"}
+        except StoreError as exc:
+            seen.append(exc)
+            return False
+
+    await until(recovered, "the store to answer again after the server restarted", within=60)
+    assert seen, "the pool's connections to the killed server did not fail"
+    for exc in seen:
+        assert isinstance(exc, StoreUnavailable), f"expected StoreUnavailable, got {exc!r}"
+        assert isinstance(exc.__cause__, psycopg.OperationalError), repr(exc.__cause__)
+
+
+async def test_discard_forgets_a_record_that_commits_while_discard_waits(wd_store: Store) -> None:
+    """discard raises the fence before it deletes, so a record holding the claim row when discard
+    starts is waited for and then deleted, never left behind a discard that returned."""
+    from without_durability_postgres.checkpointer import RECORD
+
+    cp, pool, w = wd_store.checkpointer, pool_of(wd_store), wf("discard-wait")
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    async with pool.connection() as writer:
+        params = {"workflow": w, "token": held.token, "key": "late", "value": '"x"'}
+        assert await (await writer.execute(RECORD, params)).fetchone() is not None
+        discard = asyncio.create_task(cp.discard(w))
+
+        async def discard_is_waiting() -> bool:
+            return discard.done() or await lock_waiters(pool, "workflow_claim") > 0
+
+        await until(discard_is_waiting, "discard to wait for the record holding the claim row")
+        assert not discard.done(), "discard did not wait for the record in flight"
+        await writer.commit()
+    await discard
+    assert await cp.load(w) == {}, "a record committed while discard waited survived it"
+    with pytest.raises(Fenced):
+        await cp.record(held, "after", 1)
+
+
+async def test_times_are_utc_whatever_the_session_time_zone(wd_store: Store) -> None:
+    from datetime import UTC
+
+    url, schema = wd_store.extra["url"], wd_store.extra["schema"]
+    pool = psycopg_pool.AsyncConnectionPool(
+        url, open=False, min_size=1, max_size=2,
+        kwargs={"options": f"-c search_path={schema} -c TimeZone=Asia/Kathmandu"},
+    )
+    await pool.open(wait=True)
+    try:
+        cp, sched = PostgresCheckpointer(pool=pool), PostgresScheduler(pool=pool)
+        w = wf("tz")
+        await cp.supply(w, "k", 1)
+        (entry,) = await cp.history(w)
+        now = await sched.now()
+        assert entry.written_at.tzinfo is UTC and now.tzinfo is UTC, (entry, now)
+        assert timedelta(0) <= now - entry.written_at < timedelta(seconds=30)
+    finally:
+        await pool.close()
