@@ -244,9 +244,7 @@ def first_writer_wins(ops: list[Op], final: dict[str, Any]) -> Verdict:
             bad += [o.brief("a second transact of this key reported winning") for o in winners]
         if present and not any(o.f == "transact" for o in group):
             offered_any = {
-                canon(o.invoke.get("value"))
-                for o in group
-                if o.outcome not in ("fenced", "contended")
+                canon(o.invoke.get("value")) for o in group if o.outcome not in ("fenced", "contended")
             }
             if stored not in offered_any:
                 bad.append(
@@ -259,12 +257,8 @@ def first_writer_wins(ops: list[Op], final: dict[str, Any]) -> Verdict:
                 )
     counts = {"keys": len(by_key), "acknowledged": acked}
     if bad:
-        return Verdict(
-            "first-writer-wins", False, f"{len(bad)} first-writer-wins violation(s)", bad, counts
-        )
-    return Verdict(
-        "first-writer-wins", True, f"{len(by_key)} keys agree with the store", [], counts
-    )
+        return Verdict("first-writer-wins", False, f"{len(bad)} first-writer-wins violation(s)", bad, counts)
+    return Verdict("first-writer-wins", True, f"{len(by_key)} keys agree with the store", [], counts)
 
 
 # -- order ----------------------------------------------------------------------------------------
@@ -338,11 +332,7 @@ def order(ops: list[Op], final: dict[str, Any]) -> Verdict:
     }
     firsts: dict[tuple[str, str], Operation] = {}
     for o in all_ops:
-        if (
-            o.ok
-            and o.workflow is not None
-            and ((o.f in WRITES and o.got("won")) or o.f == "append")
-        ):
+        if o.ok and o.workflow is not None and ((o.f in WRITES and o.got("won")) or o.f == "append"):
             key = str(o.got("key") if o.f == "append" else o.invoke.get("key"))
             firsts.setdefault((o.workflow, key), o)
     by_wf: dict[str, list[tuple[str, Operation]]] = defaultdict(list)
@@ -422,9 +412,7 @@ def exactly_once(ops: list[Op], final: dict[str, Any]) -> Verdict:
     counts = {"keys": len(keys), "ledger_rows": sum(len(r) for r in rows.values())}
     if bad:
         return Verdict("exactly-once", False, f"{len(bad)} exactly-once violation(s)", bad, counts)
-    return Verdict(
-        "exactly-once", True, f"{len(keys)} transact keys moved the ledger once each", [], counts
-    )
+    return Verdict("exactly-once", True, f"{len(keys)} transact keys moved the ledger once each", [], counts)
 
 
 # -- at-least-once step ---------------------------------------------------------------------------
@@ -439,15 +427,11 @@ def at_least_once(ops: list[Op], final: dict[str, Any]) -> Verdict:
         if line["type"] == "effect":
             effects[(str(line["workflow"]), str(line["key"]))].append(line)
     all_ops = operations(ops)
-    killed = {
-        int(line["pid"]) for line in ops if line["type"] == "fault" and line.get("fault") == "kill"
-    }
+    killed = {int(line["pid"]) for line in ops if line["type"] == "fault" and line.get("fault") == "kill"}
     killed |= {
         int(line["target_pid"])
         for line in ops
-        if line["type"] == "fault"
-        and line.get("target_pid") is not None
-        and line.get("fault") == "kill"
+        if line["type"] == "fault" and line.get("target_pid") is not None and line.get("fault") == "kill"
     }
     by_pass: dict[tuple[int, str, int], list[Operation]] = defaultdict(list)
     for o in all_ops:
@@ -491,8 +475,7 @@ def at_least_once(ops: list[Op], final: dict[str, Any]) -> Verdict:
                     acked[0].brief("record acknowledged"),
                     {
                         **e,
-                        "why": "the effect ran in a pass that loaded after its record "
-                        "was acknowledged",
+                        "why": "the effect ran in a pass that loaded after its record was acknowledged",
                     },
                 ]
                 continue
@@ -521,9 +504,7 @@ def at_least_once(ops: list[Op], final: dict[str, Any]) -> Verdict:
         **{f"repeat: {k}": v for k, v in causes.items()},
     }
     if bad:
-        return Verdict(
-            "at-least-once", False, f"{len(bad)} at-least-once violation(s)", bad, counts
-        )
+        return Verdict("at-least-once", False, f"{len(bad)} at-least-once violation(s)", bad, counts)
     repeats = sum(causes.values())
     return Verdict(
         "at-least-once",
@@ -546,9 +527,7 @@ def liveness(ops: list[Op], final: dict[str, Any]) -> Verdict:
     for wf in expected:
         keys = [r[0] for r in _final_records(final, wf)]
         if "done" not in keys:
-            stuck.append(
-                {"workflow": wf, "records": keys, "why": "not finished after the final heal"}
-            )
+            stuck.append({"workflow": wf, "records": keys, "why": "not finished after the final heal"})
     counts = {"workflows": len(expected), "finished": len(expected) - len(stuck)}
     if stuck:
         return Verdict(
@@ -616,11 +595,7 @@ def bite(kind: str) -> Callable[[list[Op], dict[str, Any]], Verdict]:
 
     def stall_fenced(ops: list[Op], final: dict[str, Any]) -> Verdict:
         all_ops = operations(ops)
-        claims = {
-            (int(o.invoke["pid"]), o.workflow, o.token): o
-            for o in all_ops
-            if o.f == "claim" and o.ok
-        }
+        claims = {(int(o.invoke["pid"]), o.workflow, o.token): o for o in all_ops if o.f == "claim" and o.ok}
         hits = []
         windows = _windows(ops, "stall")
         for start, stop in windows:
@@ -659,8 +634,7 @@ def bite(kind: str) -> Callable[[list[Op], dict[str, Any]], Verdict]:
             ]
             if woke:
                 verdict.summary = (
-                    f"{len(woke)} stalled pass(es) wrote on waking and none was "
-                    "refused (see fencing)"
+                    f"{len(woke)} stalled pass(es) wrote on waking and none was refused (see fencing)"
                 )
                 verdict.evidence = [o.brief("stale write accepted on waking") for o in woke]
         return verdict
@@ -670,9 +644,7 @@ def bite(kind: str) -> Callable[[list[Op], dict[str, Any]], Verdict]:
         points = [
             line
             for line in ops
-            if line["type"] == "fault"
-            and line.get("fault") == "kill"
-            and line.get("phase") == "start"
+            if line["type"] == "fault" and line.get("fault") == "kill" and line.get("phase") == "start"
         ]
         for p in points:
             if p.get("failpoint") not in ("after-effect-before-record", "inside-transact"):
@@ -720,16 +692,12 @@ def bite(kind: str) -> Callable[[list[Op], dict[str, Any]], Verdict]:
             broken = [
                 o
                 for o in all_ops
-                if o.outcome in ("failed", "unknown")
-                and o.start <= stop["mono"]
-                and o.end >= start["mono"]
+                if o.outcome in ("failed", "unknown") and o.start <= stop["mono"] and o.end >= start["mono"]
             ]
             after = [o for o in all_ops if o.ok and o.f in WRITES and o.start > stop["mono"]]
             if broken and after:
                 hits.append(
-                    broken[0].brief(
-                        f"failed across the restart; {len(after)} writes succeeded after it"
-                    )
+                    broken[0].brief(f"failed across the restart; {len(after)} writes succeeded after it")
                 )
         return _bit("restart-survived", hits, len(windows), "restart(s) interrupted operations")
 
@@ -794,16 +762,12 @@ def run_checker(
     try:
         verdict = fn(ops, final)
     except Exception:
-        return Verdict(
-            name, UNKNOWN, "the checker crashed", [{"traceback": traceback.format_exc()}]
-        )
+        return Verdict(name, UNKNOWN, "the checker crashed", [{"traceback": traceback.format_exc()}])
     verdict.name = name
     return verdict
 
 
-def check(
-    ops: list[Op], final: dict[str, Any], checks: Iterable[str], bite_kind: str
-) -> list[Verdict]:
+def check(ops: list[Op], final: dict[str, Any], checks: Iterable[str], bite_kind: str) -> list[Verdict]:
     """Run the named checkers and the bite check."""
     out = [run_checker(name, CHECKERS[name], ops, final) for name in checks]
     out.append(run_checker(f"bite: {bite_kind}", bite(bite_kind), ops, final))

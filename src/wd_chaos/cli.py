@@ -29,9 +29,7 @@ def _label(valid: checkers.Valid, yes: str, no: str, unsure: str) -> str:
 def _verdict_table(outcome: Outcome) -> Table:
     s = outcome.summary
     label = _label(outcome.valid, "[green]VALID", "[red bold]INVALID", "[yellow]UNKNOWN")
-    table = Table(
-        title=f"{s['scenario']} on {s['store']} (seed {s['seed']}): {label}", show_lines=False
-    )
+    table = Table(title=f"{s['scenario']} on {s['store']} (seed {s['seed']}): {label}", show_lines=False)
     table.add_column("checker")
     table.add_column("verdict")
     table.add_column("summary", overflow="fold")
@@ -41,9 +39,7 @@ def _verdict_table(outcome: Outcome) -> Table:
         if v.valid is not True and v.evidence:
             first = v.evidence[0]
             text += f"\n  e.g. {first.get('why', '')}: " + ", ".join(
-                f"{k}={first[k]}"
-                for k in ("process", "workflow", "key", "token", "op")
-                if k in first
+                f"{k}={first[k]}" for k in ("process", "workflow", "key", "token", "op") if k in first
             )
         table.add_row(v.name, mark, text)
     table.caption = f"report: {outcome.run_dir / 'report.html'}  ({s.get('wall_seconds')} s)"
@@ -210,11 +206,7 @@ def run_cmd(
         outcomes.append(outcome)
     if junit:
         _junit(junit, outcomes)
-    sys.exit(
-        checkers.exit_code(
-            checkers.overall([checkers.Verdict("run", o.valid, "") for o in outcomes])
-        )
-    )
+    sys.exit(checkers.exit_code(checkers.overall([checkers.Verdict("run", o.valid, "") for o in outcomes])))
 
 
 @main.command("analyze")

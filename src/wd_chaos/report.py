@@ -91,9 +91,7 @@ def timeline(ops: list[Op]) -> str:
             ax.axvline((line["mono"] - t0) / 1e9, color=FAULT_COLORS["kill"], lw=0.8, ls=":")
     for (wf, tok, pid), times in passes.items():
         if wf in row:
-            lane = (
-                row[wf] + ((tok % 3) - 1) * 0.22
-            )  # overlapping passes of one workflow side by side
+            lane = row[wf] + ((tok % 3) - 1) * 0.22  # overlapping passes of one workflow side by side
             ax.plot(
                 [min(times), max(times)],
                 [lane, lane],
@@ -158,9 +156,7 @@ def _verdict_cell(valid: object) -> str:
     return f'<td class="{cls}">{label}</td>'
 
 
-def write_report(
-    run_dir: Path, summary: dict[str, Any], ops: list[Op], final: dict[str, Any]
-) -> Path:
+def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: dict[str, Any]) -> Path:
     """Write ``report.html`` for a run; returns its path."""
     esc = html.escape
     rows = []

@@ -160,9 +160,7 @@ def _run_dir(base: Path, scenario: str, store: str) -> Path:
     return path
 
 
-async def _seed_workflows(
-    spec: Spec, hist: HistoryWriter, workflows: list[str], starts: list[float]
-) -> None:
+async def _seed_workflows(spec: Spec, hist: HistoryWriter, workflows: list[str], starts: list[float]) -> None:
     opened = await open_store(spec)
     try:
         rec = Recorder(opened.durable, hist)
@@ -221,9 +219,7 @@ def _versions() -> dict[str, str]:
 def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> Outcome:
     """Run ``scenario`` on ``opts.store`` and store it under ``opts.report_dir``."""
     if opts.store not in scenario.stores:
-        raise ValueError(
-            f"scenario {scenario.name!r} applies to {scenario.stores}, not {opts.store!r}"
-        )
+        raise ValueError(f"scenario {scenario.name!r} applies to {scenario.stores}, not {opts.store!r}")
     seed = scenario.seed if opts.seed is None else opts.seed
     limit = scenario.time_limit if opts.time_limit is None else opts.time_limit
     scale = limit / scenario.time_limit

@@ -137,9 +137,7 @@ class RestartFault(_Fault):
     kind: Literal["restart"]
 
 
-Fault = Annotated[
-    StallFault | KillFault | PartitionFault | RestartFault, Field(discriminator="kind")
-]
+Fault = Annotated[StallFault | KillFault | PartitionFault | RestartFault, Field(discriminator="kind")]
 
 
 class Storm(_Strict):
@@ -189,9 +187,7 @@ def _expected(error: dict[str, object]) -> str:
         return "a number"
     if kind.startswith("string"):
         return "a string" + (
-            " matching " + str(ctx.get("pattern"))
-            if isinstance(ctx, dict) and ctx.get("pattern")
-            else ""
+            " matching " + str(ctx.get("pattern")) if isinstance(ctx, dict) and ctx.get("pattern") else ""
         )
     if kind == "union_tag_invalid" and isinstance(ctx, dict):
         return f"kind = one of {ctx.get('expected_tags')}"
@@ -225,9 +221,7 @@ def parse(text: str, source: str) -> Scenario:
         for err in exc.errors():
             got = err.get("input")
             shown = "" if err["type"] == "missing" else f", got {got!r}"
-            lines.append(
-                f"{source}: {_where(tuple(err['loc']))}: expected {_expected(dict(err))}{shown}"
-            )
+            lines.append(f"{source}: {_where(tuple(err['loc']))}: expected {_expected(dict(err))}{shown}")
         raise ScenarioError("\n".join(lines)) from exc
 
 
@@ -239,9 +233,7 @@ def load_file(path: Path) -> Scenario:
         raise ScenarioError(f"{path}: cannot read: {exc}") from exc
     scenario = parse(text, str(path))
     if scenario.name != path.stem:
-        raise ScenarioError(
-            f"{path}: name: expected {path.stem!r} (the file's name), got {scenario.name!r}"
-        )
+        raise ScenarioError(f"{path}: name: expected {path.stem!r} (the file's name), got {scenario.name!r}")
     return scenario
 
 
@@ -257,9 +249,7 @@ def find(name: str, directory: Path = SCENARIO_DIR) -> Scenario:
         return load_file(as_path)
     files = available(directory)
     if name not in files:
-        raise ScenarioError(
-            f"no scenario {name!r}; available: {', '.join(files) or 'none'} (in {directory})"
-        )
+        raise ScenarioError(f"no scenario {name!r}; available: {', '.join(files) or 'none'} (in {directory})")
     return load_file(files[name])
 
 

@@ -67,7 +67,7 @@ def services(
             server = None
         elif store in ("postgres", "redis"):
             server = stack.enter_context(provide(store))
-            spec = {"kind": store, "url": server.url, "schema": tag, "prefix": tag}
+            spec = {"kind": store, "url": server.url, "schema": tag, "prefix": f"{tag}:"}
         else:
             raise ValueError(f"unknown store {store!r}; expected sqlite, postgres or redis")
         spec["namespace"] = "chaos"

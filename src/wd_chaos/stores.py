@@ -75,14 +75,8 @@ async def _sqlite(spec: Spec) -> Opened:
     )
 
     conn = await sqlite_connect(spec["path"])
-    cls = (
-        load_class(spec["checkpointer_class"])
-        if spec.get("checkpointer_class")
-        else (SqliteCheckpointer)
-    )
-    durable = SqliteDurable(
-        cls(conn), SqliteScheduler(conn, namespace=spec.get("namespace", "default"))
-    )
+    cls = load_class(spec["checkpointer_class"]) if spec.get("checkpointer_class") else (SqliteCheckpointer)
+    durable = SqliteDurable(cls(conn), SqliteScheduler(conn, namespace=spec.get("namespace", "default")))
     if spec.get("prepare"):
         await conn.write(
             lambda cur: cur.execute(
@@ -122,7 +116,8 @@ async def _sqlite(spec: Spec) -> Opened:
 async def _postgres(spec: Spec) -> Opened:
     import psycopg
     from psycopg_pool import AsyncConnectionPool
-    from without_durability_postgres import (  # type: ignore[import-not-found,unused-ignore]
+
+    from without_durability_postgres import (
         PostgresCheckpointer,
         PostgresDurable,
         PostgresScheduler,
@@ -142,11 +137,7 @@ async def _postgres(spec: Spec) -> Opened:
         timeout=float(spec.get("timeout", 5)),
     )
     await pool.open(wait=True, timeout=30)
-    cls = (
-        load_class(spec["checkpointer_class"])
-        if spec.get("checkpointer_class")
-        else (PostgresCheckpointer)
-    )
+    cls = load_class(spec["checkpointer_class"]) if spec.get("checkpointer_class") else (PostgresCheckpointer)
     durable = PostgresDurable(
         cls(pool=pool), PostgresScheduler(pool=pool, namespace=spec.get("namespace", "default"))
     )
@@ -175,8 +166,7 @@ async def _postgres(spec: Spec) -> Opened:
     async def read_ledger(workflows: list[str]) -> list[dict[str, Any]]:
         async with pool.connection() as c:
             cur = await c.execute(
-                f"SELECT row, workflow, key, token FROM {LEDGER} "
-                "WHERE workflow = ANY(%s) ORDER BY row",
+                f"SELECT row, workflow, key, token FROM {LEDGER} WHERE workflow = ANY(%s) ORDER BY row",
                 (workflows,),
             )
             return [
@@ -202,13 +192,13 @@ return cjson.encode({row = n, token = tonumber(ARGV[2])})
 
 async def _redis(spec: Spec) -> Opened:
     import redis.asyncio as aioredis
-    from without_durability_redis import (  # type: ignore[import-not-found,unused-ignore]
+
+    from without_durability import SplitDurable
+    from without_durability_redis import (
         LuaEffect,
         RedisCheckpointer,
         RedisSetScheduler,
     )
-
-    from without_durability import SplitDurable
 
     client: Any = aioredis.Redis.from_url(
         spec["url"],
@@ -216,13 +206,10 @@ async def _redis(spec: Spec) -> Opened:
         socket_connect_timeout=float(spec.get("timeout", 5)),
     )
     prefix = spec["prefix"]
-    cls = (
-        load_class(spec["checkpointer_class"])
-        if spec.get("checkpointer_class")
-        else (RedisCheckpointer)
-    )
+    cls = load_class(spec["checkpointer_class"]) if spec.get("checkpointer_class") else (RedisCheckpointer)
     checkpointer = cls(client, prefix=prefix)
-    durable = SplitDurable(checkpointer, RedisSetScheduler(client, prefix=prefix))
+    scheduler = RedisSetScheduler(client, prefix=prefix, namespace=spec.get("namespace", "default"))
+    durable = SplitDurable(checkpointer, scheduler)
 
     def ledger_key(workflow: str) -> str:
         return f"{checkpointer.hash_key(workflow)}:ledger"
@@ -236,9 +223,7 @@ async def _redis(spec: Spec) -> Opened:
         for wf in workflows:
             for i, raw in enumerate(await client.lrange(ledger_key(wf), 0, -1), start=1):
                 entry = json.loads(raw)
-                rows.append(
-                    {"row": i, "workflow": wf, "key": entry["key"], "token": int(entry["token"])}
-                )
+                rows.append({"row": i, "workflow": wf, "key": entry["key"], "token": int(entry["token"])})
         return rows
 
     async def close() -> None:

@@ -50,9 +50,7 @@ class Toxi:
                 proxy.add_toxic(type="timeout", stream=stream, attributes={"timeout": 0})
         elif mode == "latency":
             for stream in ("upstream", "downstream"):
-                proxy.add_toxic(
-                    type="latency", stream=stream, attributes={"latency": 2000, "jitter": 200}
-                )
+                proxy.add_toxic(type="latency", stream=stream, attributes={"latency": 2000, "jitter": 200})
         elif mode == "reset_peer":
             proxy.add_toxic(type="reset_peer", stream="upstream", attributes={"timeout": 0})
         else:

@@ -223,9 +223,7 @@ class Worker:
         self.rec = Recorder(opened.durable, hist)
         self.hist = hist
         self.fail = Failpoints(Path(cfg["run_dir"]), hist)
-        self.rec.on_claim = lambda p: self.fail.hit(
-            "after-claim", workflow=p.workflow, token=p.token
-        )
+        self.rec.on_claim = lambda p: self.fail.hit("after-claim", workflow=p.workflow, token=p.token)
         lease = cfg["lease"]
         self.alive = timedelta(seconds=lease["alive"])
         self.budget = timedelta(seconds=lease["budget"])
@@ -259,9 +257,7 @@ class Worker:
         self.hist.event("effect", workflow=p.workflow, key=key, token=p.token, nonce=nonce)
         self.hist.complete(op, "effect", "ok", nonce=nonce)
         self.fail.hit("after-effect-before-record", workflow=p.workflow, key=key, token=p.token)
-        await self.retrying(
-            lambda: self.rec.record(p, key, {"nonce": nonce, "token": p.token, **value()})
-        )
+        await self.retrying(lambda: self.rec.record(p, key, {"nonce": nonce, "token": p.token, **value()}))
 
     async def run_pass(self, p: Pass) -> datetime | str | None:
         """One pass; returns when to wake it next (None: only an outside event wakes it;
@@ -274,9 +270,7 @@ class Worker:
                 p.workflow,
                 "ledger",
                 p.token,
-                lambda: self.fail.hit(
-                    "inside-transact", workflow=p.workflow, key="ledger", token=p.token
-                ),
+                lambda: self.fail.hit("inside-transact", workflow=p.workflow, key="ledger", token=p.token),
             )
             await self.retrying(lambda: self.rec.transact(p, "ledger", effect))
         inbox = [k for k in recs if k.startswith("inbox/")]
