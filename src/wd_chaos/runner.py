@@ -257,7 +257,12 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
 
     report()
     with services(
-        opts.store, run_dir, names, partition=partition, checkpointer_class=opts.checkpointer_class
+        opts.store,
+        run_dir,
+        names,
+        partition=partition,
+        restart=any(e["fault"] == "restart" for e in events),
+        checkpointer_class=opts.checkpointer_class,
     ) as svc:
         asyncio.run(prepare(svc.spec))
         asyncio.run(_seed_workflows(svc.spec, hist, workflows, starts))

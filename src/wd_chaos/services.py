@@ -57,6 +57,7 @@ def services(
     workers: list[str],
     *,
     partition: bool,
+    restart: bool = False,
     checkpointer_class: str | None = None,
 ) -> Iterator[Services]:
     """Provide the servers a run needs and yield its ``Services``."""
@@ -66,7 +67,13 @@ def services(
             spec: Spec = {"kind": "sqlite", "path": str(run_dir / "store.db")}
             server = None
         elif store in ("postgres", "redis"):
-            server = stack.enter_context(provide(store))
+            # a restarted Redis keeps acknowledged writes only with an fsync per write
+            server = stack.enter_context(provide(store, redis_fsync_always=restart))
+            if restart and server.source != "local":
+                raise ServerUnavailable(
+                    f"a store restart needs a private {store} this run starts itself; "
+                    f"{store} came from {server.source} ({server.url}): unset its URL variable"
+                )
             spec = {"kind": store, "url": server.url, "schema": tag, "prefix": f"{tag}:"}
         else:
             raise ValueError(f"unknown store {store!r}; expected sqlite, postgres or redis")
