@@ -664,6 +664,7 @@ def bite(kind: str) -> Callable[[list[Op], dict[str, Any]], Verdict]:
 
     def partition_refused(ops: list[Op], final: dict[str, Any]) -> Verdict:
         all_ops = operations(ops)
+        claims = {(int(o.invoke["pid"]), o.workflow, o.token): o for o in all_ops if o.f == "claim" and o.ok}
         hits = []
         windows = _windows(ops, "partition")
         for start, stop in windows:
@@ -671,12 +672,15 @@ def bite(kind: str) -> Callable[[list[Op], dict[str, Any]], Verdict]:
                 continue
             pid = int(start["target_pid"])
             for o in all_ops:
+                c = claims.get((pid, o.workflow, o.token))
+                # the pass was claimed before the cut and refused once the store heard it again
                 if (
                     int(o.invoke["pid"]) == pid
                     and o.f in FENCED_WRITES
                     and o.outcome == "fenced"
-                    and o.start >= start["mono"]
-                    and o.end > stop["mono"]
+                    and c is not None
+                    and c.end < start["mono"]
+                    and o.end > start["mono"]
                 ):
                     hits.append(o.brief("partitioned past its lease, refused after the heal"))
                     break

@@ -63,6 +63,7 @@ class Nemesis:
         self.count = 0
         self.skipped = 0
         self.stalled: set[str] = set()
+        self.cut: set[str] = set()
 
     def tick(self, elapsed: float) -> None:
         """Start what is due, stop what has run its course."""
@@ -115,14 +116,20 @@ class Nemesis:
             (self.armed / f"{ev['failpoint']}.{ev['id']}").touch()
             self._line(ev, "armed")
         elif kind == "partition":
-            name = ev["target"]
+            # like a stall, a cut proves most when it lands on a worker mid-pass
+            busy = sorted(self.busy() - self.stalled - self.cut)
+            if not busy and elapsed - float(ev["at"]) <= TARGET_WAIT:
+                return False
+            name = ev["target"] if ev["target"] in busy or not busy else self.rng.choice(busy)
             ppid = self.pids().get(name)
             self.toxi.cut(self.proxies[name], ev["mode"])
-            self._line(ev, "start", target_pid=ppid)
+            self.cut.add(name)
+            self._line({**ev, "target": name}, "start", target_pid=ppid)
 
             def heal(name: str = name, pid: int | None = ppid, ev: dict[str, Any] = ev) -> None:
                 self.toxi.heal(self.proxies[name])
-                self._line(ev, "stop", target_pid=pid)
+                self.cut.discard(name)
+                self._line({**ev, "target": name}, "stop", target_pid=pid)
 
             self.active.append(_Active(time.monotonic() + float(ev["duration"]), ev, heal))
         elif kind == "restart":
