@@ -206,10 +206,26 @@ def test_order_refuses_load_disagreeing_with_history() -> None:
     assert checkers.order([], f).valid is False
 
 
-def test_order_refuses_written_at_going_backward() -> None:
+def test_order_refuses_written_at_going_backward_between_ordered_writes() -> None:
+    h = H()
+    h.call("supply", "A", 1, workflow=WF, key="a", value=1, res={"value": 1, "won": True})
+    h.call("supply", "B", 2, workflow=WF, key="b", value=2, res={"value": 2, "won": True})
     f = final([("a", 1), ("b", 2)])
     f["workflows"][WF]["history"][1][2] = "2029-01-01T00:00:00+00:00"
-    assert checkers.order([], f).valid is False
+    assert checkers.order(h.lines, f).valid is False
+
+
+def test_order_lets_concurrent_writes_be_stamped_either_way() -> None:
+    h = H()
+    a = h.begin("append", "A", 1, workflow=WF, value=1)
+    b = h.begin("append", "B", 2, workflow=WF, value=2)
+    h.end(a, "append", key="inbox/1")
+    h.end(b, "append", key="inbox/2")
+    f = final([("inbox/1", 1), ("inbox/2", 2)])
+    f["workflows"][WF]["history"][1][2] = "2029-01-01T00:00:00+00:00"
+    v = checkers.order(h.lines, f)
+    assert v.valid is True, v
+    assert v.counts["written_at inversions between concurrent writes"] == 1
 
 
 def test_order_refuses_a_later_write_loading_first() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import platform
@@ -67,10 +68,13 @@ class Cluster:
         self.restarts = 0
         self.log = (run_dir / "processes.log").open("ab")
 
-    def start(self, role: str, name: str) -> None:
+    def start(self, role: str, name: str, command: list[str] | None = None) -> None:
+        command = command or [sys.executable, "-m", "wd_chaos.workload", role, str(self.config), name]
+        env = {**os.environ, "WD_CHAOS_CONFIG": str(self.config), "LOCUST_SKIP_MONKEY_PATCH": "1"}
         # A new session: Ctrl-C in the terminal reaches the runner only, which stops them itself.
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "wd_chaos.workload", role, str(self.config), name],
+            command,
+            env=env,
             stdout=self.log,
             stderr=self.log,
             stdin=subprocess.DEVNULL,
@@ -101,6 +105,9 @@ class Cluster:
 
     def writers_done(self) -> bool:
         return all(p.poll() is not None for n, p in self.procs.items() if n.startswith("writer"))
+
+    def alive(self, name: str) -> bool:
+        return name in self.procs and self.procs[name].poll() is None
 
     def stop(self, grace: float = 5.0) -> None:
         """SIGCONT (a stalled process cannot exit), SIGTERM, then SIGKILL what is left."""
@@ -216,6 +223,99 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def _storm(storm: Any, seconds: float, cluster: Cluster, watch: Watch, report: Callable[..., None]) -> None:
+    """Run the locust storm headless in one process and wait for it (with a hard deadline)."""
+    # the locustfile by path, never imported here: importing locust monkey-patches this process
+    spec = importlib.util.find_spec("wd_chaos.storms")
+    locustfile = str(spec.origin) if spec is not None else ""
+    user = {"take": "TakeUser", "append": "AppendUser"}[storm.kind]
+    command = [
+        sys.executable, "-m", "locust", "-f", locustfile, "--headless",
+        "-u", str(storm.users), "-r", str(storm.spawn_rate), "-t", f"{seconds:.0f}s",
+        "--stop-timeout", "5", "--only-summary", "--loglevel", "WARNING",
+        "--exit-code-on-error", "0", user,
+    ]  # fmt: skip
+    cluster.start("locust", "locust", command)
+    deadline = time.monotonic() + seconds + 60
+    started = time.monotonic()
+    while cluster.alive("locust"):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the locust storm did not stop within {seconds + 60:.0f}s")
+        watch.poll()
+        report(
+            ops=watch.counts["ops"],
+            fenced=watch.counts["fenced"],
+            limit=seconds,
+            elapsed_storm=time.monotonic() - started,
+        )
+        time.sleep(0.2)
+    code = cluster.procs["locust"].returncode
+    if code != 0:
+        raise RuntimeError(f"the locust storm exited {code}: see {cluster.run_dir}/processes.log")
+
+
+def _workload(
+    names: list[str],
+    writers: int,
+    limit: float,
+    cluster: Cluster,
+    watch: Watch,
+    nemesis: Nemesis,
+    report: Callable[..., None],
+) -> None:
+    """Start the workers and the outside writers and run the fault schedule for ``limit`` s."""
+    for name in names:
+        cluster.start("worker", name)
+    for i in range(writers):
+        cluster.start("writer", f"writer-{i}")
+    mono0 = time.monotonic()
+    while (elapsed := time.monotonic() - mono0) < limit:
+        watch.poll()
+        nemesis.tick(elapsed)
+        cluster.supervise()
+        report(
+            ops=watch.counts["ops"],
+            fenced=watch.counts["fenced"],
+            faults=nemesis.count,
+            restarts=cluster.restarts,
+            limit=limit,
+            stalled=len(nemesis.stalled),
+        )
+        time.sleep(0.05)
+
+
+def _heal(
+    seconds: float,
+    spec: Spec,
+    workflows: list[str],
+    cluster: Cluster,
+    watch: Watch,
+    report: Callable[..., None],
+) -> int:
+    """After the final heal: wait (at most ``seconds``) for every workflow to finish; returns how
+    many did."""
+    deadline = time.monotonic() + seconds
+    last_check = 0.0
+    done = 0
+    while time.monotonic() < deadline:
+        watch.poll()
+        cluster.supervise()
+        if time.monotonic() - last_check > 0.5 and cluster.writers_done():
+            last_check = time.monotonic()
+            done = asyncio.run(_workflows_done(spec, workflows))
+            if done == len(workflows):
+                break
+        report(
+            ops=watch.counts["ops"],
+            fenced=watch.counts["fenced"],
+            done=done,
+            total=len(workflows),
+            restarts=cluster.restarts,
+        )
+        time.sleep(0.1)
+    return done
+
+
 def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> Outcome:
     """Run ``scenario`` on ``opts.store`` and store it under ``opts.report_dir``."""
     if opts.store not in scenario.stores:
@@ -229,12 +329,17 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
     n_wf = max(1, round(scenario.workload.workflows * scale))
     spread = scenario.workload.spread_seconds * scale
     rng = random.Random(f"{seed}:workload")
+    storm = scenario.storm
+    if storm is not None:
+        n_wf = storm.workflows
+        limit = storm.seconds if opts.time_limit is None else opts.time_limit
+        spread = 0.0
     workflows = [f"{scenario.name}-s{seed}-{i:04d}" for i in range(n_wf)]
     starts = sorted(round(rng.uniform(0, spread), 3) for _ in workflows)
     events = plan(scenario, seed, n_workers, limit)
     run_dir = _run_dir(opts.report_dir, scenario.name, opts.store)
     (run_dir / "scenario.json").write_text(scenario.model_dump_json(indent=2))
-    names = [f"worker-{i}" for i in range(n_workers)]
+    names = [] if storm is not None else [f"worker-{i}" for i in range(n_workers)]
     partition = any(e["fault"] == "partition" for e in events)
     started = time.monotonic()
     hist = HistoryWriter(run_dir / "procs" / f"controller.{os.getpid()}.jsonl", "controller")
@@ -265,7 +370,8 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
         checkpointer_class=opts.checkpointer_class,
     ) as svc:
         asyncio.run(prepare(svc.spec))
-        asyncio.run(_seed_workflows(svc.spec, hist, workflows, starts))
+        if storm is None or storm.kind == "take":
+            asyncio.run(_seed_workflows(svc.spec, hist, workflows, starts))
         t0 = time.time()
         cfg = {
             "run_dir": str(run_dir),
@@ -278,6 +384,7 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
             "starts": starts,
             "t0": t0,
             "retry_seconds": scenario.lease.budget * 2 + 10,
+            "storm": storm.model_dump() if storm is not None else None,
         }
         config = run_dir / "config.json"
         config.write_text(json.dumps(cfg, indent=2))
@@ -294,49 +401,17 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
             proxies=svc.proxies,
             server=svc.server,
         )
-        done = 0
         try:
-            for name in names:
-                cluster.start("worker", name)
-            for i in range(work["writers"]):
-                cluster.start("writer", f"writer-{i}")
-            phase = "workload"
-            mono0 = time.monotonic()
-            while (elapsed := time.monotonic() - mono0) < limit:
-                watch.poll()
-                nemesis.tick(elapsed)
-                cluster.supervise()
-                report(
-                    ops=watch.counts["ops"],
-                    fenced=watch.counts["fenced"],
-                    faults=nemesis.count,
-                    restarts=cluster.restarts,
-                    limit=limit,
-                    stalled=len(nemesis.stalled),
-                )
-                time.sleep(0.05)
-            phase = "healing"
-            nemesis.heal()
-            heal_deadline = time.monotonic() + scenario.heal_seconds
-            last_check = 0.0
-            while time.monotonic() < heal_deadline:
-                watch.poll()
-                cluster.supervise()
-                if time.monotonic() - last_check > 0.5 and cluster.writers_done():
-                    last_check = time.monotonic()
-                    done = asyncio.run(_workflows_done(svc.spec, workflows))
-                    if done == len(workflows):
-                        break
-                report(
-                    ops=watch.counts["ops"],
-                    fenced=watch.counts["fenced"],
-                    done=done,
-                    total=len(workflows),
-                    faults=nemesis.count,
-                    restarts=cluster.restarts,
-                )
-                time.sleep(0.1)
-            hist.event("fault", fault="heal", phase="stop", finished=done)
+            if storm is not None:
+                phase = "storm"
+                _storm(storm, limit, cluster, watch, report)
+            else:
+                phase = "workload"
+                _workload(names, work["writers"], limit, cluster, watch, nemesis, report)
+                phase = "healing"
+                nemesis.heal()
+                done = _heal(scenario.heal_seconds, svc.spec, workflows, cluster, watch, report)
+                hist.event("fault", fault="heal", phase="stop", finished=done)
         finally:
             cluster.stop()
             nemesis.heal()

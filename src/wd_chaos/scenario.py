@@ -149,6 +149,8 @@ class Storm(_Strict):
     spawn_rate: Annotated[float, Field(gt=0)] = 8.0
     seconds: Seconds = 8.0
     workflows: Annotated[int, Field(ge=1, le=100000)] = 4
+    visits: Annotated[int, Field(ge=1, le=100000)] = 25
+    """take: passes each workflow needs before a user finishes it (liveness checks they all did)."""
 
 
 class Scenario(_Strict):
