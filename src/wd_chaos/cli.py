@@ -219,3 +219,7 @@ def analyze_cmd(run_dir: Path, junit: Path | None) -> None:
     if junit:
         _junit(junit, [outcome])
     sys.exit(checkers.exit_code(outcome.valid))
+
+
+if __name__ == "__main__":
+    main()

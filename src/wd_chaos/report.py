@@ -145,7 +145,8 @@ def latency_throughput(ops: list[Op]) -> str:
         a2.plot(xs, [series[x] for x in xs], label=outcome, drawstyle="steps-mid")
     a2.set_xlabel("seconds since start")
     a2.set_ylabel("completions / s")
-    a2.legend(fontsize=7)
+    if per_sec:
+        a2.legend(fontsize=7)
     a2.set_title("throughput by outcome")
     return _png(fig)
 
