@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,8 @@ def run_cmd(
     except ScenarioError as exc:
         console.print(f"[red]{exc}")
         sys.exit(CRASHED)
+    # a CI cancel (SIGTERM) cleans up like Ctrl-C: workers stopped, private servers removed
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     outcomes: list[Outcome] = []
     for sc, st in jobs:
         partition = any(f.kind == "partition" for f in sc.faults)
