@@ -28,6 +28,7 @@ from .errors import (
 )
 from .memory import MemoryCheckpointer, MemoryDurable, MemoryEffect, MemoryScheduler
 from .protocols import Checkpointer, Durable, Effect, Scheduler
+from .run import Blocked, Finished, Outcome, Run, Sleeping, resume
 from .sqlite import (
     SqliteCheckpointer,
     SqliteConnection,
@@ -36,8 +37,16 @@ from .sqlite import (
     SqliteScheduler,
     sqlite_connect,
 )
+from .worker import Worker
 
 __all__ = [
+    "Blocked",
+    "Finished",
+    "Outcome",
+    "Run",
+    "Sleeping",
+    "Worker",
+    "resume",
     "CheckpointCodec",
     "Checkpointer",
     "Clock",

@@ -1,0 +1,189 @@
+"""The worker loop: take a due workflow, claim it, run a pass with a renewal tick, answer, release.
+
+A worker touches the store only through the ``Durable`` it is given (its ``checkpointer``, its
+``scheduler``), so wrapping that object sees every call the worker makes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Generic, Never
+
+from typing_extensions import TypeVar
+
+from ._values import Delivery, Pass
+from .errors import Contended, Fenced, InvalidInput
+from .protocols import Durable
+from .run import Blocked, Finished, Run, Sleeping, resume
+
+E = TypeVar("E", default=Never)
+
+log = logging.getLogger("without_durability.worker")
+
+
+class Worker(Generic[E]):
+    """Runs passes of ``body`` for whatever workflows ``durable.scheduler`` hands out.
+
+    Each pass: ``take(visibility)``; ``claim(alive, budget)``; ``resume`` while a background tick
+    renews the claim every ``renew_every`` (default a third of ``alive``: a step longer than
+    ``alive`` but within ``budget`` keeps its claim, and a stalled process loses it after
+    ``alive``); then release the claim and answer the delivery with ``wake_at``: the sleep's
+    deadline for ``Sleeping``, nothing for ``Finished`` or ``Blocked`` (an arrival makes it
+    runnable again).
+
+    - A ``Contended`` claim answers its delivery for ``retry_contended`` later.
+    - A fenced pass (``Fenced`` from a write or from the renewal tick) stops at once: the body is
+      cancelled, nothing is answered or released, and no compensation runs in it (``Fenced`` is a
+      ``BaseException``). The pass that superseded it owns the workflow now.
+    - A body that fails (an ordinary exception, ``Swallowed`` included) is logged and its claim
+      released; its delivery is left unanswered, so it reappears once ``visibility`` lapses.
+    - Store errors outside a pass are logged and retried after ``poll_interval``.
+
+    ``visibility`` should exceed ``budget``, or a delivery can reappear while its pass still runs
+    (the second pass is then ``Contended``, which is safe but wasteful).
+    """
+
+    def __init__(
+        self,
+        durable: Durable[E],
+        body: Callable[[Run[E]], Awaitable[object]],
+        *,
+        alive: timedelta,
+        budget: timedelta,
+        visibility: timedelta,
+        poll_interval: timedelta,
+        retry_contended: timedelta = timedelta(seconds=1),
+        renew_every: timedelta | None = None,
+    ) -> None:
+        renew_every = alive / 3 if renew_every is None else renew_every
+        for name, value in (
+            ("alive", alive), ("budget", budget), ("visibility", visibility),
+            ("poll_interval", poll_interval), ("retry_contended", retry_contended),
+            ("renew_every", renew_every),
+        ):
+            if not isinstance(value, timedelta) or value <= timedelta(0):
+                raise InvalidInput(f"Worker {name} must be a positive timedelta, got {value!r}")
+        self.durable = durable
+        self.body = body
+        self.alive = alive
+        self.budget = budget
+        self.visibility = visibility
+        self.poll_interval = poll_interval
+        self.retry_contended = retry_contended
+        self.renew_every = renew_every
+        self.passes = 0
+        """Deliveries this worker has handled (claimed or contended) since it was made."""
+        self._stopping = asyncio.Event()
+
+    def stop(self) -> None:
+        """Ask ``run`` to return once the current pass (if any) has finished and been answered."""
+        self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether ``stop`` has been called."""
+        return self._stopping.is_set()
+
+    async def run(
+        self, *, until: Callable[[], bool] | None = None, max_passes: int | None = None
+    ) -> None:
+        """Take and run passes until ``stop`` is called, ``until()`` is true (checked between
+        passes and on every poll), or ``max_passes`` deliveries have been handled."""
+        while not self._stopping.is_set():
+            if until is not None and until():
+                return
+            if max_passes is not None and self.passes >= max_passes:
+                return
+            try:
+                handled = await self.run_once()
+            except Exception:  # a store error outside a pass: log it, then poll again
+                log.exception("worker: taking or claiming failed; retrying after the poll interval")
+                handled = False
+            if not handled:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._stopping.wait(), self.poll_interval.total_seconds()
+                    )
+
+    async def serve(self) -> None:
+        """``run`` in a process: SIGTERM and SIGINT finish the current pass and return."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+        try:
+            await self.run()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+
+    async def run_once(self) -> bool:
+        """Take one due workflow and handle it; False when nothing was due."""
+        scheduler = self.durable.scheduler
+        delivery = await scheduler.take(self.visibility)
+        if delivery is None:
+            return False
+        self.passes += 1
+        try:
+            pass_ = await self.durable.checkpointer.claim(
+                delivery.workflow, alive=self.alive, budget=self.budget
+            )
+        except Contended:
+            await scheduler.wake_at(delivery, await scheduler.now() + self.retry_contended)
+            return True
+        await self._drive(delivery, pass_)
+        return True
+
+    async def _drive(self, delivery: Delivery, pass_: Pass) -> None:
+        fenced: list[Fenced] = []
+        task = asyncio.create_task(resume(self.durable, pass_, self.body))
+        ticker = asyncio.create_task(self._renew(pass_, task, fenced))
+        try:
+            outcome = await task
+        except Fenced as exc:
+            log.info("worker: %s", exc)
+            return  # the newer pass owns the workflow and its delivery now
+        except asyncio.CancelledError:
+            if fenced:
+                log.info("worker: %s", fenced[0])
+                return
+            raise  # cancelled from outside: propagate
+        except (Exception, BaseExceptionGroup):  # a group: a TaskGroup's failures and waits
+            log.exception("worker: workflow %r failed; it runs again once its delivery's "
+                          "visibility lapses", pass_.workflow)
+            await self.durable.checkpointer.release(pass_)
+            return
+        finally:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
+        if fenced:  # the pass ended just as the tick found it superseded: answer nothing
+            log.info("worker: %s", fenced[0])
+            return
+        # Release before answering: a wakeup that arrived during the pass is visible at once, and
+        # whoever takes it should find the claim free rather than Contended.
+        await self.durable.checkpointer.release(pass_)
+        if isinstance(outcome, Sleeping):
+            await self.durable.scheduler.wake_at(delivery, outcome.until)
+        else:
+            assert isinstance(outcome, Finished | Blocked)
+            await self.durable.scheduler.wake_at(delivery, None)
+
+    async def _renew(
+        self, pass_: Pass, task: asyncio.Task[Finished | Sleeping | Blocked], fenced: list[Fenced]
+    ) -> None:
+        interval = self.renew_every.total_seconds()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.durable.checkpointer.renew(pass_)
+            except Fenced as exc:
+                fenced.append(exc)
+                task.cancel()
+                return
+            except Exception:  # the store is unreachable: the pass's own writes will say so
+                log.warning("worker: renewing %r failed", pass_.workflow, exc_info=True)

@@ -1,0 +1,296 @@
+"""Run and resume, on every selected store (``--wd-store``): what a workflow body can rely on."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from without_durability import (
+    Blocked,
+    Fenced,
+    Finished,
+    Run,
+    Sleeping,
+    Suspended,
+    Swallowed,
+    resume,
+)
+from without_durability.testing.conformance import unit
+from without_durability.testing.harness import StoreUnderTest
+
+Store = StoreUnderTest[Any]
+LONG = timedelta(hours=1)
+_ids = itertools.count()
+
+
+def wf(label: str) -> str:
+    return f"run-{label}-{next(_ids)}"
+
+
+def as_int(value: object) -> int:
+    assert isinstance(value, int), f"expected an int, got {value!r}"
+    return value
+
+
+def as_any(value: object) -> object:
+    return value
+
+
+async def one_pass(store: Store, workflow: str, body: Any) -> Finished | Sleeping | Blocked:
+    """Claim, resume once, release: what a worker does, without the queue."""
+    pass_ = await store.checkpointer.claim(workflow, alive=LONG, budget=LONG)
+    try:
+        return await resume(store.durable, pass_, body)
+    finally:
+        await store.checkpointer.release(pass_)
+
+
+async def test_transact_effect_happens_once_over_ten_resumes(wd_store: Store) -> None:
+    w = wf("ten")
+    kit = wd_store.effects
+    seen: list[int] = []
+
+    async def body(run: Run[Any]) -> object:
+        seen.append(await run.transact("reserve", kit.ledger_add(w, 5), as_int))
+        return await run.awaiting("approval", as_any)
+
+    outcomes = [await one_pass(wd_store, w, body) for _ in range(10)]
+    assert outcomes == [Blocked(("approval",))] * 10, f"expected ten Blocked, got {outcomes}"
+    assert await kit.ledger_read(w) == 5, "the transact effect ran more than once over ten passes"
+    assert seen == [5] * 10, f"every pass should read the one recorded total, got {seen}"
+    await wd_store.durable.arrive(w, "approval", "yes")
+    assert await one_pass(wd_store, w, body) == Finished("yes")
+    assert await kit.ledger_read(w) == 5
+
+
+async def test_except_exception_around_a_step_does_not_catch_fenced(wd_store: Store) -> None:
+    w = wf("fenced")
+    compensated: list[str] = []
+    ran: list[str] = []
+
+    async def charge() -> object:
+        ran.append("charge")
+        await wd_store.checkpointer.discard(w)  # a newer pass exists by the time we record
+        return "ch_1"
+
+    async def body(run: Run[Any]) -> object:
+        try:
+            return await run.step("charge", charge, as_any)
+        except Exception:
+            compensated.append("refund")
+            raise
+
+    pass_ = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    with pytest.raises(Fenced):
+        await resume(wd_store.durable, pass_, body)
+    assert ran == ["charge"]
+    assert compensated == [], "a saga's except Exception absorbed Fenced and compensated"
+    assert await wd_store.checkpointer.load(w) == {}, "a fenced pass recorded its step"
+
+
+@pytest.mark.parametrize("return_exceptions", [False, True])
+async def test_fan_out_over_two_waits_reports_both(
+    wd_store: Store, return_exceptions: bool
+) -> None:
+    w = wf("fan")
+
+    async def body(run: Run[Any]) -> object:
+        got = await asyncio.gather(
+            run.awaiting("left", as_any),
+            run.awaiting("right", as_any),
+            return_exceptions=return_exceptions,
+        )
+        return got
+
+    if return_exceptions:
+        with pytest.raises(Swallowed) as caught:
+            await one_pass(wd_store, w, body)
+        assert sorted(caught.value.waits) == ["left", "right"], caught.value.waits
+    else:
+        outcome = await one_pass(wd_store, w, body)
+        assert isinstance(outcome, Blocked), f"expected Blocked, got {outcome}"
+        assert sorted(outcome.waits) == ["left", "right"], f"a wait went unreported: {outcome}"
+    await wd_store.durable.arrive(w, "left", 1)
+    await wd_store.durable.arrive(w, "right", 2)
+    assert await one_pass(wd_store, w, body) == Finished([1, 2])
+
+
+async def test_fan_out_of_a_sleep_and_a_wait_reports_both(wd_store: Store) -> None:
+    w = wf("fan-sleep")
+    u = unit(wd_store)
+
+    async def body(run: Run[Any]) -> object:
+        # The sleep needs round trips (the store's clock, a record) before it reaches its wait,
+        # after the awaiting branch has already ended the gather.
+        await asyncio.gather(run.awaiting("reply", as_any), run.sleep("timeout", 4 * u))
+        return "done"
+
+    before = await wd_store.now()
+    outcome = await one_pass(wd_store, w, body)
+    assert isinstance(outcome, Sleeping), f"expected Sleeping, got {outcome}"
+    assert sorted(outcome.waits) == ["reply", "timeout"], f"a wait went unreported: {outcome}"
+    assert before + 4 * u <= outcome.until <= await wd_store.now() + 4 * u
+
+
+async def test_a_body_that_swallows_suspended_is_refused(wd_store: Store) -> None:
+    w = wf("swallow")
+
+    async def body(run: Run[Any]) -> object:
+        try:
+            await run.awaiting("approval", as_any)
+        except BaseException:  # what a careless catch-all does
+            return "finished?"
+        return "finished?"
+
+    with pytest.raises(Swallowed) as caught:
+        await one_pass(wd_store, w, body)
+    assert caught.value.waits == ["approval"]
+
+
+async def test_a_step_hands_back_what_the_store_holds_on_the_pass_that_ran_it(
+    wd_store: Store,
+) -> None:
+    w = wf("tuple")
+    seen: list[object] = []
+
+    async def pair() -> object:
+        return (1, 2)
+
+    async def body(run: Run[Any]) -> object:
+        seen.append(await run.step("pair", pair, as_any))
+        return None
+
+    assert await one_pass(wd_store, w, body) == Finished(None)
+    stored = (await wd_store.checkpointer.load(w))["pair"]
+    assert seen == [stored], f"first pass saw {seen[0]!r}, the store holds {stored!r}"
+    assert not isinstance(seen[0], tuple) or isinstance(stored, tuple)
+    await one_pass(wd_store, w, body)
+    assert seen[0] == seen[1] and type(seen[0]) is type(seen[1]), f"passes disagree: {seen}"
+
+
+async def test_a_step_runs_its_effect_once_across_passes(wd_store: Store) -> None:
+    w = wf("step")
+    calls: list[int] = []
+
+    async def effect() -> object:
+        calls.append(1)
+        return {"id": len(calls)}
+
+    async def body(run: Run[Any]) -> object:
+        got = await run.step("effect", effect, as_any)
+        await run.awaiting("never", as_any)
+        return got
+
+    for _ in range(3):
+        assert await one_pass(wd_store, w, body) == Blocked(("never",))
+    assert calls == [1], f"a recorded step ran again: {calls}"
+
+
+async def test_sleep_records_iso_text_and_reads_back_an_aware_datetime(wd_store: Store) -> None:
+    w = wf("sleep")
+    u = unit(wd_store)
+    deadlines: list[datetime] = []
+
+    async def body(run: Run[Any]) -> object:
+        deadlines.append(await run.sleep("nap", 2 * u))
+        return "woke"
+
+    first = await one_pass(wd_store, w, body)
+    assert isinstance(first, Sleeping) and first.waits == ("nap",), first
+    recorded = (await wd_store.checkpointer.load(w))["nap"]
+    assert isinstance(recorded, str), f"sleep recorded {recorded!r}, expected ISO text"
+    assert datetime.fromisoformat(recorded) == first.until
+    assert first.until.tzinfo is not None and first.until.utcoffset() == timedelta(0)
+    assert await one_pass(wd_store, w, body) == first, "a replayed sleep moved its deadline"
+    await wd_store.clock.advance(3 * u)
+    assert await one_pass(wd_store, w, body) == Finished("woke")
+    assert deadlines[-1] == first.until and deadlines[-1].tzinfo is not None
+
+
+async def test_sleep_refuses_a_naive_datetime(wd_store: Store) -> None:
+    async def body(run: Run[Any]) -> object:
+        return await run.sleep("nap", datetime(2030, 1, 1))
+
+    with pytest.raises(ValueError, match="naive"):
+        await one_pass(wd_store, wf("naive"), body)
+
+
+async def test_inbox_lists_delivered_messages_in_order(wd_store: Store) -> None:
+    w = wf("inbox")
+    for message in ("a", "b", "c"):
+        await wd_store.durable.deliver(w, {"m": message})
+
+    async def body(run: Run[Any]) -> object:
+        return [value for _key, value in run.inbox()]
+
+    assert await one_pass(wd_store, w, body) == Finished([{"m": "a"}, {"m": "b"}, {"m": "c"}])
+
+
+async def test_a_stray_branch_does_nothing_after_its_pass_ended(wd_store: Store) -> None:
+    w = wf("stray")
+    release = asyncio.Event()
+    ran: list[str] = []
+    stray: list[asyncio.Task[object]] = []
+
+    async def late() -> object:
+        ran.append("late")
+        return 1
+
+    async def branch(run: Run[Any]) -> object:
+        await release.wait()  # not inside a Run operation when the pass ends
+        return await run.step("late", late, as_any)
+
+    async def body(run: Run[Any]) -> object:
+        stray.append(asyncio.ensure_future(branch(run)))
+        return await run.awaiting("approval", as_any)
+
+    assert await one_pass(wd_store, w, body) == Blocked(("approval",))
+    release.set()
+    with pytest.raises(Suspended):
+        await stray[0]
+    assert ran == [], "an operation started after its pass ended ran its effect"
+
+
+async def test_suspended_is_not_an_exception() -> None:
+    assert not issubclass(Suspended, Exception) and not issubclass(Fenced, Exception)
+
+
+async def test_a_task_group_fan_out_reports_its_waits(wd_store: Store) -> None:
+    w = wf("taskgroup")
+
+    async def body(run: Run[Any]) -> object:
+        async with asyncio.TaskGroup() as group:
+            left = group.create_task(run.awaiting("left", as_any))
+            right = group.create_task(run.awaiting("right", as_any))
+        return [left.result(), right.result()]
+
+    outcome = await one_pass(wd_store, w, body)
+    assert isinstance(outcome, Blocked) and sorted(outcome.waits) == ["left", "right"], outcome
+    await wd_store.durable.arrive(w, "left", 1)
+    await wd_store.durable.arrive(w, "right", 2)
+    assert await one_pass(wd_store, w, body) == Finished([1, 2])
+
+
+async def test_a_fence_inside_a_task_group_is_raised_as_fenced(wd_store: Store) -> None:
+    w = wf("taskgroup-fenced")
+
+    async def charge() -> object:
+        await wd_store.checkpointer.discard(w)
+        return "charged"
+
+    async def other() -> object:
+        return "fine"
+
+    async def body(run: Run[Any]) -> object:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(run.step("charge", charge, as_any))
+            group.create_task(run.step("other", other, as_any))
+        return None
+
+    pass_ = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    with pytest.raises(Fenced):
+        await resume(wd_store.durable, pass_, body)

@@ -1,0 +1,287 @@
+"""The Worker loop, in process, on every selected store (``--wd-store``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from without_durability import Contended, Pass, Run, Worker
+from without_durability.testing.conformance import unit
+from without_durability.testing.harness import StoreUnderTest
+
+Store = StoreUnderTest[Any]
+LONG = timedelta(hours=1)
+_ids = itertools.count()
+
+
+def wf(label: str) -> str:
+    return f"worker-{label}-{next(_ids)}"
+
+
+def as_any(value: object) -> object:
+    return value
+
+
+class CountingCheckpointer:
+    """The store's own checkpointer, with its renew calls counted."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.renewals = 0
+        self.changed = asyncio.Condition()
+
+    async def renew(self, pass_: Pass) -> None:
+        await self.inner.renew(pass_)
+        async with self.changed:
+            self.renewals += 1
+            self.changed.notify_all()
+
+    async def renewed_since(self, seen: int, seconds: float = 20.0) -> None:
+        """Wait, with a deadline, until a renewal after the ``seen``-th has succeeded."""
+        async with asyncio.timeout(seconds), self.changed:
+            await self.changed.wait_for(lambda: self.renewals > seen)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class CountingDurable:
+    """The store's own Durable with a counting checkpointer in front (what wd-chaos does too)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.checkpointer = CountingCheckpointer(inner.checkpointer)
+        self.scheduler = inner.scheduler
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def worker(store: Store, durable: Any, body: Any, *, alive: timedelta, **kw: Any) -> Worker[Any]:
+    # On a manual clock, alive is store time that only the test moves: tick in real time often.
+    if not store.clock.real:
+        kw.setdefault("renew_every", timedelta(milliseconds=20))
+    return Worker(
+        durable, body, alive=alive, budget=kw.pop("budget", LONG), visibility=LONG,
+        poll_interval=timedelta(milliseconds=20), **kw,
+    )
+
+
+async def test_worker_runs_a_workflow_through_a_wait_to_the_end(wd_store: Store) -> None:
+    w = wf("flow")
+    kit = wd_store.effects
+    finished: list[object] = []
+
+    async def body(run: Run[Any]) -> object:
+        total = await run.transact("reserve", kit.ledger_add(w, 1), as_any)
+        approval = await run.awaiting("approval", as_any)
+        finished.append((total, approval))
+        return approval
+
+    await wd_store.scheduler.schedule(w)
+    work = worker(wd_store, wd_store.durable, body, alive=LONG)
+    await work.run(max_passes=1)
+    assert finished == [] and await wd_store.scheduler.take(LONG) is None, (
+        "a Blocked pass should leave nothing queued"
+    )
+    await wd_store.durable.arrive(w, "approval", "ok")
+    await work.run(until=lambda: bool(finished))
+    assert finished == [(1, "ok")]
+    assert await kit.ledger_read(w) == 1
+    assert await wd_store.scheduler.take(LONG) is None, "a Finished workflow stayed queued"
+    again = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    assert again.token > 0, "the worker did not release its claim"
+
+
+async def test_worker_wakes_a_sleeping_workflow_at_its_deadline(wd_store: Store) -> None:
+    w = wf("sleep")
+    u = unit(wd_store)
+    woke: list[bool] = []
+
+    async def body(run: Run[Any]) -> object:
+        await run.sleep("nap", 2 * u)
+        woke.append(True)
+        return None
+
+    await wd_store.scheduler.schedule(w)
+    work = worker(wd_store, wd_store.durable, body, alive=LONG)
+    await work.run(max_passes=1)
+    assert not woke and await wd_store.scheduler.take(LONG) is None, "a sleeper was due early"
+    await wd_store.clock.advance(3 * u)
+    await work.run(until=lambda: bool(woke))
+    assert woke == [True]
+
+
+async def test_renewal_keeps_a_step_longer_than_alive_claimed(wd_store: Store) -> None:
+    w = wf("long")
+    u = unit(wd_store)
+    durable = CountingDurable(wd_store.durable)
+    stolen: list[object] = []
+    done: list[object] = []
+
+    async def long_effect() -> object:
+        # Let 3 alive-windows pass on the store's clock, one half-window at a time, each time
+        # waiting for the worker's tick to renew; then try to take the workflow from outside.
+        for _ in range(6):
+            seen = durable.checkpointer.renewals
+            await wd_store.clock.advance(u / 2)
+            await durable.checkpointer.renewed_since(seen)
+        with contextlib.suppress(Contended):
+            stolen.append(await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG))
+        return "slow"
+
+    async def body(run: Run[Any]) -> object:
+        done.append(await run.step("slow", long_effect, as_any))
+        return None
+
+    await wd_store.scheduler.schedule(w)
+    await worker(wd_store, durable, body, alive=u).run(max_passes=1)
+    assert stolen == [], "the claim lapsed during a long step despite the renewal tick"
+    assert done == ["slow"], "the long step was not recorded"
+
+
+async def test_renewal_never_outlives_the_budget(wd_store: Store) -> None:
+    w = wf("budget")
+    u = unit(wd_store)
+    durable = CountingDurable(wd_store.durable)
+    stolen: list[Pass] = []
+    cancelled: list[bool] = []
+
+    async def endless() -> object:
+        try:
+            for _ in range(8):  # four alive-windows, against a budget of two
+                seen = durable.checkpointer.renewals
+                await wd_store.clock.advance(u / 2)
+                await durable.checkpointer.renewed_since(seen)
+            stolen.append(await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG))
+            await asyncio.sleep(60)  # the worker's next tick finds it fenced and cancels us
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+        return "never"
+
+    async def body(run: Run[Any]) -> object:
+        return await run.step("endless", endless, as_any)
+
+    await wd_store.scheduler.schedule(w)
+    await worker(wd_store, durable, body, alive=u, budget=2 * u).run(max_passes=1)
+    assert len(stolen) == 1, "another claim should succeed once the budget is spent"
+    assert cancelled == [True], "the fenced pass was not stopped by its renewal tick"
+    assert await wd_store.checkpointer.load(w) == {}, "the fenced pass recorded its step"
+
+
+async def test_a_contended_delivery_is_answered_for_later(wd_store: Store) -> None:
+    w = wf("contended")
+    u = unit(wd_store)
+    ran: list[bool] = []
+
+    async def body(run: Run[Any]) -> object:
+        ran.append(True)
+        return None
+
+    held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    await wd_store.scheduler.schedule(w)
+    work = worker(wd_store, wd_store.durable, body, alive=LONG, retry_contended=2 * u)
+    await work.run(max_passes=1)
+    assert ran == [] and work.passes == 1
+    assert await wd_store.scheduler.take(LONG) is None, "the contended delivery came back at once"
+    await wd_store.checkpointer.release(held)
+    await wd_store.clock.advance(3 * u)
+    await work.run(until=lambda: bool(ran))
+    assert ran == [True]
+
+
+async def test_stop_finishes_the_current_pass(wd_store: Store) -> None:
+    w = wf("stop")
+    started = asyncio.Event()
+    go_on = asyncio.Event()
+    work: list[Worker[Any]] = []
+
+    async def slow() -> object:
+        started.set()
+        await go_on.wait()
+        return "done"
+
+    async def body(run: Run[Any]) -> object:
+        return await run.step("slow", slow, as_any)
+
+    await wd_store.scheduler.schedule(w)
+    work.append(worker(wd_store, wd_store.durable, body, alive=LONG))
+    running = asyncio.create_task(work[0].run())
+    await asyncio.wait_for(started.wait(), 20)
+    work[0].stop()
+    go_on.set()
+    await asyncio.wait_for(running, 20)
+    assert await wd_store.checkpointer.load(w) == {"slow": "done"}, "stop cut the pass short"
+    assert await wd_store.scheduler.take(LONG) is None, "the stopped worker did not answer"
+
+
+@pytest.mark.parametrize("field", ["alive", "budget", "visibility", "poll_interval"])
+def test_worker_refuses_bad_durations(field: str) -> None:
+    kw: dict[str, Any] = dict(
+        alive=LONG, budget=LONG, visibility=LONG, poll_interval=timedelta(seconds=1)
+    )
+    kw[field] = timedelta(0)
+    with pytest.raises(ValueError, match=field):
+        Worker(object(), as_any, **kw)  # type: ignore[arg-type]
+
+
+async def test_a_fenced_pass_answers_nothing_and_compensates_nothing(wd_store: Store) -> None:
+    w = wf("fenced")
+    u = unit(wd_store)
+    compensated: list[bool] = []
+
+    async def charge() -> object:
+        await wd_store.checkpointer.discard(w)  # a newer claim may now be made: this pass is stale
+        return "charged"
+
+    async def body(run: Run[Any]) -> object:
+        try:
+            return await run.step("charge", charge, as_any)
+        except Exception:
+            compensated.append(True)
+            raise
+
+    await wd_store.scheduler.schedule(w)
+    work = Worker(
+        wd_store.durable, body, alive=LONG, budget=LONG, visibility=2 * u,
+        poll_interval=timedelta(milliseconds=20),
+    )
+    await work.run(max_passes=1)
+    assert compensated == [] and await wd_store.checkpointer.load(w) == {}
+    assert await wd_store.scheduler.take(LONG) is None, "the fenced pass answered its delivery"
+    await wd_store.clock.advance(3 * u)
+    again = await wd_store.scheduler.take(LONG)
+    assert again is not None and again.workflow == w, "the unanswered delivery never came back"
+
+
+async def test_a_failing_body_is_released_and_retried_after_its_visibility(
+    wd_store: Store,
+) -> None:
+    w = wf("fails")
+    u = unit(wd_store)
+    attempts: list[int] = []
+
+    async def body(run: Run[Any]) -> object:
+        attempts.append(run.pass_.token)
+        if len(attempts) == 1:
+            raise RuntimeError("a bug in the body")
+        return None
+
+    await wd_store.scheduler.schedule(w)
+    work = Worker(
+        wd_store.durable, body, alive=LONG, budget=LONG, visibility=2 * u,
+        poll_interval=timedelta(milliseconds=20),
+    )
+    await work.run(max_passes=1)
+    assert len(attempts) == 1
+    assert await wd_store.scheduler.take(LONG) is None, "a failed pass was retried at once"
+    await wd_store.clock.advance(3 * u)
+    await work.run(until=lambda: len(attempts) == 2)
+    assert attempts[1] > attempts[0], "the failed pass kept its claim"
+    assert await wd_store.scheduler.take(LONG) is None, "the finished workflow stayed queued"
