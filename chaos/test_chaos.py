@@ -86,6 +86,15 @@ def test_scenario_passes_and_its_fault_bites(name: str, store: str) -> None:
     assert again.returncode == 0, f"analyze disagreed with the run:\n{again.stdout}{again.stderr}"
 
 
+@pytest.mark.parametrize("name", ["lease-stall", "kill-between-effect-and-record"])
+@pytest.mark.timeout(HARD_TIMEOUT + 30)
+def test_the_library_worker_under_faults(name: str) -> None:
+    """The same workflow as a Run body under the library's own Worker (renewal tick, resume)."""
+    code, summary, output = _run(name, "sqlite", "--client", "worker")
+    assert code == 0, f"{name} with the library Worker exited {code}:\n{output}"
+    assert summary["client"] == "worker"
+
+
 @pytest.mark.timeout(HARD_TIMEOUT + 30)
 def test_a_store_without_the_fence_on_record_is_caught() -> None:
     code, summary, output = _run(

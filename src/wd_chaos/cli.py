@@ -145,6 +145,12 @@ def list_() -> None:
     metavar="MODULE:CLASS",
     help="Use this checkpointer class in place of the store's own (a mutant).",
 )
+@click.option(
+    "--client",
+    type=click.Choice(["harness", "worker"]),
+    default=None,
+    help="Who runs the workflow: the harness's explicit loop (default) or the library's Worker.",
+)
 def run_cmd(
     name: str | None,
     run_all: bool,
@@ -155,6 +161,7 @@ def run_cmd(
     report_dir: Path,
     junit: Path | None,
     checkpointer_class: str | None,
+    client: str | None,
 ) -> None:
     """Run scenario NAME (or --all) and print a verdict; exit 0 valid, 1 invalid, 2 unknown."""
     try:
@@ -189,6 +196,7 @@ def run_cmd(
             workers=workers,
             report_dir=report_dir,
             checkpointer_class=checkpointer_class,
+            client=client,
         )
         try:
             with Live(

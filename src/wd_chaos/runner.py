@@ -44,6 +44,7 @@ class Options:
     workers: int | None = None
     report_dir: Path = Path("reports")
     checkpointer_class: str | None = None
+    client: str | None = None
 
 
 @dataclass
@@ -326,6 +327,8 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
     n_workers = opts.workers or scenario.workload.workers
     work = scenario.workload.model_dump()
     work["workers"] = n_workers
+    if opts.client is not None:
+        work["client"] = opts.client
     n_wf = max(1, round(scenario.workload.workflows * scale))
     spread = scenario.workload.spread_seconds * scale
     rng = random.Random(f"{seed}:workload")
@@ -432,6 +435,7 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
         "workflows": n_wf,
         "schedule": events,
         "checkpointer_class": opts.checkpointer_class,
+        "client": work.get("client", "harness"),
         "wall_seconds": round(time.monotonic() - started, 2),
         "versions": _versions(),
     }

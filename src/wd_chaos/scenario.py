@@ -91,6 +91,8 @@ class Workload(_Strict):
     nap_seconds: Annotated[float, Field(ge=0)] = 0.5
     spread_seconds: Annotated[float, Field(ge=0)] = 8.0
     """Outside writers spread their arrivals over this many seconds from the start."""
+    client: Literal["harness", "worker"] = "harness"
+    """Who runs the workflow: the harness's own explicit loop, or the library's ``Worker``."""
 
 
 class _Fault(_Strict):

@@ -8,13 +8,16 @@ which writes an invoke line before and a complete line after every call. The wor
 1. ``charge``: a step. Its external effect takes ``step_seconds`` and is logged as an ``effect``
    line (the world outside the store, durable before the record is attempted); then it is recorded.
 2. ``ledger``: a transact whose effect inserts a ledger row inside the store's own commit.
-3. waits for ``approval`` (an outside ``arrive``) and ``messages`` inbox entries (outside
-   ``deliver``s from concurrent writers);
+3. waits for ``approval-<w>`` from every outside writer (an ``arrive`` each writer makes after
+   delivering its share of the ``messages``, so all approvals in means every message in);
 4. ``nap``: a sleep, recorded as an ISO time, answered with ``wake_at``;
 5. ``seen``: a step recording the inbox keys it saw; 6. ``done``: finished.
 
-The worker loop is the harness's own client, deliberately simple and explicit (take, claim, load,
-one step at a time, renew between steps, wake_at, release) so a fault lands on a known call.
+Two clients run it. ``harness`` (the default) is the harness's own loop, deliberately simple and
+explicit (take, claim, load, one step at a time, renew between steps, wake_at, release), so a fault
+lands on a known call and a stalled pass's first call on waking is its record. ``worker`` runs the
+same workflow as a ``Run`` body under the library's own ``Worker`` (renewal tick, resume, waits),
+its Durable wrapped in ``RecordingDurable``, so the library's worker loop is under the faults too.
 Failpoints (``after-effect-before-record``, ``inside-transact``, ``after-claim``) are armed by the
 nemesis through files in the run's ``armed/`` folder; the first worker to reach an armed point
 takes the file and SIGKILLs itself there.
@@ -184,6 +187,100 @@ class Recorder:
         return await self.sch.now()  # type: ignore[no-any-return]
 
 
+class _RecordingCheckpointer:
+    """The checkpointer half of ``RecordingDurable``: the protocol's signatures, every call
+    recorded. ``load`` is stamped with the token this process last claimed for the workflow."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+        self.tokens: dict[str, int] = {}
+
+    async def claim(self, workflow: str, *, alive: timedelta, budget: timedelta) -> Pass:
+        p = await self.rec.claim(workflow, alive, budget)
+        self.tokens[workflow] = p.token
+        return p
+
+    async def renew(self, pass_: Pass) -> None:
+        await self.rec.renew(pass_)
+
+    async def release(self, pass_: Pass) -> None:
+        await self.rec.release(pass_)
+
+    async def record(self, pass_: Pass, key: str, value: object) -> Any:
+        return await self.rec.record(pass_, key, value)
+
+    async def transact(self, pass_: Pass, key: str, effect: Any) -> Any:
+        return await self.rec.transact(pass_, key, effect)
+
+    async def load(self, workflow: str) -> dict[str, object]:
+        token = self.tokens.get(workflow)
+        return await self.rec._call(
+            "load", {"workflow": workflow, "token": token},
+            lambda: self.rec.cp.load(workflow), lambda r: {"keys": list(r)},
+        )  # fmt: skip
+
+    async def supply(self, workflow: str, key: str, value: object) -> Any:
+        return await self.rec._call(
+            "supply", {"workflow": workflow, "key": key, "value": value},
+            lambda: self.rec.cp.supply(workflow, key, value),
+            lambda r: {"value": r.value, "won": r.won},
+        )  # fmt: skip
+
+    async def append(self, workflow: str, value: object) -> str:
+        return await self.rec.append(workflow, value)
+
+    async def history(self, workflow: str) -> Any:
+        return await self.rec.cp.history(workflow)
+
+    async def discard(self, workflow: str) -> None:
+        await self.rec._call(
+            "discard", {"workflow": workflow}, lambda: self.rec.cp.discard(workflow), lambda _: {}
+        )
+
+
+class _RecordingScheduler:
+    """The scheduler half of ``RecordingDurable``."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+
+    async def now(self) -> datetime:
+        return await self.rec.now()
+
+    async def schedule(self, workflow: str, at: datetime | None = None) -> None:
+        await self.rec.schedule(workflow, at)
+
+    async def take(self, visibility: timedelta) -> Delivery | None:
+        return await self.rec.take(visibility)
+
+    async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
+        await self.rec.wake_at(delivery, at)
+
+    async def cancel(self, workflow: str) -> None:
+        await self.rec._call(
+            "cancel", {"workflow": workflow}, lambda: self.rec.sch.cancel(workflow), lambda _: {}
+        )
+
+
+class RecordingDurable:
+    """A Durable whose every call is written to the history; what the library ``Worker`` is
+    given in the ``worker`` client mode."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+        self.checkpointer = _RecordingCheckpointer(rec)
+        self.scheduler = _RecordingScheduler(rec)
+
+    async def arrive(self, workflow: str, key: str, value: object) -> Any:
+        return await self.rec.arrive(workflow, key, value)
+
+    async def deliver(self, workflow: str, message: object) -> str:
+        return await self.rec.deliver(workflow, message)
+
+    async def discard(self, workflow: str) -> None:
+        await self.checkpointer.discard(workflow)
+
+
 # -- failpoints -----------------------------------------------------------------------------------
 
 
@@ -274,7 +371,8 @@ class Worker:
             )
             await self.retrying(lambda: self.rec.transact(p, "ledger", effect))
         inbox = [k for k in recs if k.startswith("inbox/")]
-        if "approval" not in recs or len(inbox) < int(self.work["messages"]):
+        approvals = [f"approval-{w}" for w in range(int(self.work["writers"]))]
+        if any(a not in recs for a in approvals) or len(inbox) < int(self.work["messages"]):
             return None
         now = await self.rec.now()
         if "nap" not in recs:
@@ -330,6 +428,79 @@ class Worker:
                 await asyncio.sleep(self.poll)
 
 
+class LibraryClient:
+    """The same workflow as a ``Run`` body, run by the library's ``Worker`` (``worker`` mode)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.w = worker
+
+    def body(self) -> Callable[[Any], Awaitable[object]]:
+        w = self.w
+        work = w.work
+
+        def as_dict(value: object) -> dict[str, Any]:
+            if not isinstance(value, dict):
+                raise TypeError(f"expected a mapping, got {value!r}")
+            return value
+
+        def external(run: Any, key: str, **extra: Any) -> Callable[[], Awaitable[object]]:
+            async def effect() -> object:
+                token = run.pass_.token
+                w.nonce += 1
+                nonce = f"{w.name}:{os.getpid()}:{token}:{w.nonce}"
+                op = w.hist.invoke("effect", workflow=run.workflow, key=key, token=token)
+                await asyncio.sleep(float(work["step_seconds"]))
+                w.hist.event("effect", workflow=run.workflow, key=key, token=token, nonce=nonce)
+                w.hist.complete(op, "effect", "ok", nonce=nonce)
+                w.fail.hit("after-effect-before-record", workflow=run.workflow, key=key, token=token)
+                return {"nonce": nonce, "token": token, **extra}
+
+            return effect
+
+        async def body(run: Any) -> object:
+            await run.step("charge", external(run, "charge"), as_dict)
+            token = run.pass_.token
+            effect = w.opened.ledger_effect(
+                run.workflow, "ledger", token,
+                lambda: w.fail.hit("inside-transact", workflow=run.workflow, key="ledger",
+                                   token=token),
+            )  # fmt: skip
+            await run.transact("ledger", effect, as_dict)
+            for writer in range(int(work["writers"])):
+                await run.awaiting(f"approval-{writer}", as_dict)
+            await run.sleep("nap", timedelta(seconds=float(work["nap_seconds"])))
+            inbox = [k for k, _ in run.inbox()]
+            await run.step("seen", external(run, "seen", inbox=inbox), as_dict)
+            await run.step("done", _done(run.pass_.token), as_dict)
+            return None
+
+        return body
+
+    async def run(self) -> None:
+        from without_durability import Worker as LibraryWorker
+
+        w = self.w
+        lease = w.cfg["lease"]
+        worker: Any = LibraryWorker(
+            RecordingDurable(w.rec),
+            self.body(),
+            alive=w.alive,
+            budget=w.budget,
+            visibility=w.visibility,
+            poll_interval=timedelta(seconds=float(lease["poll_interval"])),
+            retry_contended=w.alive,
+        )
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, worker.stop)
+        await worker.run()
+
+
+def _done(token: int) -> Callable[[], Awaitable[object]]:
+    async def effect() -> object:
+        return {"token": token}
+
+    return effect
+
+
 # -- the outside writers --------------------------------------------------------------------------
 
 
@@ -345,8 +516,8 @@ async def write_outside(cfg: dict[str, Any], index: int, rec: Recorder) -> None:
         for m in range(int(work["messages"])):
             if m % writers == index:
                 plan.append((base + rng.uniform(0, 1.0), wf, "message", m))
-        if n % writers == index:
-            plan.append((base + rng.uniform(0, 1.5), wf, "approval", 0))
+        # each writer approves after its own messages, so all approvals in means every message in
+        plan.append((base + 1.0 + rng.uniform(0, 0.5), wf, "approval", index))
     plan.sort()
     t0 = float(cfg["t0"])
     for at, wf, what, m in plan:
@@ -358,7 +529,7 @@ async def write_outside(cfg: dict[str, Any], index: int, rec: Recorder) -> None:
                 if what == "message":
                     await rec.deliver(wf, {"from": index, "n": m})
                 else:
-                    await rec.arrive(wf, "approval", {"by": index})
+                    await rec.arrive(wf, f"approval-{index}", {"by": index})
                 break
             except Exception:
                 await asyncio.sleep(0.3)  # a store error: ask again (arrive is first-writer-wins)
@@ -378,9 +549,12 @@ async def _main(role: str, cfg: dict[str, Any], name: str) -> None:
     try:
         if role == "worker":
             worker = Worker(cfg, name, opened, hist)
-            loop = asyncio.get_running_loop()
-            loop.add_signal_handler(signal.SIGTERM, lambda: setattr(worker, "stopping", True))
-            await worker.run()
+            if cfg["workload"].get("client") == "worker":
+                await LibraryClient(worker).run()
+            else:
+                loop = asyncio.get_running_loop()
+                loop.add_signal_handler(signal.SIGTERM, lambda: setattr(worker, "stopping", True))
+                await worker.run()
         else:
             await write_outside(cfg, int(name.rsplit("-", 1)[1]), Recorder(opened.durable, hist))
     finally:
