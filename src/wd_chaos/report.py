@@ -11,6 +11,7 @@ import base64
 import html
 import io
 import json
+import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -56,8 +57,10 @@ def _windows(ops: list[Op], t0: int) -> list[tuple[str, float, float, str]]:
     return out
 
 
-def timeline(ops: list[Op]) -> str:
-    """Passes per workflow over time, faults shaded, fenced writes marked."""
+def timeline(ops: list[Op], offending: set[str] | None = None) -> str:
+    """Passes per workflow over time, faults shaded, fenced writes marked, and the operations an
+    invalid verdict names (``offending`` op ids) starred."""
+    offending = offending or set()
     import matplotlib
 
     matplotlib.use("Agg")
@@ -69,6 +72,7 @@ def timeline(ops: list[Op]) -> str:
     passes: dict[tuple[str, int, int], list[float]] = defaultdict(list)
     procs: dict[tuple[str, int, int], str] = {}
     fenced: list[tuple[str, float, int]] = []
+    starred: list[tuple[str, float, int]] = []
     for o in operations(ops):
         wf, tok = o.workflow, o.token
         if wf is None or tok is None:
@@ -78,6 +82,8 @@ def timeline(ops: list[Op]) -> str:
         procs[k] = str(o.invoke.get("process"))
         if o.outcome == "fenced":
             fenced.append((wf, (o.end - t0) / 1e9, tok))
+        if o.invoke.get("op") in offending:
+            starred.append((wf, ((o.end if o.complete else o.start) - t0) / 1e9, tok))
     wfs = sorted({k[0] for k in passes})[:60]
     row = {wf: i for i, wf in enumerate(wfs)}
     names = sorted(set(procs.values()))
@@ -102,14 +108,25 @@ def timeline(ops: list[Op]) -> str:
     xs = [t for wf, t, _ in fenced if wf in row]
     ys = [row[wf] + ((tok % 3) - 1) * 0.22 for wf, _, tok in fenced if wf in row]
     ax.scatter(xs, ys, marker="x", color="red", s=60, zorder=5, label="fenced write")
+    if starred:
+        ax.scatter(
+            [t for wf, t, _ in starred if wf in row],
+            [row[wf] + ((tok % 3) - 1) * 0.22 for wf, _, tok in starred if wf in row],
+            marker="*", color="black", s=160, zorder=6, label="violation",
+        )  # fmt: skip
     ax.set_yticks(range(len(wfs)))
-    ax.set_yticklabels([w[-12:] for w in wfs], fontsize=7)
+    common = os.path.commonprefix(wfs) if len(wfs) > 1 else ""  # noqa: RUF071 - strings, not paths
+    ax.set_yticklabels([w[len(common) :] or w for w in wfs], fontsize=7)
+    if common:
+        ax.set_ylabel(f"workflow ({common}...)", fontsize=8)
     ax.set_xlabel("seconds since start")
     from matplotlib.patches import Patch
 
     handles: list[Any] = [Patch(color=color[n], label=n) for n in names]
     handles += [Patch(color=c, alpha=0.3, label=k) for k, c in FAULT_COLORS.items() if k != "kill"]
     handles.append(ax.scatter([], [], marker="x", color="red", label="fenced"))
+    if starred:
+        handles.append(ax.scatter([], [], marker="*", color="black", s=80, label="violation"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
     ax.set_title("passes per workflow (bars), fault windows (shaded), kills (dotted)")
     return _png(fig)
@@ -190,7 +207,14 @@ def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: d
     overall = summary["valid"]
     title = f"{summary['scenario']} on {summary['store']}"
     try:
-        tl, lt = timeline(ops), latency_throughput(ops)
+        offending = {
+            str(e["op"])
+            for v in summary["verdicts"]
+            if v["valid"] is False
+            for e in v["evidence"]
+            if isinstance(e, dict) and "op" in e
+        }
+        tl, lt = timeline(ops, offending), latency_throughput(ops)
         plots = (
             f'<h2>Timeline</h2><img src="data:image/png;base64,{tl}">'
             f'<h2>Latency and throughput</h2><img src="data:image/png;base64,{lt}">'
