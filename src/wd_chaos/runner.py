@@ -364,63 +364,70 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
             progress({"phase": phase, "elapsed": time.monotonic() - started, **more})
 
     report()
-    with services(
-        opts.store,
-        run_dir,
-        names,
-        partition=partition,
-        restart=any(e["fault"] == "restart" for e in events),
-        checkpointer_class=opts.checkpointer_class,
-    ) as svc:
-        asyncio.run(prepare(svc.spec))
-        if storm is None or storm.kind == "take":
-            asyncio.run(_seed_workflows(svc.spec, hist, workflows, starts))
-        t0 = time.time()
-        cfg = {
-            "run_dir": str(run_dir),
-            "store": svc.spec,
-            "worker_urls": svc.worker_urls,
-            "lease": scenario.lease.model_dump(),
-            "workload": work,
-            "seed": seed,
-            "workflows": workflows,
-            "starts": starts,
-            "t0": t0,
-            "retry_seconds": scenario.lease.budget * 2 + 10,
-            "storm": storm.model_dump() if storm is not None else None,
-        }
-        config = run_dir / "config.json"
-        config.write_text(json.dumps(cfg, indent=2))
-        cluster = Cluster(config, run_dir, hist)
-        watch = Watch(run_dir / "procs")
-        nemesis = Nemesis(
-            events,
-            hist,
+    try:
+        with services(
+            opts.store,
             run_dir,
-            pids=cluster.pids,
-            busy=watch.busy,
-            seed=seed,
-            toxi=svc.toxi,
-            proxies=svc.proxies,
-            server=svc.server,
-        )
-        try:
-            if storm is not None:
-                phase = "storm"
-                _storm(storm, limit, cluster, watch, report)
-            else:
-                phase = "workload"
-                _workload(names, work["writers"], limit, cluster, watch, nemesis, report)
-                phase = "healing"
+            names,
+            partition=partition,
+            restart=any(e["fault"] == "restart" for e in events),
+            checkpointer_class=opts.checkpointer_class,
+        ) as svc:
+            asyncio.run(prepare(svc.spec))
+            if storm is None or storm.kind == "take":
+                asyncio.run(_seed_workflows(svc.spec, hist, workflows, starts))
+            t0 = time.time()
+            cfg = {
+                "run_dir": str(run_dir),
+                "store": svc.spec,
+                "worker_urls": svc.worker_urls,
+                "lease": scenario.lease.model_dump(),
+                "workload": work,
+                "seed": seed,
+                "workflows": workflows,
+                "starts": starts,
+                "t0": t0,
+                "retry_seconds": scenario.lease.budget * 2 + 10,
+                "storm": storm.model_dump() if storm is not None else None,
+            }
+            config = run_dir / "config.json"
+            config.write_text(json.dumps(cfg, indent=2))
+            cluster = Cluster(config, run_dir, hist)
+            watch = Watch(run_dir / "procs")
+            nemesis = Nemesis(
+                events,
+                hist,
+                run_dir,
+                pids=cluster.pids,
+                busy=watch.busy,
+                seed=seed,
+                toxi=svc.toxi,
+                proxies=svc.proxies,
+                server=svc.server,
+            )
+            try:
+                if storm is not None:
+                    phase = "storm"
+                    _storm(storm, limit, cluster, watch, report)
+                else:
+                    phase = "workload"
+                    _workload(names, work["writers"], limit, cluster, watch, nemesis, report)
+                    phase = "healing"
+                    nemesis.heal()
+                    done = _heal(scenario.heal_seconds, svc.spec, workflows, cluster, watch, report)
+                    hist.event("fault", fault="heal", phase="stop", finished=done)
+            finally:
+                cluster.stop()
                 nemesis.heal()
-                done = _heal(scenario.heal_seconds, svc.spec, workflows, cluster, watch, report)
-                hist.event("fault", fault="heal", phase="stop", finished=done)
-        finally:
-            cluster.stop()
-            nemesis.heal()
-        phase = "checking"
-        report()
-        final = asyncio.run(read_final(svc.spec, workflows))
+            phase = "checking"
+            report()
+            final = asyncio.run(read_final(svc.spec, workflows))
+    except BaseException as exc:
+        # Ctrl-C, a server that would not start, a crashed storm: say so in the folder, keep the
+        # per-process histories for a post-mortem, and let the caller report it
+        (run_dir / "INTERRUPTED").write_text(f"{type(exc).__name__}: {exc}\n")
+        hist.close()
+        raise
     (run_dir / "final.json").write_text(json.dumps(final, indent=1, default=str))
     hist.close()
     history.merge(sorted((run_dir / "procs").glob("*.jsonl")), run_dir / "history.jsonl")

@@ -10,6 +10,7 @@ the same schedule.
 
 from __future__ import annotations
 
+import math
 import random
 import tomllib
 from pathlib import Path
@@ -259,11 +260,16 @@ def find(name: str, directory: Path = SCENARIO_DIR) -> Scenario:
 
 def plan(scenario: Scenario, seed: int, workers: int, time_limit: float) -> list[dict[str, object]]:
     """The concrete fault schedule: one event per fault occurrence, sorted by start time, with the
-    target worker chosen by the seed. Faults starting after ``time_limit`` are dropped."""
+    target worker chosen by the seed. Faults starting after ``time_limit`` are dropped; a
+    repeating fault (``every``) repeats ``count`` times per the scenario's own time limit, so a
+    longer ``time_limit`` repeats it for longer."""
     rng = random.Random(f"{seed}:faults")
     events: list[dict[str, object]] = []
+    # a longer run repeats its repeating faults for longer: "longer" also means "harder"
+    stretch = max(1.0, time_limit / scenario.time_limit)
     for number, fault in enumerate(scenario.faults):
-        for i in range(fault.count):
+        count = fault.count if fault.every is None else math.ceil(fault.count * stretch)
+        for i in range(count):
             start = fault.at + (fault.every or 0.0) * i + rng.uniform(0, fault.jitter)
             if start >= time_limit:
                 break
