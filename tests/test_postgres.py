@@ -570,6 +570,7 @@ async def test_unreachable_server_is_one_clear_error_with_the_password_masked() 
     message = str(caught.value)
     assert "sekret" not in message, f"the password leaked: {message}"
     assert "***" in message and str(port) in message and "walter" in message, message
+    assert "refused" in message, f"the reason the server could not be reached is missing: {message}"
     assert isinstance(caught.value.__cause__, psycopg.OperationalError)
 
 
@@ -683,3 +684,20 @@ async def test_times_are_utc_whatever_the_session_time_zone(wd_store: Store) -> 
         assert timedelta(0) <= now - entry.written_at < timedelta(seconds=30)
     finally:
         await pool.close()
+
+
+async def test_an_exhausted_pool_is_not_called_an_unreachable_server(wd_store: Store) -> None:
+    url, schema = wd_store.extra["url"], wd_store.extra["schema"]
+    pool = psycopg_pool.AsyncConnectionPool(
+        url, open=False, min_size=1, max_size=1, timeout=0.5,
+        kwargs={"options": f"-c search_path={schema}"},
+    )
+    await pool.open(wait=True)
+    try:
+        async with pool.connection():  # the only connection, held
+            with pytest.raises(StoreError, match="came free") as caught:
+                await PostgresCheckpointer(pool=pool).load(wf("busy"))
+    finally:
+        await pool.close()
+    assert not isinstance(caught.value, StoreUnavailable), str(caught.value)
+    assert isinstance(caught.value.__cause__, psycopg_pool.PoolTimeout)

@@ -162,10 +162,16 @@ async def test_renewal_and_writes_rearm_the_ttl(wd_store: Store) -> None:
     assert claim_ttl > 600_000, f"the claim may expire before its budget: PTTL {claim_ttl}"
     await cp.record(held, "k", 1)
     records_ttl = await client.pttl(cp.hash_key(w))
-    assert 0 < records_ttl <= 60_000, f"records TTL not armed: {records_ttl}"
+    assert records_ttl > 600_000, f"records may expire under a live pass: PTTL {records_ttl}"
+    await client.pexpire(cp.hash_key(w), 5_000)
+    await cp.renew(held)
+    assert await client.pttl(cp.hash_key(w)) > 600_000, "renew did not keep the records alive"
     await client.pexpire(cp.hash_key(w), 5_000)
     await cp.supply(w, "j", 2)
     assert await client.pttl(cp.hash_key(w)) > 5_000, "a write did not re-arm the records TTL"
+    other = wf("ttl-supplied")
+    await cp.supply(other, "j", 2)
+    assert 0 < await client.pttl(cp.hash_key(other)) <= 60_000, "supply did not arm the TTL"
 
 
 # -- LuaEffect: exactly once, undone on failure ----------------------------------------------------
@@ -323,6 +329,14 @@ async def test_a_decoding_client_works_too(wd_store: Store) -> None:
         await sched.schedule(w)
         got = await sched.take(LONG)
         assert got is not None and got.workflow == w
+        stream = RedisStreamScheduler(client, prefix=prefix, namespace="decoding")
+        assert await stream.take(LONG) is None
+        await stream.schedule(w)
+        await stream.wait(timedelta(seconds=5))
+        got = await stream.take(LONG)
+        assert got is not None and got.workflow == w
+        await stream.wake_at(got, None)
+        assert (await stream.now()).tzinfo is not None
     finally:
         await client.aclose()
 
@@ -353,32 +367,81 @@ async def test_a_foreign_encoding_is_a_store_error_naming_the_key(wd_store: Stor
 # -- the stream scheduler ------------------------------------------------------------------------
 
 
-@pytest.mark.wd_store(["redis-stream", "redis-cluster-stream"])
-async def test_stream_wakes_a_blocked_reader_and_keeps_itself_short(wd_store: Store) -> None:
-    sched, client, w = wd_store.scheduler, client_of(wd_store), wf("block")
+STREAMS = pytest.mark.wd_store(["redis-stream", "redis-cluster-stream"])
+
+
+def stream_of(store: Store) -> RedisStreamScheduler:
+    sched = store.scheduler
     assert isinstance(sched, RedisStreamScheduler)
-    warm = wf("warm")
-    await sched.schedule(warm)  # makes the stream and its group
-    last = (await client.xrevrange(sched.stream_key, count=1))[0][0]
-    reader = asyncio.create_task(client.xread({sched.stream_key: last}, block=10_000))
-    await asyncio.sleep(0)  # let the read be sent before the wakeup
-    await sched.schedule(w)
-    woke = await asyncio.wait_for(reader, timeout=10)
-    assert woke, "a blocked reader was not woken by a due schedule"
+    return sched
+
+
+@STREAMS
+async def test_stream_wait_wakes_for_a_schedule_not_the_poll_interval(wd_store: Store) -> None:
+    sched, w = stream_of(wd_store), wf("wake")
+    assert await sched.take(LONG) is None
+
+    async def later() -> None:
+        await asyncio.sleep(0.3)
+        await sched.schedule(w)
+
+    started = time.monotonic()
+    arrival = asyncio.create_task(later())
+    await sched.wait(timedelta(seconds=20))
+    waited = time.monotonic() - started
+    await arrival
+    assert 0.25 < waited < 5, f"wait returned after {waited:.2f}s for a schedule made at 0.3s"
+    got = await sched.take(LONG)
+    assert got is not None and got.workflow == w
+
+
+@STREAMS
+async def test_stream_wait_sees_work_that_arrived_since_the_empty_take(wd_store: Store) -> None:
+    sched, w = stream_of(wd_store), wf("gap")
+    assert await sched.take(LONG) is None
+    await sched.schedule(w)  # between the empty take and the wait
+    started = time.monotonic()
+    await sched.wait(timedelta(seconds=20))
+    assert time.monotonic() - started < 5, "wait slept through work queued after the empty take"
+
+
+@STREAMS
+async def test_stream_wait_wakes_when_a_timer_falls_due(wd_store: Store) -> None:
+    sched, w = stream_of(wd_store), wf("timer")
+    await sched.schedule(w, await sched.now() + timedelta(milliseconds=400))
+    assert await sched.take(LONG) is None
+    started = time.monotonic()
+    await sched.wait(timedelta(seconds=20))
+    waited = time.monotonic() - started
+    assert 0.2 < waited < 5, f"wait returned after {waited:.2f}s for a timer due at 0.4s"
+    got = await sched.take(LONG)
+    assert got is not None and got.workflow == w
+    started = time.monotonic()
+    assert await sched.take(LONG) is None
+    await sched.wait(timedelta(milliseconds=300))  # the next timer is the delivery's, an hour out
+    assert 0.25 < time.monotonic() - started < 5, "wait did not keep to at_most"
+
+
+@STREAMS
+async def test_stream_keeps_itself_short(wd_store: Store) -> None:
+    sched, client = stream_of(wd_store), client_of(wd_store)
+    ws = [wf("short") for _ in range(5)]
+    for w in ws:
+        await sched.schedule(w)
     seen = []
     while (d := await sched.take(LONG)) is not None:
-        seen.append(d)
+        seen.append(d.workflow)
         await sched.wake_at(d, None)
-    assert sorted(d.workflow for d in seen) == sorted([warm, w])
+    assert sorted(seen) == sorted(ws)
     assert await client.xlen(sched.stream_key) == 0, "answered entries stayed in the stream"
     pending = await client.xpending(sched.stream_key, "wd")
     assert pending["pending"] == 0, f"answered deliveries stayed pending: {pending}"
+    assert await client.hlen(sched.entries_key) == 0 and await client.zcard(sched.timers_key) == 0
 
 
-@pytest.mark.wd_store(["redis-stream", "redis-cluster-stream"])
+@STREAMS
 async def test_stream_cancel_drops_the_pending_entry(wd_store: Store) -> None:
-    sched, client, w = wd_store.scheduler, client_of(wd_store), wf("cancel")
-    assert isinstance(sched, RedisStreamScheduler)
+    sched, client, w = stream_of(wd_store), client_of(wd_store), wf("cancel")
     await sched.schedule(w)
     got = await sched.take(LONG)
     assert got is not None
@@ -388,3 +451,115 @@ async def test_stream_cancel_drops_the_pending_entry(wd_store: Store) -> None:
     await sched.wake_at(got, await sched.now())
     assert await sched.take(LONG) is None, "wake_at reinstated a cancelled delivery"
     assert not await client.hexists(sched.entries_key, w)
+
+
+# -- the factories clean up after themselves -------------------------------------------------------
+
+
+@pytest.mark.wd_store(["redis-set", "redis-stream", "redis-cluster", "redis-cluster-stream"])
+async def test_a_store_under_test_deletes_exactly_its_own_keys(wd_factory: Any) -> None:
+    from without_durability.testing.stores.redis import delete_prefix
+
+    factory, server = wd_factory
+    async with factory.open(server) as store:
+        client, prefix = client_of(store), store.extra["prefix"]
+        bystander = f"bystander-{next(_ids)}"
+        await client.set(bystander, "keep")  # stands for a WD_REDIS_URL server's own data
+        for i in range(6):  # several workflows, so a cluster spreads them over its nodes
+            w = wf(f"clean{i}")
+            held = await store.checkpointer.claim(w, alive=LONG, budget=LONG)
+            await store.checkpointer.transact(held, "t", store.effects.ledger_add(w, 1))
+            await store.durable.deliver(w, "m")
+        assert [k async for k in client.scan_iter(match=f"{prefix}*")], "nothing was written"
+    check = type(client).from_url(server.url)
+    try:
+        left = [k async for k in check.scan_iter(match=f"{prefix}*")]
+        assert left == [], f"keys left behind under {prefix}: {left}"
+        assert await check.get(bystander) == b"keep", "cleanup touched a key outside its prefix"
+    finally:
+        await delete_prefix(check, bystander)
+        await check.aclose()
+
+
+# -- mutants: a broken script can be swapped in, and is noticed ------------------------------------
+
+
+@CHECKPOINTERS
+async def test_a_mutant_without_the_fence_in_record_lets_a_stale_pass_write(wd_store: Store) -> None:
+    from without_durability_redis import script_source
+
+    fence = "if redis.call('HGET', KEYS[2], 'token') ~= ARGV[1] then\n  return {'fenced'}\nend"
+    assert fence in script_source("record"), "the RECORD script no longer reads as this test expects"
+
+    class Unfenced(RedisCheckpointer):
+        script_overrides = {"record": script_source("record").replace(fence, "")}  # noqa: RUF012
+
+    real = checkpointer_of(wd_store)
+    mutant = Unfenced(client_of(wd_store), prefix=wd_store.extra["prefix"])
+    w = wf("mutant")
+    old = await real.claim(w, alive=LONG, budget=LONG)
+    await real.release(old)
+    await real.claim(w, alive=LONG, budget=LONG)
+    with pytest.raises(Fenced):
+        await real.record(old, "stale", 1)
+    assert await mutant.record(old, "stale", 1) == Recorded(1, True), "the mutant kept the fence"
+
+
+# -- a script the driver re-sends after a lost reply -------------------------------------------
+
+
+@CHECKPOINTERS
+async def test_a_resent_claim_append_or_transact_lands_once(wd_store: Store) -> None:
+    # redis-py re-sends a command whose connection failed (3 retries by default), so a script can
+    # run twice for one call. Run each the way a re-send would: the same arguments, twice.
+    cp, client, w = checkpointer_of(wd_store), client_of(wd_store), wf("resent")
+    ttl = int(cp.ttl.total_seconds() * 1000)
+    claim_args = [3_600_000_000, 3_600_000_000, ttl, "nonce-1"]
+    first = await cp._scripts.run("claim", [cp.claim_key(w)], claim_args)
+    again = await cp._scripts.run("claim", [cp.claim_key(w)], claim_args)
+    assert first == again and first[0] == b"ok", f"a re-sent claim got {again}, not {first}"
+    other = await cp._scripts.run("claim", [cp.claim_key(w)], [*claim_args[:3], "nonce-2"])
+    assert other == [b"contended"], f"another caller's claim got {other}"
+
+    keys = [cp.hash_key(w), cp._nonces_key(w)]
+    append_args = ['"m"', "inbox/", 20, ttl, "nonce-3"]
+    key = await cp._scripts.run("append", keys, append_args)
+    assert await cp._scripts.run("append", keys, append_args) == key
+    assert await cp.load(w) == {key.decode(): "m"}, "a re-sent append appended twice"
+    await cp.discard(w)  # lapses the claim the re-sent script holds
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    effect = counter(cp, w)
+    text = cp._scripts.source("transact").replace("--[[effect]]", effect.source, 1)
+    keys = [cp.hash_key(w), cp.claim_key(w), cp._nonces_key(w), *effect.keys]
+    args = [held.token, "t", cp.max_value_bytes, ttl, "1", "nonce-4"]
+    assert await cp._scripts.run_source(text, keys, args) == [b"ok", b"1"]
+    resent = await cp._scripts.run_source(text, keys, args)
+    assert resent == [b"ok", b"1"], f"a re-sent transact no longer knew it was its own: {resent}"
+    assert await cp._scripts.run_source(text, keys, [*args[:5], "nonce-5"]) == [b"recorded", b"1"]
+    assert await read_int(client, effect.keys[0]) == 1
+    await cp.discard(w)
+    assert not await client.exists(cp._nonces_key(w)), "discard left the nonces"
+
+
+@CHECKPOINTERS
+async def test_a_workflow_resumed_ten_times_moves_its_counter_once(wd_store: Store) -> None:
+    from without_durability.run import Blocked, Finished, Run, resume
+
+    cp, client, w = checkpointer_of(wd_store), client_of(wd_store), wf("resume")
+    effect = counter(cp, w)
+
+    async def body(run: Run[LuaEffect]) -> object:
+        reserved = await run.transact("reserved", effect, int)
+        approval = await run.awaiting("approval", str)
+        return (reserved, approval)
+
+    outcomes = []
+    for attempt in range(10):
+        if attempt == 9:
+            await wd_store.durable.arrive(w, "approval", "yes")
+        held = await cp.claim(w, alive=LONG, budget=LONG)
+        outcomes.append(await resume(wd_store.durable, held, body))
+        await cp.release(held)
+    assert all(isinstance(o, Blocked) for o in outcomes[:9]), outcomes
+    assert outcomes[9] == Finished((1, "yes")), outcomes[9]
+    assert await read_int(client, effect.keys[0]) == 1, "the counter moved more than once"

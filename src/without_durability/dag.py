@@ -33,9 +33,7 @@ class Node:
     after: tuple[str, ...] = field(default=())
 
 
-async def run_durably(
-    graph: Iterable[Node], run: Run[Any], *, prefix: str = "dag/"
-) -> dict[str, object]:
+async def run_durably(graph: Iterable[Node], run: Run[Any], *, prefix: str = "dag/") -> dict[str, object]:
     """Run every node of ``graph`` once, dependencies first and independent nodes concurrently,
     recording each result under ``prefix + name``; return every node's result by name.
 
@@ -47,9 +45,7 @@ async def run_durably(
     nodes: dict[str, Node] = {}
     for node in graph:
         if node.name in nodes:
-            raise InvalidInput(
-                f"workflow {run.workflow!r}: the graph has two nodes named {node.name!r}"
-            )
+            raise InvalidInput(f"workflow {run.workflow!r}: the graph has two nodes named {node.name!r}")
         nodes[node.name] = node
     sorter: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter()
     for node in nodes.values():

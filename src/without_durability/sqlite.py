@@ -15,6 +15,13 @@ and the statements of one connection run one at a time in the order they were is
 Times are the process clock (injectable for tests), read after the write lock is held so that the
 order of ``written_at`` is the order of commits; they are stored as integer microseconds since the
 Unix epoch, which compare exactly.
+
+What it asks of a deployment: every process on one machine (WAL needs shared memory, so no network
+filesystems), and clocks that agree, which on one machine they do. Two costs to know. SQLite's busy
+wait is sleep-and-retry rather than a queue, so under a steady stream of writes one process can
+wait its turn for a while (up to ``busy_timeout``, then ``StoreUnavailable``). And a process stopped
+(SIGSTOP, a debugger) inside a write holds the lock, so every writer waits until it resumes: that
+costs liveness, never the fence, since nobody can supersede a pass while its write is open.
 """
 
 from __future__ import annotations
@@ -253,9 +260,7 @@ class SqliteConnection:
         self, path: str | os.PathLike[str], busy_timeout: timedelta
     ) -> concurrent.futures.Future[None]:
         if not isinstance(busy_timeout, timedelta) or busy_timeout < timedelta(0):
-            raise InvalidInput(
-                f"busy_timeout must be a non-negative timedelta, got {busy_timeout!r}"
-            )
+            raise InvalidInput(f"busy_timeout must be a non-negative timedelta, got {busy_timeout!r}")
         self.path = Path(path)
         self.busy_timeout = busy_timeout
         self._db: sqlite3.Connection | None = None
@@ -285,9 +290,7 @@ class SqliteConnection:
         if self.path.is_dir():
             raise InvalidInput(f"SQLite store {str(self.path)!r} is a folder, not a database file")
         try:
-            db = sqlite3.connect(
-                self.path, timeout=self.busy_timeout.total_seconds(), isolation_level=None
-            )
+            db = sqlite3.connect(self.path, timeout=self.busy_timeout.total_seconds(), isolation_level=None)
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"SQLite store {str(self.path)!r}: cannot open: {exc}") from exc
         try:
@@ -302,6 +305,8 @@ class SqliteConnection:
         try:
             # Reading the header first: a file that is not a database fails here, before any write.
             version, app_id = self._identity(db)
+        except sqlite3.OperationalError as exc:  # locked or unreadable: not a verdict on the file
+            raise self._unavailable(exc, "read the database header") from exc
         except sqlite3.DatabaseError as exc:
             raise InvalidInput(
                 f"{where} is not an SQLite database ({exc}); point the store at a new file or at "
@@ -350,9 +355,7 @@ class SqliteConnection:
             if version == 0:
                 names = {
                     row[0]
-                    for row in db.execute(
-                        "SELECT name FROM sqlite_schema WHERE name IN (?, ?, ?)", _TABLES
-                    )
+                    for row in db.execute("SELECT name FROM sqlite_schema WHERE name IN (?, ?, ?)", _TABLES)
                 }
                 if names:
                     raise SchemaMismatch(
@@ -580,9 +583,7 @@ class SqliteCheckpointer:
 
     # -- records -------------------------------------------------------------------------------
 
-    def _put(
-        self, cur: sqlite3.Cursor, workflow: str, key: str, encoded: str, now: int
-    ) -> Recorded:
+    def _put(self, cur: sqlite3.Cursor, workflow: str, key: str, encoded: str, now: int) -> Recorded:
         params = {"workflow": workflow, "key": key, "value": encoded, "now": now}
         cur.execute(PUT, params)
         stored = cur.execute(STORED, params).fetchone()[0]
@@ -652,7 +653,10 @@ class SqliteCheckpointer:
         """See ``Checkpointer.transact``. ``effect`` runs inside the write transaction, on the
         connection's thread; what it writes commits with the record or rolls back with it. The
         fence is checked before the effect and again after it, in the statement that renews, so an
-        effect that superseded the pass (through the same cursor) is rolled back."""
+        effect that superseded the pass (through the same cursor) is rolled back.
+
+        The file's write lock is held while the effect runs, so every other writer (in any process)
+        waits for it, up to its busy timeout: keep effects to a few statements."""
         check_key(pass_.workflow, key)
         names = {"workflow": pass_.workflow, "key": key, "token": pass_.token}
 
@@ -665,6 +669,12 @@ class SqliteCheckpointer:
                 result = effect(cur)
             except BaseException as exc:
                 raise _EffectRaised(exc) from exc
+            if not cur.connection.in_transaction:  # before any statement of ours runs unguarded
+                raise StoreError(
+                    f"workflow {pass_.workflow!r}, key {key!r}: the transact effect ended the "
+                    "transaction (an effect must not COMMIT, ROLLBACK or BEGIN); what it wrote "
+                    "before that was committed on its own and nothing was recorded"
+                )
             encoded = self._encode(pass_.workflow, key, result)
             now = self._now()  # after the effect: a slow effect is stamped when it lands
             _fenced_unless(cur.execute(FENCE_AND_RENEW, {**names, "now": now}).fetchone(), pass_)
@@ -734,8 +744,7 @@ class SqliteScheduler:
         receipt = delivery.receipt
         if not isinstance(receipt, _Receipt) or receipt.namespace != self.namespace:
             raise InvalidInput(
-                f"{delivery!r} was not handed out by a SqliteScheduler of namespace "
-                f"{self.namespace!r}"
+                f"{delivery!r} was not handed out by a SqliteScheduler of namespace {self.namespace!r}"
             )
         params = {
             "namespace": self.namespace,
@@ -769,9 +778,7 @@ class SqliteDurable:
     """
 
     def __init__(self, checkpointer: SqliteCheckpointer, scheduler: SqliteScheduler) -> None:
-        if not isinstance(checkpointer, SqliteCheckpointer) or not isinstance(
-            scheduler, SqliteScheduler
-        ):
+        if not isinstance(checkpointer, SqliteCheckpointer) or not isinstance(scheduler, SqliteScheduler):
             raise InvalidInput("SqliteDurable takes a SqliteCheckpointer and a SqliteScheduler")
         if checkpointer.conn is not scheduler.conn:
             raise InvalidInput(
@@ -791,6 +798,7 @@ class SqliteDurable:
         codec: CheckpointCodec[Any] | None = None,
         namespace: str = "default",
         busy_timeout: timedelta = DEFAULT_BUSY_TIMEOUT,
+        max_value_bytes: int = MAX_VALUE_BYTES,
     ) -> SqliteDurable:
         """Open (creating if new) the store in ``path``: one connection, both halves on it.
 
@@ -799,7 +807,9 @@ class SqliteDurable:
         conn = await sqlite_connect(path, busy_timeout=busy_timeout)
         try:
             return cls(
-                SqliteCheckpointer(conn, codec=codec, clock=clock),
+                SqliteCheckpointer(
+                    conn, codec=codec, clock=clock, max_value_bytes=max_value_bytes
+                ),
                 SqliteScheduler(conn, clock=clock, namespace=namespace),
             )
         except BaseException:

@@ -62,8 +62,11 @@ class Worker(Generic[E]):
     ) -> None:
         renew_every = alive / 3 if renew_every is None else renew_every
         for name, value in (
-            ("alive", alive), ("budget", budget), ("visibility", visibility),
-            ("poll_interval", poll_interval), ("retry_contended", retry_contended),
+            ("alive", alive),
+            ("budget", budget),
+            ("visibility", visibility),
+            ("poll_interval", poll_interval),
+            ("retry_contended", retry_contended),
             ("renew_every", renew_every),
         ):
             if not isinstance(value, timedelta) or value <= timedelta(0):
@@ -89,9 +92,7 @@ class Worker(Generic[E]):
         """Whether ``stop`` has been called."""
         return self._stopping.is_set()
 
-    async def run(
-        self, *, until: Callable[[], bool] | None = None, max_passes: int | None = None
-    ) -> None:
+    async def run(self, *, until: Callable[[], bool] | None = None, max_passes: int | None = None) -> None:
         """Take and run passes until ``stop`` is called, ``until()`` is true (checked between
         passes and on every poll), or ``max_passes`` deliveries have been handled."""
         while not self._stopping.is_set():
@@ -106,9 +107,7 @@ class Worker(Generic[E]):
                 handled = False
             if not handled:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        self._stopping.wait(), self.poll_interval.total_seconds()
-                    )
+                    await asyncio.wait_for(self._stopping.wait(), self.poll_interval.total_seconds())
 
     async def serve(self) -> None:
         """``run`` in a process: SIGTERM and SIGINT finish the current pass and return."""
@@ -153,8 +152,10 @@ class Worker(Generic[E]):
                 return
             raise  # cancelled from outside: propagate
         except (Exception, BaseExceptionGroup):  # a group: a TaskGroup's failures and waits
-            log.exception("worker: workflow %r failed; it runs again once its delivery's "
-                          "visibility lapses", pass_.workflow)
+            log.exception(
+                "worker: workflow %r failed; it runs again once its delivery's visibility lapses",
+                pass_.workflow,
+            )
             await self.durable.checkpointer.release(pass_)
             return
         finally:

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg_pool import AsyncConnectionPool, PoolClosed
+from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from without_durability.codec import CheckpointCodec
 from without_durability.errors import (
@@ -78,8 +78,33 @@ async def connect(
     try:
         async with pool.connection() as conn, conn.transaction():
             yield conn
+    except PoolTimeout as exc:
+        raise (await _timed_out(exc, pool, what)) from exc
     except psycopg.Error as exc:
         raise (refused_value(exc, workflow, key) or wrap(exc, pool, what)) from exc
+
+
+async def _timed_out(exc: PoolTimeout, pool: Pool, what: str) -> StoreError:
+    """The pool only says it waited in vain; one direct attempt tells an unreachable server (and
+    why) from a pool whose connections were all busy."""
+    conninfo = pool.conninfo
+    kwargs = pool.kwargs if isinstance(pool.kwargs, dict) else {}
+    if isinstance(conninfo, str):
+        try:
+            probe = await psycopg.AsyncConnection.connect(conninfo, **{**kwargs, "connect_timeout": 5})
+        except psycopg.Error as reason:
+            first = str(reason).strip().splitlines()[0] if str(reason).strip() else repr(reason)
+            return StoreUnavailable(
+                f"Postgres at {masked_dsn(pool)} could not be reached while {what}: {first}; "
+                "check that the server is running and the DSN is right"
+            )
+        await probe.close()
+        return StoreError(
+            f"no pooled connection to {masked_dsn(pool)} came free within {pool.timeout:g}s "
+            f"while {what} (max_size {pool.max_size}); the server answers, so the pool is too "
+            "small for the load or connections are held too long"
+        )
+    return wrap(exc, pool, what)
 
 
 def check_text(workflow: str, key: str | None = None) -> None:
@@ -150,6 +175,9 @@ def check_codec(codec: CheckpointCodec[Any]) -> None:
     probe: object = {"probe": [1, "two", None]}
     try:
         encoded = codec.encode(probe)
+    except (TypeError, ValueError):
+        return  # a codec for its own value types only: the first write tells instead
+    try:
         if not isinstance(encoded, str):
             raise TypeError(f"encode returned {type(encoded).__name__}, not str")
         json.loads(encoded)

@@ -184,6 +184,22 @@ class PostgresCheckpointer:
     or more) is refused. Every time is the server's.
     """
 
+    # The statements, as class attributes so a variant (a mutant in the harness's catalogue, or a
+    # dialect tweak) is a one-line subclass; each is the module constant of the same name.
+    CLAIM = CLAIM
+    RENEW = RENEW
+    RELEASE = RELEASE
+    RAISE_FENCE = RAISE_FENCE
+    FORGET = FORGET
+    RECORD = RECORD
+    SUPPLY = SUPPLY
+    APPEND = APPEND
+    LOAD = LOAD
+    LOOKUP = LOOKUP
+    PEEK_FENCE = PEEK_FENCE
+    LOCK_FENCE = LOCK_FENCE
+    TRANSACT_PUT = TRANSACT_PUT
+
     def __init__(
         self,
         pool: Pool,
@@ -223,7 +239,7 @@ class PostgresCheckpointer:
         check_lease(workflow, alive, budget)
         params = {"workflow": workflow, "alive": alive, "budget": budget}
         async with connect(self.pool, f"claiming {workflow!r}", workflow) as conn:
-            row = await (await conn.execute(CLAIM, params)).fetchone()
+            row = await (await conn.execute(self.CLAIM, params)).fetchone()
         if row is None:
             raise Contended(workflow)
         return Pass(workflow, int(row[0]))
@@ -233,7 +249,7 @@ class PostgresCheckpointer:
         self._workflow(pass_.workflow)
         params = {"workflow": pass_.workflow, "token": pass_.token}
         async with connect(self.pool, f"renewing {pass_.workflow!r}", pass_.workflow) as conn:
-            row = await (await conn.execute(RENEW, params)).fetchone()
+            row = await (await conn.execute(self.RENEW, params)).fetchone()
         if row is None:
             raise Fenced(pass_.workflow, pass_.token)
 
@@ -242,7 +258,7 @@ class PostgresCheckpointer:
         self._workflow(pass_.workflow)
         params = {"workflow": pass_.workflow, "token": pass_.token}
         async with connect(self.pool, f"releasing {pass_.workflow!r}", pass_.workflow) as conn:
-            await conn.execute(RELEASE, params)
+            await conn.execute(self.RELEASE, params)
 
     async def discard(self, workflow: str) -> None:
         """See ``Checkpointer.discard``: one transaction that raises the token (keeping the claim
@@ -252,10 +268,9 @@ class PostgresCheckpointer:
         async with connect(self.pool, f"discarding {workflow!r}", workflow) as conn:
             await self._discard_on(conn, workflow)
 
-    @staticmethod
-    async def _discard_on(conn: psycopg.AsyncConnection[Any], workflow: str) -> None:
-        await conn.execute(RAISE_FENCE, {"workflow": workflow})
-        await conn.execute(FORGET, {"workflow": workflow})
+    async def _discard_on(self, conn: psycopg.AsyncConnection[Any], workflow: str) -> None:
+        await conn.execute(self.RAISE_FENCE, {"workflow": workflow})
+        await conn.execute(self.FORGET, {"workflow": workflow})
 
     # -- records ------------------------------------------------------------------------------
 
@@ -266,7 +281,7 @@ class PostgresCheckpointer:
         encoded = self._encode(workflow, key, value)
         params = {"workflow": workflow, "token": pass_.token, "key": key, "value": encoded}
         async with connect(self.pool, f"recording {workflow!r}/{key!r}", workflow, key) as conn:
-            row = await (await conn.execute(RECORD, params)).fetchone()
+            row = await (await conn.execute(self.RECORD, params)).fetchone()
         if row is None:
             raise Fenced(workflow, pass_.token)
         return self._recorded(row)
@@ -283,7 +298,7 @@ class PostgresCheckpointer:
         self, conn: psycopg.AsyncConnection[Any], workflow: str, key: str, encoded: str
     ) -> Recorded:
         params = {"workflow": workflow, "key": key, "value": encoded}
-        row = await (await conn.execute(SUPPLY, params)).fetchone()
+        row = await (await conn.execute(self.SUPPLY, params)).fetchone()
         assert row is not None  # an upsert with DO UPDATE always returns its row
         return self._recorded(row)
 
@@ -295,17 +310,16 @@ class PostgresCheckpointer:
         async with connect(self.pool, f"appending to {workflow!r}", workflow, INBOX_PREFIX) as conn:
             return await self._append_on(conn, workflow, encoded)
 
-    @staticmethod
-    async def _append_on(conn: psycopg.AsyncConnection[Any], workflow: str, encoded: str) -> str:
+    async def _append_on(self, conn: psycopg.AsyncConnection[Any], workflow: str, encoded: str) -> str:
         params = {"workflow": workflow, "value": encoded}
-        row = await (await conn.execute(APPEND, params)).fetchone()
+        row = await (await conn.execute(self.APPEND, params)).fetchone()
         assert row is not None  # an INSERT ... SELECT of one drawn row returns it
         return str(row[0])
 
     async def _rows(self, workflow: str) -> list[tuple[str, object, datetime]]:
         self._workflow(workflow)
         async with connect(self.pool, f"loading {workflow!r}", workflow) as conn:
-            rows = await (await conn.execute(LOAD, {"workflow": workflow})).fetchall()
+            rows = await (await conn.execute(self.LOAD, {"workflow": workflow})).fetchall()
         # The session's TimeZone decides the tzinfo psycopg attaches; callers get UTC either way.
         return [(str(k), self.codec.decode(v), at.astimezone(UTC)) for k, v, at in rows]
 
@@ -331,10 +345,10 @@ class PostgresCheckpointer:
         params: dict[str, Any] = {"workflow": workflow, "key": key, "token": pass_.token}
         try:
             async with connect(self.pool, where, workflow, key) as conn:
-                row = await (await conn.execute(LOOKUP, params)).fetchone()
+                row = await (await conn.execute(self.LOOKUP, params)).fetchone()
                 if row is not None:
                     return Recorded(self.codec.decode(row[0]), False)
-                row = await (await conn.execute(PEEK_FENCE, params)).fetchone()
+                row = await (await conn.execute(self.PEEK_FENCE, params)).fetchone()
                 if row is None or int(row[0]) != pass_.token:
                     raise Fenced(workflow, pass_.token)
                 async with conn.cursor() as cursor:
@@ -343,9 +357,9 @@ class PostgresCheckpointer:
                     except psycopg.Error as exc:
                         raise _EffectRaised(exc) from exc
                 params["value"] = self._encode(workflow, key, result)
-                if await (await conn.execute(LOCK_FENCE, params)).fetchone() is None:
+                if await (await conn.execute(self.LOCK_FENCE, params)).fetchone() is None:
                     raise Fenced(workflow, pass_.token, "superseded while its effect ran")
-                row = await (await conn.execute(TRANSACT_PUT, params)).fetchone()
+                row = await (await conn.execute(self.TRANSACT_PUT, params)).fetchone()
                 if row is None:
                     raise _LostRace
                 return Recorded(self.codec.decode(row[0]), True)
@@ -354,7 +368,7 @@ class PostgresCheckpointer:
         except _LostRace:
             pass
         async with connect(self.pool, where, workflow, key) as conn:
-            row = await (await conn.execute(LOOKUP, params)).fetchone()
+            row = await (await conn.execute(self.LOOKUP, params)).fetchone()
         if row is None:  # the winner's record is gone: only a discard does that, which fences
             raise Fenced(workflow, pass_.token, "the workflow was discarded")
         return Recorded(self.codec.decode(row[0]), False)

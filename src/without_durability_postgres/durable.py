@@ -21,12 +21,8 @@ class PostgresDurable:
     """
 
     def __init__(self, checkpointer: PostgresCheckpointer, scheduler: PostgresScheduler) -> None:
-        if not isinstance(checkpointer, PostgresCheckpointer) or not isinstance(
-            scheduler, PostgresScheduler
-        ):
-            raise InvalidInput(
-                "PostgresDurable takes a PostgresCheckpointer and a PostgresScheduler"
-            )
+        if not isinstance(checkpointer, PostgresCheckpointer) or not isinstance(scheduler, PostgresScheduler):
+            raise InvalidInput("PostgresDurable takes a PostgresCheckpointer and a PostgresScheduler")
         if checkpointer.pool is not scheduler.pool:
             raise InvalidInput(
                 "PostgresDurable needs its checkpointer and scheduler on one pool, so each "
@@ -77,7 +73,7 @@ class PostgresDurable:
         """See ``Durable.discard``: raise the fence, forget the records, cancel; one commit."""
         self._checkpointer._workflow(workflow)
         async with connect(self.pool, f"discarding {workflow!r}", workflow) as conn:
-            await PostgresCheckpointer._discard_on(conn, workflow)
+            await self._checkpointer._discard_on(conn, workflow)
             await self._scheduler._cancel_on(conn, workflow)
 
 

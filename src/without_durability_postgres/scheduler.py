@@ -67,18 +67,24 @@ class PostgresScheduler:
     """``Scheduler`` over ``workflow_queue`` in one namespace, through ``pool``. It polls: there
     is no blocking take. ``now`` and every visibility are the server's clock."""
 
+    # The statements, as class attributes so a variant is a one-line subclass.
+    NOW = NOW
+    SCHEDULE = SCHEDULE
+    TAKE = TAKE
+    WAKE_AT = WAKE_AT
+    FINISH = FINISH
+    CANCEL = CANCEL
+
     def __init__(self, pool: Pool, *, namespace: str = "default") -> None:
         if not isinstance(namespace, str) or not namespace or "\x00" in namespace:
-            raise InvalidInput(
-                f"namespace must be a non-empty string without NUL, got {namespace!r}"
-            )
+            raise InvalidInput(f"namespace must be a non-empty string without NUL, got {namespace!r}")
         self.pool = pool
         self.namespace = namespace
 
     async def now(self) -> datetime:
         """See ``Scheduler.now``: the server's clock_timestamp()."""
         async with connect(self.pool, "reading the server clock") as conn:
-            row = await (await conn.execute(NOW)).fetchone()
+            row = await (await conn.execute(self.NOW)).fetchone()
         assert row is not None
         at: datetime = row[0]
         return at.astimezone(UTC)
@@ -95,14 +101,14 @@ class PostgresScheduler:
         self, conn: psycopg.AsyncConnection[Any], workflow: str, at: datetime | None = None
     ) -> None:
         params = {"namespace": self.namespace, "workflow": workflow, "at": at}
-        await conn.execute(SCHEDULE, params)
+        await conn.execute(self.SCHEDULE, params)
 
     async def take(self, visibility: timedelta) -> Delivery | None:
         """See ``Scheduler.take``: the earliest visible workflow of this namespace."""
         check_visibility(visibility)
         params = {"namespace": self.namespace, "visibility": visibility}
         async with connect(self.pool, f"taking from namespace {self.namespace!r}") as conn:
-            row = await (await conn.execute(TAKE, params)).fetchone()
+            row = await (await conn.execute(self.TAKE, params)).fetchone()
         if row is None:
             return None
         return Delivery(str(row[0]), _Receipt(self.namespace, row[1]))
@@ -113,8 +119,7 @@ class PostgresScheduler:
         receipt = delivery.receipt
         if not isinstance(receipt, _Receipt) or receipt.namespace != self.namespace:
             raise InvalidInput(
-                f"{delivery!r} was not handed out by a PostgresScheduler of namespace "
-                f"{self.namespace!r}"
+                f"{delivery!r} was not handed out by a PostgresScheduler of namespace {self.namespace!r}"
             )
         params = {
             "namespace": self.namespace,
@@ -123,7 +128,7 @@ class PostgresScheduler:
             "at": at,
         }
         async with connect(self.pool, f"answering for {delivery.workflow!r}") as conn:
-            await conn.execute(FINISH if at is None else WAKE_AT, params)
+            await conn.execute(self.FINISH if at is None else self.WAKE_AT, params)
 
     async def cancel(self, workflow: str) -> None:
         """See ``Scheduler.cancel``."""
@@ -133,7 +138,7 @@ class PostgresScheduler:
             await self._cancel_on(conn, workflow)
 
     async def _cancel_on(self, conn: psycopg.AsyncConnection[Any], workflow: str) -> None:
-        await conn.execute(CANCEL, {"namespace": self.namespace, "workflow": workflow})
+        await conn.execute(self.CANCEL, {"namespace": self.namespace, "workflow": workflow})
 
 
 def _typecheck(pool: Pool) -> None:  # pragma: no cover - mypy proves it meets the protocol

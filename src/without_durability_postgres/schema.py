@@ -61,9 +61,7 @@ CREATE TABLE IF NOT EXISTS workflow_queue (
 """
 
 # take scans a namespace for the earliest visible row.
-CREATE_QUEUE_DUE = (
-    "CREATE INDEX IF NOT EXISTS workflow_queue_due ON workflow_queue (namespace, visibility)"
-)
+CREATE_QUEUE_DUE = "CREATE INDEX IF NOT EXISTS workflow_queue_due ON workflow_queue (namespace, visibility)"
 
 MIGRATIONS: tuple[str, ...] = (
     CREATE_SEQ,

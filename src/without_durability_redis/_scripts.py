@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from importlib.resources import files
@@ -23,6 +23,14 @@ Client: TypeAlias = "redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster"
 
 _PRELUDES = {"checkpoint": ("_common", "_checkpoint"), "stream": ("_common", "_stream"),
              "plain": ("_common",)}
+SCRIPTS = {
+    **dict.fromkeys(("claim", "renew", "release", "discard", "record", "supply", "append",
+                     "transact"), "checkpoint"),
+    **dict.fromkeys(("set_schedule", "set_take", "set_wake", "now"), "plain"),
+    **dict.fromkeys(("stream_schedule", "stream_take", "stream_wake", "stream_cancel",
+                     "stream_idle"), "stream"),
+}
+"""Every script by name, with the prelude it is loaded after."""
 EFFECT_MARK = "--[[effect]]"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
@@ -34,9 +42,13 @@ def _file(name: str) -> str:
 
 
 @cache
-def source(name: str, prelude: str) -> str:
-    """The full text of script ``name``: its prelude files, then the script."""
-    return "\n".join([*(_file(p) for p in _PRELUDES[prelude]), _file(name)])
+def script_source(name: str) -> str:
+    """The full text of script ``name`` as sent to the server: its prelude files, then the script
+    (``transact`` still holds the ``--[[effect]]`` mark an effect's source replaces). For tools
+    that run the raw script (a benchmark's ceiling) or break it on purpose (a mutation test)."""
+    if name not in SCRIPTS:
+        raise ValueError(f"no script {name!r}; the scripts are {sorted(SCRIPTS)}")
+    return "\n".join([*(_file(p) for p in _PRELUDES[SCRIPTS[name]]), _file(name)])
 
 
 class Scripts:
@@ -46,9 +58,9 @@ class Scripts:
 
     _CACHE = 256
 
-    def __init__(self, client: Client, prelude: str) -> None:
+    def __init__(self, client: Client, overrides: Mapping[str, str]) -> None:
         self._client = client
-        self._prelude = prelude
+        self._overrides = dict(overrides)
         self._named: dict[str, AsyncScript] = {}
         self._built: OrderedDict[str, AsyncScript] = OrderedDict()
         self._ready = not isinstance(client, redis.asyncio.cluster.RedisCluster)
@@ -67,8 +79,13 @@ class Scripts:
         await self.ready()
         script = self._named.get(name)
         if script is None:
-            script = self._named[name] = self._client.register_script(source(name, self._prelude))
+            body = self.source(name)
+            script = self._named[name] = self._client.register_script(body)
         return await script(keys=list(keys), args=[_arg(a) for a in args])
+
+    def source(self, name: str) -> str:
+        """The text this client runs for script ``name``: an override, or the shipped script."""
+        return self._overrides.get(name) or script_source(name)
 
     async def run_source(self, text: str, keys: Sequence[str], args: Sequence[object]) -> Any:
         """Run the script whose full text is ``text``."""

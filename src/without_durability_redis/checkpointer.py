@@ -8,10 +8,11 @@ them; every time is the server's (``TIME`` inside the script).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from without_durability._values import Entry, Pass, Recorded
 from without_durability.codec import CheckpointCodec, JsonCodec
@@ -34,7 +35,7 @@ from without_durability.rules import (
 )
 
 from ._keys import check_id, check_name, hash_tag
-from ._scripts import EFFECT_MARK, Client, Scripts, boundary, from_micros, source, span, text
+from ._scripts import EFFECT_MARK, Client, Scripts, boundary, from_micros, span, text
 
 _LONGEST = timedelta(days=365 * 100)
 
@@ -86,12 +87,13 @@ class RedisCheckpointer:
     """``Checkpointer[LuaEffect]`` over a Redis server or a Redis Cluster (a ``redis.asyncio``
     client of either kind).
 
-    - Fencing tokens are a hybrid logical clock (the server's microseconds, or one more than the
-      last token when that is higher), so a claim hash that expired and was re-created still mints
-      above every earlier token, as long as the server's clock does not step back by more than
-      ``ttl``.
-    - Each write re-arms a TTL of ``ttl`` on the workflow's hashes (the claim's never runs out
-      before its budget): a finished workflow is swept by Redis. A workflow left untouched for
+    - Fencing tokens are a hybrid logical clock (the server's clock in milliseconds, or one more
+      than the last token when that is higher), so a claim hash that expired and was re-created
+      still mints above every earlier token, as long as the server's clock does not step back by
+      more than ``ttl``. Tokens are 13-digit numbers: exact in a double, in JSON, in Lua.
+    - Each write re-arms a TTL of at least ``ttl`` on the workflow's hashes, and a pass's claim,
+      renewals and writes keep both for its remaining budget plus ``ttl``, so neither runs out
+      under a live pass: a finished workflow is swept by Redis. A workflow left untouched for
       longer than ``ttl`` loses its records, while a wakeup queued elsewhere may survive.
     - Record order lives in each hash field's value, so it survives the hash's conversion from
       listpack to hashtable.
@@ -100,6 +102,10 @@ class RedisCheckpointer:
     - A write is as durable as the server's persistence makes it: with default settings (no AOF
       fsync, asynchronous replication) a write that returned can still be lost in a crash.
     """
+
+    script_overrides: ClassVar[Mapping[str, str]] = {}
+    """Replacement script texts by name (see ``script_source``), for a subclass that breaks a
+    guarantee on purpose so a harness can prove it notices. Empty in the real store."""
 
     def __init__(
         self,
@@ -119,7 +125,7 @@ class RedisCheckpointer:
         self.max_value_bytes = max_value_bytes
         self._ttl_ms = int(ttl.total_seconds() * 1000)
         self._json = bool(getattr(self.codec, "renders_json", False))
-        self._scripts = Scripts(client, "checkpoint")
+        self._scripts = Scripts(client, self.script_overrides)
 
     # -- key names -----------------------------------------------------------------------------
 
@@ -131,6 +137,9 @@ class RedisCheckpointer:
     def claim_key(self, workflow: str) -> str:
         """The key of ``workflow``'s claim hash (token, held, alive, for): for operators, tests."""
         return f"{self.hash_key(workflow)}:claim"
+
+    def _nonces_key(self, workflow: str) -> str:
+        return f"{self.hash_key(workflow)}:nonces"
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -167,17 +176,20 @@ class RedisCheckpointer:
         for name, value in (("alive", alive), ("budget", budget)):
             if value > _LONGEST:
                 raise InvalidInput(f"workflow {workflow!r}: claim {name} {value} is longer than a "
-                                   "century; a pass that may run forever needs no budget")
+                                   "century, the longest the Redis store can count in microseconds "
+                                   "exactly; choose a shorter one")
         reply = await self._run(f"claim {workflow!r}", "claim", [self.claim_key(workflow)],
-                                [span(alive), span(budget), self._ttl_ms])
+                                [span(alive), span(budget), self._ttl_ms, uuid.uuid4().hex])
         if text(reply[0]) == "contended":
             raise Contended(workflow)
         return Pass(workflow, int(text(reply[1])))
 
     async def renew(self, pass_: Pass) -> None:
         """See ``Checkpointer.renew``."""
-        reply = await self._run(f"renew {pass_.workflow!r}", "renew",
-                                [self.claim_key(pass_.workflow)], [pass_.token, self._ttl_ms])
+        workflow = pass_.workflow
+        reply = await self._run(f"renew {workflow!r}", "renew",
+                                [self.claim_key(workflow), self.hash_key(workflow)],
+                                [pass_.token, self._ttl_ms])
         if text(reply[0]) == "fenced":
             raise Fenced(pass_.workflow, pass_.token)
 
@@ -189,7 +201,8 @@ class RedisCheckpointer:
     async def discard(self, workflow: str) -> None:
         """See ``Checkpointer.discard``."""
         await self._run(f"discard {workflow!r}", "discard",
-                        [self.hash_key(workflow), self.claim_key(workflow)], [self._ttl_ms])
+                        [self.hash_key(workflow), self.claim_key(workflow),
+                         self._nonces_key(workflow)], [self._ttl_ms])
 
     # -- records -------------------------------------------------------------------------------
 
@@ -220,8 +233,10 @@ class RedisCheckpointer:
         it landed, which is also its load position."""
         check_id(workflow)
         encoded = self._encode(workflow, INBOX_PREFIX, value)
-        reply = await self._run(f"append to {workflow!r}", "append", [self.hash_key(workflow)],
-                                [encoded, INBOX_PREFIX, INBOX_DIGITS, self._ttl_ms])
+        reply = await self._run(f"append to {workflow!r}", "append",
+                                [self.hash_key(workflow), self._nonces_key(workflow)],
+                                [encoded, INBOX_PREFIX, INBOX_DIGITS, self._ttl_ms,
+                                 uuid.uuid4().hex])
         return text(reply)
 
     async def _rows(self, workflow: str) -> list[tuple[int, str, int, str]]:
@@ -255,7 +270,7 @@ class RedisCheckpointer:
         if not isinstance(effect.source, str) or not effect.source.strip():
             raise InvalidInput(f"workflow {workflow!r}, key {key!r}: LuaEffect source must be "
                                "non-empty Lua text")
-        own = {self.hash_key(workflow), self.claim_key(workflow)}
+        own = {self.hash_key(workflow), self.claim_key(workflow), self._nonces_key(workflow)}
         for effect_key in effect.keys:
             if not isinstance(effect_key, str) or not effect_key:
                 raise InvalidKey(f"workflow {workflow!r}, key {key!r}: LuaEffect keys must be "
@@ -282,10 +297,11 @@ class RedisCheckpointer:
         check_id(workflow)
         check_key(workflow, key)
         self._check_effect(workflow, key, effect)
-        script = source("transact", "checkpoint").replace(EFFECT_MARK, effect.source, 1)
-        keys = [self.hash_key(workflow), self.claim_key(workflow), *effect.keys]
+        script = self._scripts.source("transact").replace(EFFECT_MARK, effect.source, 1)
+        keys = [self.hash_key(workflow), self.claim_key(workflow), self._nonces_key(workflow),
+                *effect.keys]
         args = [pass_.token, key, self.max_value_bytes, self._ttl_ms, "1" if self._json else "0",
-                *effect.args]
+                uuid.uuid4().hex, *effect.args]
         with boundary(self.client, f"transact {workflow!r}/{key!r}"):
             try:
                 reply = await self._scripts.run_source(script, keys, args)

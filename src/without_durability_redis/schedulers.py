@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from without_durability._values import Delivery
 from without_durability.errors import InvalidInput
@@ -33,13 +34,15 @@ class _StreamReceipt:
 
 
 class _Base:
-    _prelude = "plain"
+    script_overrides: ClassVar[Mapping[str, str]] = {}
+    """Replacement script texts by name (see ``script_source``), for a subclass that breaks a
+    guarantee on purpose so a harness can prove it notices. Empty in the real schedulers."""
 
     def __init__(self, client: Client, *, namespace: str, prefix: str) -> None:
         self.client = client
         self.namespace = check_name("namespace", namespace)
         self.prefix = check_name("prefix", prefix, allow_empty=True)
-        self._scripts = Scripts(client, self._prelude)
+        self._scripts = Scripts(client, self.script_overrides)
         self._clock_key = f"{prefix}clock:{{{namespace}}}"
 
     async def _run(self, what: str, name: str, keys: list[str], args: list[object]) -> Any:
@@ -117,8 +120,6 @@ class RedisStreamScheduler(_Base):
     ``consumer`` names this scheduler's pending list (default: host and process id).
     """
 
-    _prelude = "stream"
-
     def __init__(
         self,
         client: Client,
@@ -138,6 +139,7 @@ class RedisStreamScheduler(_Base):
         self.wake_batch = wake_batch
         self._keys = [self.stream_key, self.timers_key, self.entries_key]
         self._clock_key = self.stream_key
+        self._idle: tuple[str, str] | None = None
 
     async def schedule(self, workflow: str, at: datetime | None = None) -> None:
         """See ``Scheduler.schedule``."""
@@ -151,9 +153,33 @@ class RedisStreamScheduler(_Base):
         check_visibility(visibility)
         reply = await self._run("take", "stream_take", self._keys,
                                 [span(visibility), self.consumer, self.wake_batch])
-        if reply is None:
+        if text(reply[0]) == "":
+            self._idle = (text(reply[1]), text(reply[2]))
             return None
         return Delivery(text(reply[0]), _StreamReceipt(text(reply[1]), int(text(reply[2]))))
+
+    async def wait(self, at_most: timedelta) -> None:
+        """Block until there may be work, instead of sleeping out a poll interval: until an entry
+        joins the stream after this scheduler's last empty ``take``, the earliest timer falls due,
+        or ``at_most`` passes, whichever is first. It may return early (and ``take`` then finds
+        nothing), never later than ``at_most``. Without an empty ``take`` before it, an entry that
+        arrived in between is noticed only by the next one."""
+        if not isinstance(at_most, timedelta) or at_most <= timedelta(0):
+            raise InvalidInput(f"wait at_most must be a positive timedelta, got {at_most!r}")
+        idle, self._idle = self._idle, None
+        if idle is None:
+            reply = await self._run("wait", "stream_idle", self._keys, [])
+            idle = (text(reply[1]), text(reply[2]))
+        after, next_timer = idle
+        block = span(at_most) // 1000
+        if next_timer:
+            until_due = (int(float(next_timer)) - micros(await self.now())) // 1000
+            block = min(block, until_due)
+        if block <= 0:
+            return  # a timer is due already: take moves it
+        with boundary(self.client, "wait"):
+            await self._scripts.ready()
+            await self.client.xread({self.stream_key: after}, count=1, block=max(1, block))
 
     async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
         """See ``Scheduler.wake_at``."""

@@ -8,7 +8,7 @@ cleans up after it. The suite is written once against this shape and run against
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -123,6 +123,15 @@ class StoreFactory:
     server: Callable[[], AbstractContextManager[Any]] = nullcontext
     unavailable: Callable[[], str | None] = lambda: None
     description: str = ""
+    kind: str = ""
+    """The store this factory is an instance of, for ``@pytest.mark.wd_store(...)`` filters; empty
+    means the factory's own name. A mutant of ``postgres`` has kind ``postgres``, so the Postgres
+    store's own tests run against it too."""
+
+    @property
+    def store_kind(self) -> str:
+        """``kind`` if set, else ``name``."""
+        return self.kind or self.name
 
 
 _REGISTRY: dict[str, StoreFactory] = {}
@@ -140,11 +149,3 @@ def registered() -> dict[str, StoreFactory]:
     from . import stores  # noqa: F401 - registers the built-in stores
 
     return dict(_REGISTRY)
-
-
-def iter_names() -> Iterator[str]:
-    """Registered names in registration order."""
-    yield from registered()
-
-
-AsyncCM = Callable[[Any], AsyncIterator[StoreUnderTest[Any]]]

@@ -35,7 +35,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "wd_store(names): limit a test to the named stores")
+    config.addinivalue_line(
+        "markers", "wd_store(names): limit a test to the named stores (and factories of their kind)"
+    )
     names: list[str] = [n for opt in config.getoption("--wd-store") or [] for n in opt.split(",")]
     factories = registered()
     if "all" in names:  # every registered store, each required to run
@@ -86,22 +88,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         allowed = set(
             marker.args[0] if marker.args and isinstance(marker.args[0], (list, tuple)) else marker.args
         )
-        names = [n for n in names if n in allowed]
+        factories = registered()
+        names = [n for n in names if factories[n].store_kind in allowed]
     metafunc.parametrize("_wd_store_name", names, ids=names, indirect=False)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Coroutine tests that take a store run on asyncio, whatever the project's asyncio mode."""
-    import inspect
-
-    for item in items:
-        fn = getattr(item, "function", None)
-        if (
-            fn is not None
-            and inspect.iscoroutinefunction(fn)
-            and "wd_store" in getattr(item, "fixturenames", ())
-        ):
-            item.add_marker(pytest.mark.asyncio)
 
 
 class _Servers:
@@ -109,19 +98,22 @@ class _Servers:
 
     def __init__(self) -> None:
         self.stack = contextlib.ExitStack()
-        self.started: dict[str, Any] = {}
-        self.failed: dict[str, BaseException] = {}
+        self.started: dict[object, Any] = {}
+        self.failed: dict[object, BaseException] = {}
 
     def get(self, factory: StoreFactory) -> Any:
-        if factory.name in self.failed:
-            raise self.failed[factory.name]
-        if factory.name not in self.started:
+        # Keyed by the server recipe, so factories that share one (a store and its mutants) share
+        # one server.
+        key = factory.server
+        if key in self.failed:
+            raise self.failed[key]
+        if key not in self.started:
             try:
-                self.started[factory.name] = self.stack.enter_context(factory.server())
+                self.started[key] = self.stack.enter_context(factory.server())
             except Exception as exc:
-                self.failed[factory.name] = exc
+                self.failed[key] = exc
                 raise
-        return self.started[factory.name]
+        return self.started[key]
 
 
 @pytest.fixture(scope="session")

@@ -9,34 +9,48 @@
 -- else has to expire in step with it. The position is HLEN at insertion: nothing removes a single
 -- field, so it only grows, and an append names its key from the same number.
 
--- The next fencing token: a hybrid logical clock. At least the server's clock, so a claim hash that
--- expired and was re-created still mints above every token issued before it; and at least one past
--- the last token, so two claims in one microsecond (or a clock stepping back) still increase.
+-- The next fencing token: a hybrid logical clock. At least the server's clock in milliseconds, so a
+-- claim hash that expired and was re-created still mints above every token issued before it; and at
+-- least one past the last token, so two claims in one millisecond (or a clock stepping back) still
+-- increase. Milliseconds keep a token within 13 digits, exact in any double and in cjson's output.
 local function mint(previous, now)
+  local clock = math.floor(now / 1000)
   local last = tonumber(previous)
-  if last ~= nil and last >= now then
+  if last ~= nil and last >= clock then
     return last + 1
   end
-  return now
+  return clock
 end
 
--- Re-arm the claim's TTL: never shorter than the budget still to run, so a live claim cannot
--- expire and be re-created under a pass that still holds it.
+-- Re-arm a TTL: the key lives at least ms more from now. Never shortens one (a pass's long budget
+-- may have armed it further out than a later supply would).
+local function extend(key, ms)
+  local left = redis.call('PTTL', key)
+  if left ~= -2 and left < ms then
+    redis.call('PEXPIRE', key, int(ms))
+  end
+end
+
+-- Re-arm the claim's TTL to the budget still to run plus the TTL, so a live claim never expires
+-- and is re-created under a pass that still holds it. Returns that span, in milliseconds.
 local function arm_claim(claim, held, now, ttl_ms)
   local left_ms = math.ceil((held - now) / 1000)
   if left_ms < 0 then
     left_ms = 0
   end
-  redis.call('PEXPIRE', claim, int(tonumber(ttl_ms) + left_ms))
+  local ms = tonumber(ttl_ms) + left_ms
+  extend(claim, ms)
+  return ms
 end
 
--- A sign of life from the holder: liveness becomes min(now + window, budget).
-local function renew(claim, now, ttl_ms)
+-- A sign of life from the holder: liveness becomes min(now + window, budget). The records hash is
+-- kept at least as long as the claim, so a pass never outlives the records it resumed from.
+local function renew(claim, records, now, ttl_ms)
   local v = redis.call('HMGET', claim, 'held', 'for')
   local held = tonumber(v[1])
   local alive = math.min(now + tonumber(v[2]), held)
   redis.call('HSET', claim, 'alive', int(alive))
-  arm_claim(claim, held, now, ttl_ms)
+  extend(records, arm_claim(claim, held, now, ttl_ms))
 end
 
 local function encoding_of(stored)
@@ -54,7 +68,7 @@ local function put(records, key, encoded, now, ttl_ms)
     local position = redis.call('HLEN', records)
     redis.call('HSET', records, key, int(position) .. ':' .. int(now) .. ':' .. encoded)
   end
-  redis.call('PEXPIRE', records, ttl_ms)
+  extend(records, tonumber(ttl_ms))
   if not stored then
     return {1}
   end

@@ -26,6 +26,14 @@ local function drop_entry(workflow)
   end
 end
 
+-- Where a reader that found nothing should wait from: {'', the newest entry's id (every entry there
+-- now is already handed out, so anything after it is new work), the next timer or ''}.
+local function nothing_ready()
+  local newest = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+  local next_timer = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  return {'', newest[1] and newest[1][1] or '0-0', next_timer[2] or ''}
+end
+
 -- Make a workflow ready now: its timer goes, any older entry goes, a fresh entry joins the stream.
 local function make_ready(workflow)
   ensure_group(KEYS[1])

@@ -3,9 +3,10 @@
 -- workflow is claimable at once with a token above the discarded pass's.
 -- KEYS[1] the workflow's records hash
 -- KEYS[2] the workflow's claim hash
+-- KEYS[3] the workflow's nonces (see append.lua)
 -- ARGV[1] TTL of the claim hash, milliseconds
 -- Returns 1.
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[3])
 local v = redis.call('HMGET', KEYS[2], 'token', 'held', 'alive')
 if v[1] then
   local now = now_us()

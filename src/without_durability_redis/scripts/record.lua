@@ -13,6 +13,6 @@ if redis.call('HGET', KEYS[2], 'token') ~= ARGV[1] then
   return {'fenced'}
 end
 local now = now_us()
-renew(KEYS[2], now, ARGV[4])
 local r = put(KEYS[1], ARGV[2], ARGV[3], now, ARGV[4])
+renew(KEYS[2], KEYS[1], now, ARGV[4])
 return {'ok', r[1], r[2]}

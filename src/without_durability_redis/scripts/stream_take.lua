@@ -6,7 +6,8 @@
 -- ARGV[1] visibility, microseconds
 -- ARGV[2] the consumer name (whose pending list the delivery joins)
 -- ARGV[3] how many due timers to move at most
--- Returns {workflow, entry id, timer} (the receipt is the id and the timer), or nil.
+-- Returns {workflow, entry id, timer} (the receipt is the id and the timer), or, when nothing is
+-- ready, {'', the id to wait after, the next timer or ''} (see nothing_ready in _stream.lua).
 local now = now_us()
 ensure_group(KEYS[1])
 local due = redis.call('ZRANGE', KEYS[2], '-inf', int(now), 'BYSCORE', 'LIMIT', 0,
@@ -17,7 +18,7 @@ end
 while true do
   local read = redis.call('XREADGROUP', 'GROUP', GROUP, ARGV[2], 'COUNT', 1, 'STREAMS', KEYS[1], '>')
   if not read then
-    return false
+    return nothing_ready()
   end
   local id = read[1][2][1][1]
   local workflow = read[1][2][1][2][2]

@@ -100,7 +100,10 @@ async def fresh_schema(
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
         await admin.execute(f'CREATE SCHEMA "{schema}"')  # a name generated here
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-        url, min_size=min_size, max_size=max(min_size, max_size), open=False,
+        url,
+        min_size=min_size,
+        max_size=max(min_size, max_size),
+        open=False,
         kwargs={"options": f"-c search_path={schema}"},
     )
     try:
@@ -123,14 +126,20 @@ async def open_postgres(server: servers.Server) -> AsyncIterator[StoreUnderTest[
             await conn.execute(CREATE_LEDGER)
         durable = PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool=pool))
         yield StoreUnderTest(
-            "postgres", durable, RealTestClock(), postgres_effects(pool),
+            "postgres",
+            durable,
+            RealTestClock(),
+            postgres_effects(pool),
             extra={"pool": pool, "schema": schema, "url": server.url, "server": server},
         )
 
 
 POSTGRES = register(
     StoreFactory(
-        "postgres", open_postgres, server=lambda: servers.provide("postgres"),
-        unavailable=unavailable, description="PostgreSQL via psycopg 3 (a real server)",
+        "postgres",
+        open_postgres,
+        server=lambda: servers.provide("postgres"),
+        unavailable=unavailable,
+        description="PostgreSQL via psycopg 3 (a real server)",
     )
 )

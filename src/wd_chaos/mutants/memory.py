@@ -1,0 +1,63 @@
+"""Mutants of the Memory store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from without_durability._values import Recorded
+from without_durability.memory import MemoryCheckpointer, _Stored
+
+from . import Mutant, swap
+
+
+class SkipsCodec(MemoryCheckpointer):
+    """Holds values as given instead of their encodings, so a tuple comes back a tuple in tests and
+    a list in production: the double lies."""
+
+    def _put(self, workflow: str, key: str, encoded: Any) -> Recorded:
+        value = self.codec.decode(encoded)
+        if isinstance(value, list):  # what the caller handed in before encoding, near enough
+            value = tuple(value)
+        records = self._records.setdefault(workflow, {})
+        stored = records.setdefault(key, _Stored(value, self._now()))
+        return Recorded(stored.encoded, stored.encoded == value)
+
+    async def load(self, workflow: str) -> dict[str, object]:
+        return {k: s.encoded for k, s in self._records.get(workflow, {}).items()}
+
+
+class WonByDecodedValue(MemoryCheckpointer):
+    """Works out ``won`` by comparing decoded values, as a caller would: a tuple that won outright is
+    reported lost, because it decodes as a list."""
+
+    def _put(self, workflow: str, key: str, encoded: Any) -> Recorded:
+        got = super()._put(workflow, key, encoded)
+        return Recorded(got.value, got.value == self._offered)
+
+    async def record(self, pass_: Any, key: str, value: object) -> Recorded:
+        self._offered = value
+        return await super().record(pass_, key, value)
+
+    async def supply(self, workflow: str, key: str, value: object) -> Recorded:
+        self._offered = value
+        return await super().supply(workflow, key, value)
+
+
+MUTANTS = [
+    Mutant(
+        "memory-skips-codec",
+        "memory",
+        "codec",
+        "the Memory store keeps values by identity instead of through its codec",
+        ("test_first_writer_wins_with_won_from_encodings", "test_store_agrees_with_memory_model"),
+        swap("checkpointer", SkipsCodec),
+    ),
+    Mutant(
+        "memory-won-by-decoded-value",
+        "memory",
+        "first-writer-wins",
+        "record reports won by comparing decoded values, so a tuple that won reads as lost",
+        ("test_first_writer_wins_with_won_from_encodings",),
+        swap("checkpointer", WonByDecodedValue),
+    ),
+]

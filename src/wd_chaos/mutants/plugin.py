@@ -1,0 +1,42 @@
+"""A pytest plugin registering every mutant as a store for the conformance suite (``-p
+wd_chaos.mutants.plugin``). Mutant factories share their real store's server and open a fresh real
+store, then apply the mutant's ``wrap``. ``WD_MUTANT_MODULES`` (comma-separated) adds catalogues."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from without_durability.testing.harness import StoreFactory, StoreUnderTest, register, registered
+
+from . import Mutant, catalogue
+
+
+def mutant_factory(mutant: Mutant, base: StoreFactory) -> StoreFactory:
+    """The conformance factory for ``mutant``, derived from its real store's ``base`` factory."""
+
+    @asynccontextmanager
+    async def open_mutant(server: Any) -> AsyncIterator[StoreUnderTest[Any]]:
+        async with base.open(server) as sut:
+            sut.durable = mutant.wrap(sut.durable)
+            sut.name = mutant.name
+            yield sut
+
+    return StoreFactory(
+        mutant.name, open_mutant, base.server, base.unavailable, mutant.description, base.store_kind
+    )
+
+
+def register_all() -> list[Mutant]:
+    """Register a factory for every mutant whose real store is registered; return those mutants."""
+    stores = registered()
+    extra = [m for m in os.environ.get("WD_MUTANT_MODULES", "").split(",") if m]
+    mutants = [m for m in catalogue(extra) if m.store in stores]
+    for mutant in mutants:
+        register(mutant_factory(mutant, stores[mutant.store]))
+    return mutants
+
+
+register_all()

@@ -1,0 +1,289 @@
+"""Mutants of the Postgres store: each a subclass with one statement (or one transaction) changed.
+
+The store reads its SQL from class attributes, so most mutants here are a single overridden
+statement, written out in full so the difference from the real one can be read side by side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from without_durability._values import Pass, Recorded
+from without_durability.errors import Fenced
+from without_durability.rules import INBOX_DIGITS, INBOX_PREFIX
+from without_durability_postgres import PostgresCheckpointer, PostgresScheduler
+from without_durability_postgres._boundary import connect
+from without_durability_postgres.checkpointer import PostgresEffect
+
+from . import Mutant, swap
+
+PG_TESTS = "tests/test_postgres.py"
+
+
+class RecordWithoutRowLock(PostgresCheckpointer):
+    """record reads the fence with a plain SELECT from its snapshot, so a claim committing while
+    the statement runs goes unseen and the superseded pass's write lands. (It still renews, in a
+    statement of its own after the write, so only the lock is missing.)"""
+
+    RECORD = """
+WITH fence AS (
+    SELECT workflow FROM workflow_claim WHERE workflow = %(workflow)s AND token = %(token)s
+)
+INSERT INTO workflow_checkpoint AS cp (workflow, key, value)
+SELECT fence.workflow, %(key)s, %(value)s::jsonb FROM fence
+ON CONFLICT (workflow, key) DO UPDATE SET value = cp.value
+RETURNING cp.value::text, cp.value::text = %(value)s::jsonb::text
+"""
+
+    async def record(self, pass_: Pass, key: str, value: object) -> Recorded:
+        got = await super().record(pass_, key, value)
+        with contextlib.suppress(Fenced):
+            await self.renew(pass_)
+        return got
+
+
+class RecordWithoutFence(PostgresCheckpointer):
+    """record writes without looking at the token at all (and renews nobody)."""
+
+    RECORD = """
+INSERT INTO workflow_checkpoint AS cp (workflow, key, value)
+VALUES (%(workflow)s, %(key)s, %(value)s::jsonb)
+ON CONFLICT (workflow, key) DO UPDATE SET value = cp.value
+RETURNING cp.value::text, cp.value::text = %(value)s::jsonb::text
+"""
+
+
+class ClaimWithoutLivenessWhere(PostgresCheckpointer):
+    """The claim upsert's DO UPDATE has no WHERE, so a live claim is taken over."""
+
+    CLAIM = """
+INSERT INTO workflow_claim AS held (workflow, token, held_until, alive_until, alive_for)
+VALUES (
+    %(workflow)s, 1,
+    now() + %(budget)s, LEAST(now() + %(alive)s, now() + %(budget)s), %(alive)s
+)
+ON CONFLICT (workflow) DO UPDATE
+    SET token = held.token + 1,
+        held_until = now() + %(budget)s,
+        alive_until = LEAST(now() + %(alive)s, now() + %(budget)s),
+        alive_for = %(alive)s
+RETURNING token
+"""
+
+
+class RefusedWriteRenews(PostgresCheckpointer):
+    """record's fence renews the claim by workflow and checks the token only afterwards, so a
+    superseded pass's refused write keeps the holder alive."""
+
+    RECORD = """
+WITH fence AS (
+    UPDATE workflow_claim
+       SET alive_until = LEAST(now() + alive_for, held_until)
+     WHERE workflow = %(workflow)s
+    RETURNING workflow, token
+)
+INSERT INTO workflow_checkpoint AS cp (workflow, key, value)
+SELECT fence.workflow, %(key)s, %(value)s::jsonb FROM fence WHERE fence.token = %(token)s
+ON CONFLICT (workflow, key) DO UPDATE SET value = cp.value
+RETURNING cp.value::text, cp.value::text = %(value)s::jsonb::text
+"""
+
+
+class AppendFromHighestSeq(PostgresCheckpointer):
+    """append names its key from the highest seq already in the table instead of the sequence:
+    two concurrent appends read the same maximum, and the loser's message vanishes into
+    first-writer-wins without an error."""
+
+    APPEND = f"""
+WITH top AS (SELECT COALESCE(max(seq), 0) + 1 AS n FROM workflow_checkpoint)
+INSERT INTO workflow_checkpoint AS cp (workflow, key, value, seq)
+SELECT %(workflow)s, '{INBOX_PREFIX}' || lpad(top.n::text, {INBOX_DIGITS}, '0'),
+       %(value)s::jsonb, nextval('workflow_seq')
+  FROM top
+ON CONFLICT (workflow, key) DO UPDATE SET value = cp.value
+RETURNING key
+"""
+
+
+class AppendTwoCounters(PostgresCheckpointer):
+    """append draws the key and the seq as two numbers, so concurrent appends can take them in
+    opposite orders and key order stops matching load order. (A short random pause between the
+    draws widens the race the way a busy server would.)"""
+
+    APPEND = f"""
+WITH k AS (SELECT nextval('workflow_seq') AS n),
+     pause AS (SELECT pg_sleep(random() * 0.02) FROM k)
+INSERT INTO workflow_checkpoint (workflow, key, value)
+SELECT %(workflow)s, '{INBOX_PREFIX}' || lpad(k.n::text, {INBOX_DIGITS}, '0'), %(value)s::jsonb
+  FROM k, pause
+RETURNING key
+"""
+
+
+class StampsLosingWrites(PostgresCheckpointer):
+    """A losing record or supply keeps the winner's value but moves written_at to now."""
+
+    RECORD = PostgresCheckpointer.RECORD.replace(
+        "DO UPDATE SET value = cp.value", "DO UPDATE SET value = cp.value, written_at = clock_timestamp()"
+    )
+    SUPPLY = PostgresCheckpointer.SUPPLY.replace(
+        "DO UPDATE SET value = cp.value", "DO UPDATE SET value = cp.value, written_at = clock_timestamp()"
+    )
+
+
+class StampsTransactAtItsStart(PostgresCheckpointer):
+    """transact's record is stamped with now(), the transaction's start, so a slow effect's record
+    claims to have landed before its effect ran."""
+
+    TRANSACT_PUT = """
+INSERT INTO workflow_checkpoint (workflow, key, value, written_at)
+VALUES (%(workflow)s, %(key)s, %(value)s::jsonb, now())
+ON CONFLICT (workflow, key) DO NOTHING
+RETURNING value::text
+"""
+
+
+class DiscardDeletesClaim(PostgresCheckpointer):
+    """discard deletes the claim row instead of raising the token: the next claim mints token 1
+    again and a pass in flight outranks it."""
+
+    RAISE_FENCE = "DELETE FROM workflow_claim WHERE workflow = %(workflow)s"
+
+
+class TransactCommitsSeparately(PostgresCheckpointer):
+    """transact commits the effect in a transaction of its own, then records: a pass superseded
+    meanwhile keeps its effect, as does one whose record fails."""
+
+    async def transact(self, pass_: Pass, key: str, effect: PostgresEffect) -> Recorded:
+        params: dict[str, Any] = {"workflow": pass_.workflow, "key": key, "token": pass_.token}
+        async with connect(self.pool, "mutant transact", pass_.workflow, key) as conn:
+            row = await (await conn.execute(self.LOOKUP, params)).fetchone()
+            if row is not None:
+                return Recorded(self.codec.decode(row[0]), False)
+            row = await (await conn.execute(self.PEEK_FENCE, params)).fetchone()
+            if row is None or int(row[0]) != pass_.token:
+                raise Fenced(pass_.workflow, pass_.token)
+            async with conn.cursor() as cursor:
+                result = await effect(cursor)
+        return await self.record(pass_, key, result)
+
+
+class TakeWithoutLock(PostgresScheduler):
+    """take picks the next row with a plain SELECT (no FOR UPDATE SKIP LOCKED): two takers read the
+    same row, and the second's UPDATE, re-checked after the first commits, still matches it."""
+
+    TAKE = """
+WITH next AS (
+    SELECT workflow FROM workflow_queue
+     WHERE namespace = %(namespace)s AND visibility <= now()
+     ORDER BY visibility, workflow
+     LIMIT 1
+)
+UPDATE workflow_queue AS q
+   SET visibility = now() + %(visibility)s
+  FROM next
+ WHERE q.namespace = %(namespace)s AND q.workflow = next.workflow
+RETURNING q.workflow, q.visibility
+"""
+
+
+MUTANTS = [
+    Mutant(
+        "postgres-record-without-row-lock",
+        "postgres",
+        "fencing",
+        "record reads the fence from its snapshot without locking the claim row",
+        (f"{PG_TESTS}::test_claim_committing_mid_record_refuses_the_stale_record",),
+        swap("checkpointer", RecordWithoutRowLock),
+    ),
+    Mutant(
+        "postgres-record-without-fence",
+        "postgres",
+        "fencing",
+        "record ignores the token: a superseded pass's writes land",
+        ("test_superseded_record_is_fenced_and_writes_nothing", "chaos:lease-stall:fencing"),
+        swap("checkpointer", RecordWithoutFence),
+    ),
+    Mutant(
+        "postgres-claim-without-liveness-where",
+        "postgres",
+        "exclusive-claim",
+        "the claim upsert's DO UPDATE has no liveness WHERE",
+        ("test_claim_live_is_contended", "test_exactly_one_of_concurrent_claims_wins"),
+        swap("checkpointer", ClaimWithoutLivenessWhere),
+    ),
+    Mutant(
+        "postgres-refused-write-renews",
+        "postgres",
+        "refused-write-renews-nobody",
+        "record's fence renews by workflow before it checks the token",
+        ("test_refused_write_renews_nobody",),
+        swap("checkpointer", RefusedWriteRenews),
+    ),
+    Mutant(
+        "postgres-append-from-highest-seq",
+        "postgres",
+        "append-loses-nothing",
+        "append names its key from the highest existing seq instead of the sequence",
+        (
+            "test_concurrent_appends_lose_nothing_and_agree_with_load",
+            f"{PG_TESTS}::test_sixteen_parallel_appends_lose_nothing_and_sort_in_load_order",
+        ),
+        swap("checkpointer", AppendFromHighestSeq),
+    ),
+    Mutant(
+        "postgres-append-two-counters",
+        "postgres",
+        "append-order",
+        "append draws the key and the seq as two different numbers",
+        (
+            "test_concurrent_appends_lose_nothing_and_agree_with_load",
+            f"{PG_TESTS}::test_sixteen_parallel_appends_lose_nothing_and_sort_in_load_order",
+        ),
+        swap("checkpointer", AppendTwoCounters),
+    ),
+    Mutant(
+        "postgres-written-at-moves",
+        "postgres",
+        "history-stamps-winner",
+        "a losing write moves the record's written_at",
+        ("test_history_stamps_the_winning_write_only",),
+        swap("checkpointer", StampsLosingWrites),
+    ),
+    Mutant(
+        "postgres-transact-stamped-at-start",
+        "postgres",
+        "history-stamps-winner",
+        "transact stamps its record with now() (transaction start), not when it landed",
+        (f"{PG_TESTS}::test_slow_transact_renews_and_stamps_with_the_commit_time",),
+        swap("checkpointer", StampsTransactAtItsStart),
+    ),
+    Mutant(
+        "postgres-discard-deletes-claim",
+        "postgres",
+        "discard-raises-fence",
+        "discard deletes the claim row instead of raising the token",
+        (
+            "test_discard_raises_the_fence_and_leaves_the_id_claimable",
+            "test_tokens_strictly_increase_across_discards",
+        ),
+        swap("checkpointer", DiscardDeletesClaim),
+    ),
+    Mutant(
+        "postgres-transact-commits-separately",
+        "postgres",
+        "exactly-once-transact",
+        "transact commits the effect and the record separately",
+        ("test_transact_superseded_mid_effect_rolls_back", "test_transact_whose_effect_fails_rolls_back"),
+        swap("checkpointer", TransactCommitsSeparately),
+    ),
+    Mutant(
+        "postgres-take-without-lock",
+        "postgres",
+        "take-exclusive",
+        "take can hand one delivery to two takers (no FOR UPDATE SKIP LOCKED)",
+        ("test_concurrent_takes_never_share_a_delivery",),
+        swap("scheduler", TakeWithoutLock),
+    ),
+]

@@ -1,0 +1,196 @@
+"""Mutants of the SQLite store: each a subclass whose one statement (or one step) drops a guarantee."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime
+
+from without_durability import sqlite as store
+from without_durability._values import Delivery, Pass, Recorded
+from without_durability.errors import Contended
+from without_durability.sqlite import SqliteCheckpointer, SqliteEffect, SqliteScheduler
+
+from . import Mutant, swap
+
+
+class RenewPastBudget(SqliteCheckpointer):
+    """renew sets liveness to now + alive, without the min() that holds it under the budget."""
+
+    async def renew(self, pass_: Pass) -> None:
+        def job(cur: sqlite3.Cursor) -> None:
+            row = cur.execute(
+                "UPDATE claim SET alive_until = :now + alive_for"
+                " WHERE workflow = :workflow AND token = :token RETURNING token",
+                {"workflow": pass_.workflow, "token": pass_.token, "now": self._now()},
+            ).fetchone()
+            store._fenced_unless(row, pass_)
+
+        await self.conn.write(job)
+
+
+class RefusedWriteRenews(SqliteCheckpointer):
+    """record renews the claim by workflow before it checks the token, so a superseded pass's stray
+    write keeps the holder's claim alive."""
+
+    async def record(self, pass_: Pass, key: str, value: object) -> Recorded:
+        def job(cur: sqlite3.Cursor) -> None:
+            cur.execute(
+                "UPDATE claim SET alive_until = min(:now + alive_for, held_until) WHERE workflow = :workflow",
+                {"workflow": pass_.workflow, "now": self._now()},
+            )
+
+        await self.conn.write(job)
+        return await super().record(pass_, key, value)
+
+
+class SupplyGatedOnClaim(SqliteCheckpointer):
+    """supply refuses (Contended) while a live pass holds the workflow."""
+
+    async def supply(self, workflow: str, key: str, value: object) -> Recorded:
+        def job(cur: sqlite3.Cursor) -> bool:
+            row = cur.execute(
+                "SELECT 1 FROM claim WHERE workflow = :w AND alive_until > :now",
+                {"w": workflow, "now": self._now()},
+            ).fetchone()
+            return row is not None
+
+        if await self.conn.read(job):
+            raise Contended(workflow)
+        return await super().supply(workflow, key, value)
+
+
+class StampsLosingWrites(SqliteCheckpointer):
+    """A losing write keeps the winner's value but moves written_at to its own time."""
+
+    def _put(self, cur: sqlite3.Cursor, workflow: str, key: str, encoded: str, now: int) -> Recorded:
+        got = super()._put(cur, workflow, key, encoded, now)
+        cur.execute(
+            "UPDATE checkpoint SET written_at = :now WHERE workflow = :workflow AND key = :key",
+            {"workflow": workflow, "key": key, "now": now},
+        )
+        return got
+
+
+class DiscardDeletesClaim(SqliteCheckpointer):
+    """discard deletes the claim row instead of raising its token, so the next claim mints token 1
+    again and a pass in flight outranks it."""
+
+    async def discard(self, workflow: str) -> None:
+        def job(cur: sqlite3.Cursor) -> None:
+            cur.execute(store.DISCARD_RECORDS, {"workflow": workflow})
+            cur.execute("DELETE FROM claim WHERE workflow = :workflow", {"workflow": workflow})
+
+        await self.conn.write(job)
+
+
+class TransactCommitsSeparately(SqliteCheckpointer):
+    """transact commits the effect in one transaction and records in another, so an effect whose
+    pass was superseded (or whose record failed) is kept."""
+
+    async def transact(self, pass_: Pass, key: str, effect: SqliteEffect) -> Recorded:
+        names = {"workflow": pass_.workflow, "key": key, "token": pass_.token}
+
+        def perform(cur: sqlite3.Cursor) -> object:
+            stored = cur.execute(store.STORED, names).fetchone()
+            if stored is not None:
+                return Recorded(self.codec.decode(stored[0]), False)
+            store._fenced_unless(cur.execute(store.FENCE_HOLDS, names).fetchone(), pass_)
+            try:
+                return ("done", effect(cur))
+            except Exception as exc:
+                return ("raised", exc)
+
+        outcome = await self.conn.write(perform)  # commits the effect on its own
+        if isinstance(outcome, Recorded):
+            return outcome
+        assert isinstance(outcome, tuple)
+        if outcome[0] == "raised":
+            raise outcome[1]
+        return await self.record(pass_, key, outcome[1])
+
+
+class WakeReinstatesCancelled(SqliteScheduler):
+    """wake_at writes its time whether or not the delivery is still queued, so a workflow cancelled
+    while its pass ran comes back."""
+
+    async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
+        params = {
+            "namespace": self.namespace,
+            "workflow": delivery.workflow,
+            "at": None if at is None else store._micros(at),
+        }
+
+        def job(cur: sqlite3.Cursor) -> None:
+            if at is None:
+                cur.execute(store.CANCEL, params)
+            else:
+                cur.execute(
+                    "INSERT INTO queue (namespace, workflow, visibility) VALUES (:namespace, :workflow, :at)"
+                    " ON CONFLICT (namespace, workflow) DO UPDATE SET visibility = excluded.visibility",
+                    params,
+                )
+
+        await self.conn.write(job)
+
+
+MUTANTS = [
+    Mutant(
+        "sqlite-renew-past-budget",
+        "sqlite",
+        "budget",
+        "renew carries liveness past the budget",
+        ("test_renew_never_passes_the_budget",),
+        swap("checkpointer", RenewPastBudget),
+    ),
+    Mutant(
+        "sqlite-refused-write-renews",
+        "sqlite",
+        "refused-write-renews-nobody",
+        "a fenced record still renews the holder's claim",
+        ("test_refused_write_renews_nobody",),
+        swap("checkpointer", RefusedWriteRenews),
+    ),
+    Mutant(
+        "sqlite-supply-gated-on-claim",
+        "sqlite",
+        "supply-not-gated",
+        "supply refuses while a pass holds the claim",
+        ("test_supply_works_while_a_pass_holds_the_claim",),
+        swap("checkpointer", SupplyGatedOnClaim),
+    ),
+    Mutant(
+        "sqlite-written-at-moves",
+        "sqlite",
+        "history-stamps-winner",
+        "a losing write moves the record's written_at",
+        ("test_history_stamps_the_winning_write_only",),
+        swap("checkpointer", StampsLosingWrites),
+    ),
+    Mutant(
+        "sqlite-discard-deletes-claim",
+        "sqlite",
+        "discard-raises-fence",
+        "discard deletes the claim row instead of raising the token",
+        (
+            "test_discard_raises_the_fence_and_leaves_the_id_claimable",
+            "test_tokens_strictly_increase_across_discards",
+        ),
+        swap("checkpointer", DiscardDeletesClaim),
+    ),
+    Mutant(
+        "sqlite-transact-commits-separately",
+        "sqlite",
+        "exactly-once-transact",
+        "transact commits the effect and the record in two transactions",
+        ("test_transact_superseded_mid_effect_rolls_back", "test_transact_whose_effect_fails_rolls_back"),
+        swap("checkpointer", TransactCommitsSeparately),
+    ),
+    Mutant(
+        "sqlite-wake-reinstates-cancelled",
+        "sqlite",
+        "wake-at-respects-cancel",
+        "wake_at reinstates a delivery cancelled since it was taken",
+        ("test_wake_at_does_not_reinstate_a_cancelled_delivery",),
+        swap("scheduler", WakeReinstatesCancelled),
+    ),
+]

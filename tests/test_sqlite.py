@@ -1,0 +1,385 @@
+"""What the SQLite store promises beyond the conformance suite: several OS processes on one file, a
+SIGKILL inside a transact, files it must refuse, VACUUM, and SqliteDurable's one commit."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sqlite3
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from without_durability import (
+    InvalidInput,
+    Recorded,
+    SchemaMismatch,
+    SplitDurable,
+    SqliteCheckpointer,
+    SqliteConnection,
+    SqliteDurable,
+    SqliteScheduler,
+    StoreError,
+    StoreUnavailable,
+    sqlite_connect,
+)
+from without_durability.testing.stores.sqlite import create_ledger, sqlite_effects
+
+pytestmark = pytest.mark.asyncio
+
+WORKER = Path(__file__).with_name("sqlite_worker.py")
+LONG = timedelta(hours=1)
+DEADLINE = 60.0  # seconds any one wait on a worker may take before the test fails
+SEQS = "SELECT seq, key FROM checkpoint"
+QUEUE_DOWN = "SELECT RAISE(ABORT, 'queue is down')"
+
+
+@pytest.fixture
+async def durable(tmp_path: Path) -> AsyncIterator[SqliteDurable]:
+    store = await SqliteDurable.open(tmp_path / "store.db")
+    yield store
+    await store.close()
+
+
+async def spawn(*args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, str(WORKER), *args,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )
+
+
+async def read_line(proc: asyncio.subprocess.Process) -> str:
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), DEADLINE)
+    assert line, f"worker {proc.pid} exited (status {proc.returncode}) without answering"
+    return line.decode().strip()
+
+
+# -- several processes on one file ---------------------------------------------------------------
+
+
+async def test_processes_racing_on_one_file(tmp_path: Path) -> None:
+    path, workers, rounds, per_round = tmp_path / "race.db", 4, 5, 12
+    # The workers start on a file that does not exist yet, so they also race to create the schema.
+    procs = [await spawn("race", str(path), str(i)) for i in range(workers)]
+    results: list[dict[str, Any]] = []
+    scheduled: list[str] = []
+    setup: SqliteDurable | None = None
+    try:
+        for proc in procs:
+            assert await read_line(proc) == "ready"
+        setup = await SqliteDurable.open(path)
+        await create_ledger(setup.conn)
+        shared = await setup.checkpointer.claim("shared", alive=LONG, budget=LONG)
+        for rnd in range(rounds):
+            for j in range(per_round):
+                scheduled.append(f"job-{rnd}-{j}")
+                await setup.scheduler.schedule(scheduled[-1])
+            for proc in procs:  # every worker starts the round at once
+                assert proc.stdin is not None
+                proc.stdin.write(f"round {rnd} {shared.token}\n".encode())
+                await proc.stdin.drain()
+            results += [json.loads(await read_line(proc)) for proc in procs]
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write(b"quit\n")
+            await proc.stdin.drain()
+            assert await asyncio.wait_for(proc.wait(), DEADLINE) == 0
+        inbox = await setup.checkpointer.load("inbox")
+        ledger = await sqlite_effects(setup.conn).ledger_read("shared")
+        transacted = await setup.checkpointer.load("shared")
+        steps = {rnd: await setup.checkpointer.load(f"claim-{rnd}") for rnd in range(rounds)}
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        if setup is not None:
+            await setup.close()
+
+    for rnd in range(rounds):
+        mine = [r for r in results if r["round"] == rnd]
+        winners = [r for r in mine if r["token"] is not None]
+        assert len(winners) == 1, f"round {rnd}: expected one claim winner, got {winners}"
+        assert winners[0]["token"] == 1, f"round {rnd}: first claim minted token {winners[0]}"
+        stored = steps[rnd]["step"]
+        step_winners = [r["worker"] for r in mine if r["step"][1]]
+        assert step_winners == [stored], f"round {rnd}: step won by {step_winners}, holds {stored}"
+        assert all(r["step"][0] == stored for r in mine), f"round {rnd}: {mine}"
+        movers = [r["worker"] for r in mine if r["moved"][1]]
+        assert len(movers) == 1, f"round {rnd}: transact won by {movers}, expected one"
+        assert transacted[f"t{rnd}"] == rnd + 1 and all(r["moved"][0] == rnd + 1 for r in mine)
+    assert ledger == rounds, f"the shared ledger moved {ledger} times for {rounds} transact keys"
+
+    keys = [k for r in results for k in r["keys"]]
+    assert len(keys) == workers * rounds * 10
+    assert len(set(keys)) == len(keys), f"duplicate append keys: {Counter(keys).most_common(3)}"
+    assert sorted(inbox) == sorted(keys), f"appends lost: {sorted(set(keys) - set(inbox))[:5]}"
+    assert list(inbox) == sorted(inbox), "load order disagrees with append key order"
+    for r in results:  # each worker's own appends were sequential, so their keys increase
+        assert r["keys"] == sorted(r["keys"]), f"worker {r['worker']} keys out of order"
+        for i, key in enumerate(r["keys"]):
+            assert inbox[key] == {"w": r["worker"], "r": r["round"], "i": i}
+
+    taken = Counter(w for r in results for w in r["taken"])
+    assert sorted(taken) == sorted(scheduled), f"missing takes: {set(scheduled) - set(taken)}"
+    assert max(taken.values()) == 1, f"delivered twice: {[w for w, n in taken.items() if n > 1]}"
+
+
+async def test_sigkill_inside_transact_rolls_the_effect_back(tmp_path: Path) -> None:
+    path = tmp_path / "kill.db"
+    proc = await spawn("hang", str(path))
+    try:
+        assert await read_line(proc) == "inside"
+        # The effect's transaction really is open: the write lock is held by the worker.
+        with pytest.raises(StoreUnavailable, match="busy_timeout"):
+            held = await SqliteDurable.open(path, busy_timeout=timedelta(milliseconds=50))
+            try:
+                await held.checkpointer.supply("victim", "probe", 1)
+            finally:
+                await held.close()
+        proc.send_signal(signal.SIGKILL)
+        assert await asyncio.wait_for(proc.wait(), DEADLINE) == -signal.SIGKILL
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+    after = await SqliteDurable.open(path, busy_timeout=timedelta(seconds=5))
+    try:
+        kit = sqlite_effects(after.conn)
+        assert await kit.ledger_read("victim") == 0, "the killed transact's effect survived"
+        assert await after.checkpointer.load("victim") == {}, "the killed transact recorded"
+        # The claim committed before the transact began, so it is there; discard frees it.
+        await after.checkpointer.discard("victim")
+        again = await after.checkpointer.claim("victim", alive=LONG, budget=LONG)
+        assert again.token == 3, f"claim 1, discard raised to 2, this claim 3; got {again.token}"
+        done = await after.checkpointer.transact(again, "reserve", kit.ledger_add("victim", 1))
+        assert done == Recorded(1, True) and await kit.ledger_read("victim") == 1
+    finally:
+        await after.close()
+
+
+# -- files it must refuse --------------------------------------------------------------------------
+
+
+async def test_missing_folder_is_refused_and_not_created(tmp_path: Path) -> None:
+    path = tmp_path / "nowhere" / "store.db"
+    with pytest.raises(InvalidInput, match="does not exist") as caught:
+        await SqliteDurable.open(path)
+    assert str(path) in str(caught.value)
+    assert not path.parent.exists()
+
+
+async def test_a_file_that_is_not_a_database_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    content = b"these are someone's notes, not a database\n" * 200
+    path.write_bytes(content)
+    with pytest.raises(InvalidInput, match="not an SQLite database") as caught:
+        await SqliteDurable.open(path)
+    assert str(path) in str(caught.value)
+    assert path.read_bytes() == content, "the store changed a file it refused"
+
+
+async def test_another_schema_version_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    store = await SqliteDurable.open(path)
+    await store.checkpointer.supply("w", "k", "kept")
+    await store.close()
+    raw = sqlite3.connect(path)
+    raw.execute("PRAGMA user_version = 2")
+    raw.close()
+    with pytest.raises(SchemaMismatch, match="schema version 2") as caught:
+        SqliteConnection(path)
+    assert str(path) in str(caught.value)
+    raw = sqlite3.connect(path)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert raw.execute("SELECT value FROM checkpoint").fetchall() == [('"kept"',)]
+    raw.close()
+
+
+async def test_another_applications_database_is_refused_untouched(tmp_path: Path) -> None:
+    versioned, clashing = tmp_path / "app.db", tmp_path / "clash.db"
+    raw = sqlite3.connect(versioned)
+    raw.execute("PRAGMA user_version = 7")
+    raw.close()
+    with pytest.raises(SchemaMismatch, match="another application"):
+        await SqliteDurable.open(versioned)
+    raw = sqlite3.connect(clashing)
+    raw.execute("CREATE TABLE queue (job TEXT)")
+    raw.execute("INSERT INTO queue VALUES ('theirs')")
+    raw.commit()
+    raw.close()
+    with pytest.raises(SchemaMismatch, match="queue"):
+        await SqliteDurable.open(clashing)
+    raw = sqlite3.connect(clashing)
+    assert raw.execute("SELECT * FROM queue").fetchall() == [("theirs",)]
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == 0
+    raw.close()
+
+
+async def test_an_applications_own_tables_may_share_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    raw = sqlite3.connect(path)
+    raw.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, paid INTEGER)")
+    raw.execute("INSERT INTO orders VALUES (1, 0)")
+    raw.commit()
+    raw.close()
+    store = await SqliteDurable.open(path)
+    try:
+        held = await store.checkpointer.claim("order-1", alive=LONG, budget=LONG)
+
+        def pay(cur: sqlite3.Cursor) -> object:
+            cur.execute("UPDATE orders SET paid = 1 WHERE id = 1")
+            return "paid"
+
+        assert await store.checkpointer.transact(held, "pay", pay) == Recorded("paid", True)
+        paid = await store.conn.read(lambda c: c.execute("SELECT paid FROM orders").fetchone()[0])
+        assert paid == 1
+    finally:
+        await store.close()
+    reopened = await SqliteDurable.open(path)  # a second open finds its own schema and keeps it
+    assert await reopened.checkpointer.load("order-1") == {"pay": "paid"}
+    await reopened.close()
+
+
+# -- VACUUM, the event loop, the busy timeout ------------------------------------------------------
+
+
+async def test_vacuum_keeps_seq_and_load_order(tmp_path: Path) -> None:
+    path = tmp_path / "vacuum.db"
+    store = await SqliteDurable.open(path)
+    c = store.checkpointer
+    for i in range(30):  # interleave workflows, then discard some, leaving gaps in seq
+        await c.supply(f"w{i % 3}", f"k{i}", i)
+        await c.append(f"w{i % 3}", i)
+    await c.discard("w1")
+    before = {w: await c.history(w) for w in ("w0", "w2")}
+    seqs = await store.conn.read(lambda cur: cur.execute(SEQS).fetchall())
+    await store.close()
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.execute("VACUUM")
+    raw.close()
+    store = await SqliteDurable.open(path)
+    c = store.checkpointer
+    try:
+        after = {w: await c.history(w) for w in ("w0", "w2")}
+        assert after == before, "VACUUM changed history"
+        again = await store.conn.read(lambda cur: cur.execute(SEQS).fetchall())
+        assert sorted(again) == sorted(seqs), "VACUUM renumbered seq"
+        newest = await c.append("w0", "after")
+        assert int(newest.removeprefix("inbox/")) > max(seq for seq, _ in seqs)
+        keys = [k for k in await c.load("w0") if k.startswith("inbox/")]
+        assert keys == sorted(keys) and keys[-1] == newest, f"inbox order after VACUUM: {keys}"
+    finally:
+        await store.close()
+
+
+async def test_a_held_write_lock_does_not_block_the_event_loop(durable: SqliteDurable) -> None:
+    raw = sqlite3.connect(durable.conn.path, isolation_level=None)
+    raw.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+    try:
+        pending = asyncio.ensure_future(durable.checkpointer.supply("w", "k", 1))
+        ticks = 0
+        while ticks < 20:  # the loop keeps running while the supply waits on the lock
+            await asyncio.sleep(0.005)
+            ticks += 1
+        assert not pending.done(), "the supply did not wait for the write lock"
+    finally:
+        raw.execute("ROLLBACK")
+        raw.close()
+    assert await asyncio.wait_for(pending, DEADLINE) == Recorded(1, True)
+
+
+async def test_a_lock_held_past_busy_timeout_is_store_unavailable(tmp_path: Path) -> None:
+    path = tmp_path / "busy.db"
+    store = await SqliteDurable.open(path, busy_timeout=timedelta(milliseconds=50))
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreUnavailable, match=str(path)) as caught:
+            await store.checkpointer.supply("w", "k", 1)
+        assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+    finally:
+        raw.execute("ROLLBACK")
+        raw.close()
+    assert await store.checkpointer.supply("w", "k", 1) == Recorded(1, True)
+    await store.close()
+    with pytest.raises(StoreError, match="closed"):
+        await store.checkpointer.load("w")
+
+
+# -- SqliteDurable ---------------------------------------------------------------------------------
+
+
+async def test_durable_refuses_two_connections(tmp_path: Path) -> None:
+    path = tmp_path / "two.db"
+    one, two = await sqlite_connect(path), await sqlite_connect(path)
+    try:
+        with pytest.raises(InvalidInput, match="one SqliteConnection"):
+            SqliteDurable(SqliteCheckpointer(one), SqliteScheduler(two))
+        SqliteDurable(SqliteCheckpointer(one), SqliteScheduler(one))
+    finally:
+        await one.close()
+        await two.close()
+
+
+async def test_arrive_and_deliver_are_one_commit(durable: SqliteDurable) -> None:
+    # Make the queue half fail: a one-commit transition must take the record back with it.
+    await durable.conn.write(lambda cur: cur.execute(
+        f"CREATE TRIGGER refuse BEFORE INSERT ON queue BEGIN {QUEUE_DOWN}; END"
+    ))
+    with pytest.raises(StoreError, match="queue is down"):
+        await durable.arrive("w", "approval", "yes")
+    with pytest.raises(StoreError, match="queue is down"):
+        await durable.deliver("w", "hello")
+    assert await durable.checkpointer.load("w") == {}, "half a transition was committed"
+    # The same failure under SplitDurable leaves the record: the test tells the two apart.
+    split = SplitDurable(durable.checkpointer, durable.scheduler)
+    with pytest.raises(StoreError):
+        await split.arrive("w", "approval", "yes")
+    assert await durable.checkpointer.load("w") == {"approval": "yes"}
+
+
+async def test_durable_discard_is_one_commit(durable: SqliteDurable) -> None:
+    held = await durable.checkpointer.claim("w", alive=LONG, budget=LONG)
+    await durable.arrive("w", "a", 1)
+    await durable.conn.write(lambda cur: cur.execute(
+        f"CREATE TRIGGER refuse BEFORE DELETE ON queue BEGIN {QUEUE_DOWN}; END"
+    ))
+    with pytest.raises(StoreError, match="queue is down"):
+        await durable.discard("w")
+    kept = await durable.checkpointer.load("w")
+    assert kept == {"a": 1}, f"discard forgot records but kept the queue: {kept}"
+    await durable.checkpointer.renew(held)  # the fence did not move either
+
+
+async def test_effect_errors_pass_through_and_a_committing_effect_is_refused(
+    durable: SqliteDurable,
+) -> None:
+    await create_ledger(durable.conn)
+    held = await durable.checkpointer.claim("w", alive=LONG, budget=LONG)
+
+    def broken(cur: sqlite3.Cursor) -> object:
+        cur.execute("SELECT * FROM no_such_table")
+        return None
+
+    with pytest.raises(sqlite3.OperationalError, match="no_such_table"):
+        await durable.checkpointer.transact(held, "k", broken)
+
+    add = sqlite_effects(durable.conn).ledger_add("w", 1)
+
+    def committing(cur: sqlite3.Cursor) -> object:
+        result = add(cur)
+        cur.execute("COMMIT")
+        return result
+
+    with pytest.raises(StoreError, match="must not COMMIT"):
+        await durable.checkpointer.transact(held, "k", committing)
+    assert await durable.checkpointer.load("w") == {}, "a transact whose effect committed recorded"
