@@ -151,6 +151,12 @@ def list_() -> None:
     default=None,
     help="Who runs the workflow: the harness's explicit loop (default) or the library's Worker.",
 )
+@click.option(
+    "--mutant",
+    default=None,
+    metavar="NAME",
+    help="Break the store the way this wd_chaos.mutants catalogue entry says (it must be caught).",
+)
 def run_cmd(
     name: str | None,
     run_all: bool,
@@ -162,6 +168,7 @@ def run_cmd(
     junit: Path | None,
     checkpointer_class: str | None,
     client: str | None,
+    mutant: str | None,
 ) -> None:
     """Run scenario NAME (or --all) and print a verdict; exit 0 valid, 1 invalid, 2 unknown."""
     try:
@@ -197,6 +204,7 @@ def run_cmd(
             report_dir=report_dir,
             checkpointer_class=checkpointer_class,
             client=client,
+            mutant=mutant,
         )
         try:
             with Live(

@@ -45,6 +45,7 @@ class Options:
     report_dir: Path = Path("reports")
     checkpointer_class: str | None = None
     client: str | None = None
+    mutant: str | None = None
 
 
 @dataclass
@@ -319,6 +320,10 @@ def _heal(
 
 def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> Outcome:
     """Run ``scenario`` on ``opts.store`` and store it under ``opts.report_dir``."""
+    if opts.mutant:
+        from .stores import find_mutant
+
+        find_mutant(opts.mutant, opts.store)  # refuse a bad name before starting anything
     if opts.store not in scenario.stores:
         raise ValueError(f"scenario {scenario.name!r} applies to {scenario.stores}, not {opts.store!r}")
     seed = scenario.seed if opts.seed is None else opts.seed
@@ -372,6 +377,7 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
             partition=partition,
             restart=any(e["fault"] == "restart" for e in events),
             checkpointer_class=opts.checkpointer_class,
+            mutant=opts.mutant,
         ) as svc:
             asyncio.run(prepare(svc.spec))
             if storm is None or storm.kind == "take":
@@ -442,6 +448,7 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
         "workflows": n_wf,
         "schedule": events,
         "checkpointer_class": opts.checkpointer_class,
+        "mutant": opts.mutant,
         "client": work.get("client", "harness"),
         "wall_seconds": round(time.monotonic() - started, 2),
         "versions": _versions(),

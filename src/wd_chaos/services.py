@@ -59,6 +59,7 @@ def services(
     partition: bool,
     restart: bool = False,
     checkpointer_class: str | None = None,
+    mutant: str | None = None,
 ) -> Iterator[Services]:
     """Provide the servers a run needs and yield its ``Services``."""
     tag = f"chaos_{secrets.token_hex(4)}"
@@ -80,6 +81,8 @@ def services(
         spec["namespace"] = "chaos"
         if checkpointer_class:
             spec["checkpointer_class"] = checkpointer_class
+        if mutant:
+            spec["mutant"] = mutant
         found = Services(spec, server)
         if partition:
             if server is None:

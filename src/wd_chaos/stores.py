@@ -44,15 +44,33 @@ class Opened:
 
 
 async def open_store(spec: Spec) -> Opened:
-    """Open the store ``spec`` names."""
+    """Open the store ``spec`` names (and, with ``mutant``, break it the way that catalogue entry
+    says)."""
     kind = spec["kind"]
     if kind == "sqlite":
-        return await _sqlite(spec)
-    if kind == "postgres":
-        return await _postgres(spec)
-    if kind == "redis":
-        return await _redis(spec)
-    raise ValueError(f"unknown store kind {kind!r}; expected sqlite, postgres or redis")
+        opened = await _sqlite(spec)
+    elif kind == "postgres":
+        opened = await _postgres(spec)
+    elif kind == "redis":
+        opened = await _redis(spec)
+    else:
+        raise ValueError(f"unknown store kind {kind!r}; expected sqlite, postgres or redis")
+    if spec.get("mutant"):
+        opened.durable = find_mutant(str(spec["mutant"]), kind).wrap(opened.durable)
+    return opened
+
+
+def find_mutant(name: str, store: str) -> Any:
+    """The catalogue entry ``name`` (``wd_chaos.mutants``), checked to derive from ``store``."""
+    from .mutants import catalogue
+
+    found = {m.name: m for m in catalogue()}
+    if name not in found:
+        raise ValueError(f"no mutant {name!r}; the catalogue has {sorted(found)}")
+    mutant = found[name]
+    if mutant.store != store:
+        raise ValueError(f"mutant {name!r} breaks the {mutant.store} store, not {store}")
+    return mutant
 
 
 async def prepare(spec: Spec) -> None:
