@@ -27,43 +27,76 @@ class H:
     def begin(self, f: str, proc: str = "w1", pid: int = 1, **inv: Any) -> str:
         self.n += 1
         op = f"{proc}:{pid}:{self.n}"
-        self.lines.append({"type": "invoke", "op": op, "f": f, "process": proc, "pid": pid,
-                           "mono": self._tick(), **inv})
+        self.lines.append(
+            {"type": "invoke", "op": op, "f": f, "process": proc, "pid": pid, "mono": self._tick(), **inv}
+        )
         return op
 
     def end(self, op: str, f: str, outcome: str = "ok", **res: Any) -> None:
         proc, pid, _ = op.split(":")
-        self.lines.append({"type": "complete", "op": op, "f": f, "outcome": outcome,
-                           "process": proc, "pid": int(pid), "mono": self._tick(), **res})
+        self.lines.append(
+            {
+                "type": "complete",
+                "op": op,
+                "f": f,
+                "outcome": outcome,
+                "process": proc,
+                "pid": int(pid),
+                "mono": self._tick(),
+                **res,
+            }
+        )
 
-    def call(self, f: str, proc: str = "w1", pid: int = 1, outcome: str | None = "ok",
-             res: dict[str, Any] | None = None, **inv: Any) -> str:
+    def call(
+        self,
+        f: str,
+        proc: str = "w1",
+        pid: int = 1,
+        outcome: str | None = "ok",
+        res: dict[str, Any] | None = None,
+        **inv: Any,
+    ) -> str:
         op = self.begin(f, proc, pid, **inv)
         if outcome is not None:
             self.end(op, f, outcome, **(res or {}))
         return op
 
     def event(self, kind: str, proc: str = "w1", pid: int = 1, **fields: Any) -> None:
-        self.lines.append({"type": kind, "process": proc, "pid": pid, "mono": self._tick(),
-                           **fields})
+        self.lines.append({"type": kind, "process": proc, "pid": pid, "mono": self._tick(), **fields})
 
 
 WF = "wf"
 
 
-def final(records: list[tuple[str, Any]], *, ledger: list[dict[str, Any]] | None = None,
-          workflows: list[str] | None = None) -> dict[str, Any]:
+def final(
+    records: list[tuple[str, Any]],
+    *,
+    ledger: list[dict[str, Any]] | None = None,
+    workflows: list[str] | None = None,
+) -> dict[str, Any]:
     hist = [[k, v, f"2030-01-01T00:00:{i:02d}+00:00"] for i, (k, v) in enumerate(records)]
-    return {"workflows": {WF: {"history": hist, "load_keys": [k for k, _ in records]}},
-            "ledger": ledger or [], "expected_workflows": workflows or [WF]}
+    return {
+        "workflows": {WF: {"history": hist, "load_keys": [k for k, _ in records]}},
+        "ledger": ledger or [],
+        "expected_workflows": workflows or [WF],
+    }
 
 
 def stale_write(h: H, *, outcome: str) -> str:
     """A claims (token 1), B claims (token 2), then A writes with token 1."""
     h.call("claim", "A", 1, workflow=WF, res={"token": 1})
     h.call("claim", "B", 2, workflow=WF, res={"token": 2})
-    return h.call("record", "A", 1, outcome, workflow=WF, token=1, key="k", value=1,
-                  res={"value": 1, "won": True} if outcome == "ok" else {})
+    return h.call(
+        "record",
+        "A",
+        1,
+        outcome,
+        workflow=WF,
+        token=1,
+        key="k",
+        value=1,
+        res={"value": 1, "won": True} if outcome == "ok" else {},
+    )
 
 
 # -- fencing --------------------------------------------------------------------------------
@@ -121,19 +154,15 @@ def test_fencing_allows_overlapping_writes_of_the_old_pass() -> None:
 
 def test_fww_accepts_a_loser_handed_the_winner() -> None:
     h = H()
-    h.call("record", "A", 1, workflow=WF, token=1, key="k", value="a",
-           res={"value": "a", "won": True})
-    h.call("record", "B", 2, workflow=WF, token=2, key="k", value="b",
-           res={"value": "a", "won": False})
+    h.call("record", "A", 1, workflow=WF, token=1, key="k", value="a", res={"value": "a", "won": True})
+    h.call("record", "B", 2, workflow=WF, token=2, key="k", value="b", res={"value": "a", "won": False})
     assert checkers.first_writer_wins(h.lines, final([("k", "a")])).valid is True
 
 
 def test_fww_refuses_two_winners() -> None:
     h = H()
-    h.call("record", "A", 1, workflow=WF, token=1, key="k", value="a",
-           res={"value": "a", "won": True})
-    h.call("record", "B", 2, workflow=WF, token=2, key="k", value="b",
-           res={"value": "b", "won": True})
+    h.call("record", "A", 1, workflow=WF, token=1, key="k", value="a", res={"value": "a", "won": True})
+    h.call("record", "B", 2, workflow=WF, token=2, key="k", value="b", res={"value": "b", "won": True})
     v = checkers.first_writer_wins(h.lines, final([("k", "a")]))
     assert v.valid is False
     assert any(e.get("process") == "B" for e in v.evidence)
@@ -160,8 +189,7 @@ def test_fww_refuses_a_value_nobody_offered() -> None:
 def test_fww_refuses_two_winning_transacts() -> None:
     h = H()
     for proc in ("A", "B"):
-        h.call("transact", proc, 1, workflow=WF, token=1, key="t",
-               res={"value": {"row": 1}, "won": True})
+        h.call("transact", proc, 1, workflow=WF, token=1, key="t", res={"value": {"row": 1}, "won": True})
     assert checkers.first_writer_wins(h.lines, final([("t", {"row": 1})])).valid is False
 
 
@@ -239,8 +267,16 @@ def test_order_refuses_a_later_write_loading_first() -> None:
 
 
 def _transact(h: H, outcome: str = "ok") -> None:
-    h.call("transact", "A", 1, outcome, workflow=WF, token=1, key="t",
-           res={"value": {"row": 7}, "won": True} if outcome == "ok" else {})
+    h.call(
+        "transact",
+        "A",
+        1,
+        outcome,
+        workflow=WF,
+        token=1,
+        key="t",
+        res={"value": {"row": 7}, "won": True} if outcome == "ok" else {},
+    )
 
 
 def test_exactly_once_accepts_one_row_per_recorded_key() -> None:
@@ -281,8 +317,7 @@ def _pass(h: H, proc: str, pid: int, token: int, nonce: str, outcome: str | None
     if outcome is not None:
         value = {"nonce": nonce}
         res = {"value": value, "won": True} if outcome == "ok" else {}
-        h.call("record", proc, pid, outcome, workflow=WF, token=token, key="s", value=value,
-               res=res)
+        h.call("record", proc, pid, outcome, workflow=WF, token=token, key="s", value=value, res=res)
 
 
 def test_at_least_once_accepts_a_repeat_after_a_fence() -> None:
@@ -347,12 +382,20 @@ def test_take_exclusive_refuses_a_double_delivery() -> None:
 
 def _stall(h: H, refused: bool) -> None:
     h.call("claim", "A", 1, workflow=WF, res={"token": 1})
-    h.event("fault", "controller", 9, fault="stall", phase="start", id="s0", target_pid=1,
-            duration=3)
+    h.event("fault", "controller", 9, fault="stall", phase="start", id="s0", target_pid=1, duration=3)
     h.call("claim", "B", 2, workflow=WF, res={"token": 2})
     h.event("fault", "controller", 9, fault="stall", phase="stop", id="s0", target_pid=1)
-    h.call("record", "A", 1, "fenced" if refused else "ok", workflow=WF, token=1, key="k",
-           value=1, res={} if refused else {"value": 1, "won": True})
+    h.call(
+        "record",
+        "A",
+        1,
+        "fenced" if refused else "ok",
+        workflow=WF,
+        token=1,
+        key="k",
+        value=1,
+        res={} if refused else {"value": 1, "won": True},
+    )
 
 
 def test_stall_bite() -> None:
@@ -389,6 +432,32 @@ def test_kill_bite_counts_only_kills_between_effect_and_record() -> None:
     h.event("fault", "A", 1, fault="kill", phase="start", failpoint="after-claim")
     assert checkers.bite("kill-between")(h.lines, final([])).valid is False
     h.event("effect", "B", 2, workflow=WF, key="s", token=1, nonce="n")
-    h.event("fault", "B", 2, fault="kill", phase="start", failpoint="after-effect-before-record",
-            key="s")
+    h.event("fault", "B", 2, fault="kill", phase="start", failpoint="after-effect-before-record", key="s")
     assert checkers.bite("kill-between")(h.lines, final([])).valid is True
+
+
+def _claim(h: H, proc: str, pid: int, token: int) -> None:
+    h.call("claim", proc, pid, workflow=WF, alive=1.0, budget=4.0, res={"token": token})
+
+
+def test_fencing_refuses_a_claim_granted_while_another_pass_is_alive() -> None:
+    h = H()  # ticks are 1 µs: everything below happens well inside one 1 s liveness window
+    _claim(h, "A", 1, 1)
+    h.call("record", "A", 1, workflow=WF, token=1, key="k", value=1, res={"value": 1, "won": True})
+    _claim(h, "B", 2, 2)
+    v = checkers.fencing(h.lines, final([("k", 1)]))
+    assert v.valid is False, v
+    assert "while token 1 was alive" in v.evidence[0]["why"]
+
+
+def test_fencing_allows_a_claim_after_release_or_after_the_window() -> None:
+    h = H()
+    _claim(h, "A", 1, 1)
+    h.call("release", "A", 1, workflow=WF, token=1)
+    _claim(h, "B", 2, 2)
+    assert checkers.fencing(h.lines, final([])).valid is True
+    h2 = H()
+    _claim(h2, "A", 1, 1)
+    h2.t += 2_000_000_000  # two seconds of silence: the 1 s window has lapsed
+    _claim(h2, "B", 2, 2)
+    assert checkers.fencing(h2.lines, final([])).valid is True

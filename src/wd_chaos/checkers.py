@@ -223,6 +223,8 @@ def fencing(ops: list[Op], final: dict[str, Any]) -> Verdict:
             unsure = first_maybe.get(w.workflow, float("inf")) < w.end
             if not newer and not unsure:
                 bad.append(w.brief("refused as Fenced, but no newer claim was invoked before it"))
+    exclusive = _exclusive(operations_, claims)
+    bad += exclusive
     counts = {
         "writes": writes,
         "accepted": landed,
@@ -232,6 +234,46 @@ def fencing(ops: list[Op], final: dict[str, Any]) -> Verdict:
     if bad:
         return Verdict("fencing", False, f"{len(bad) // 2 or 1} fencing violation(s)", bad, counts)
     return Verdict("fencing", True, f"{refused} stale write(s) refused, none accepted", [], counts)
+
+
+RENEWING = ("claim", "renew", "record", "transact")
+SLACK_NS = 100_000_000
+"""Allowance for the gap between a client's clock reading and the store's decision (100 ms)."""
+
+
+def _exclusive(all_ops: list[Operation], claims: dict[str, list[Operation]]) -> list[dict[str, Any]]:
+    """A claim granted while another pass was provably alive: that pass had a write accepted
+    (a renewal) late enough that its liveness window, measured from when the write was invoked,
+    still covered the moment the new claim completed, within its budget, and it had not released.
+    Needs the claim's ``alive`` and ``budget`` in the history; older histories skip this."""
+    bad: list[dict[str, Any]] = []
+    passes: dict[tuple[str, int], list[Operation]] = defaultdict(list)
+    for o in all_ops:
+        if o.workflow is not None and o.token is not None:
+            passes[(o.workflow, o.token)].append(o)
+    for wf, cs in claims.items():
+        for a in cs:
+            alive = a.invoke.get("alive")
+            budget = a.invoke.get("budget")
+            if alive is None or budget is None or a.token is None:
+                continue
+            mine = passes.get((wf, a.token), [])
+            released = min((o.start for o in mine if o.f == "release"), default=float("inf"))
+            held_until = a.start + float(budget) * 1e9
+            for b in cs:
+                if b.token is None or b.token <= a.token or b.start > released:
+                    continue
+                for x in mine:
+                    if not (x.ok and x.f in RENEWING and x.end <= b.end):
+                        continue
+                    covered = min(x.start + float(alive) * 1e9, held_until)
+                    if b.end + SLACK_NS < covered:
+                        bad += [
+                            b.brief(f"claimed while token {a.token} was alive"),
+                            x.brief(f"renewed token {a.token}'s liveness ({alive}s) from before this point"),
+                        ]
+                        break
+    return bad
 
 
 # -- first writer wins ----------------------------------------------------------------------------

@@ -9,7 +9,8 @@ which writes an invoke line before and a complete line after every call. The wor
    line (the world outside the store, durable before the record is attempted); then it is recorded.
 2. ``ledger``: a transact whose effect inserts a ledger row inside the store's own commit.
 3. waits for ``approval-<w>`` from every outside writer (an ``arrive`` each writer makes after
-   delivering its share of the ``messages``, so all approvals in means every message in);
+   delivering its share of the ``messages``, so all approvals in means every message in; each
+   writer later submits its approval again with other content, which must lose and move nothing);
 4. ``nap``: a sleep, recorded as an ISO time, answered with ``wake_at``;
 5. ``seen``: a step recording the inbox keys it saw; 6. ``done``: finished.
 
@@ -88,7 +89,11 @@ class Recorder:
     async def claim(self, workflow: str, alive: timedelta, budget: timedelta) -> Pass:
         p: Pass = await self._call(
             "claim",
-            {"workflow": workflow},
+            {
+                "workflow": workflow,
+                "alive": alive.total_seconds(),
+                "budget": budget.total_seconds(),
+            },
             lambda: self.cp.claim(workflow, alive=alive, budget=budget),
             lambda p: {"token": p.token},
         )
@@ -518,6 +523,9 @@ async def write_outside(cfg: dict[str, Any], index: int, rec: Recorder) -> None:
                 plan.append((base + rng.uniform(0, 1.0), wf, "message", m))
         # each writer approves after its own messages, so all approvals in means every message in
         plan.append((base + 1.0 + rng.uniform(0, 0.5), wf, "approval", index))
+        # the same approval submitted again later with other content, as a retrying client does:
+        # it must lose (first writer wins) and move nothing (not the order, not written_at)
+        plan.append((base + 2.5 + rng.uniform(0, 1.5), wf, "approval-again", index))
     plan.sort()
     t0 = float(cfg["t0"])
     for at, wf, what, m in plan:
@@ -528,8 +536,10 @@ async def write_outside(cfg: dict[str, Any], index: int, rec: Recorder) -> None:
             try:
                 if what == "message":
                     await rec.deliver(wf, {"from": index, "n": m})
-                else:
+                elif what == "approval":
                     await rec.arrive(wf, f"approval-{index}", {"by": index})
+                else:
+                    await rec.arrive(wf, f"approval-{index}", {"by": index, "again": True})
                 break
             except Exception:
                 await asyncio.sleep(0.3)  # a store error: ask again (arrive is first-writer-wins)
