@@ -461,3 +461,17 @@ def test_fencing_allows_a_claim_after_release_or_after_the_window() -> None:
     h2.t += 2_000_000_000  # two seconds of silence: the 1 s window has lapsed
     _claim(h2, "B", 2, 2)
     assert checkers.fencing(h2.lines, final([])).valid is True
+
+
+def test_fencing_refuses_contended_after_the_holders_budget() -> None:
+    h = H()
+    _claim(h, "A", 1, 1)
+    h.t += 5_000_000_000  # five seconds: past A's four-second budget, whatever it renewed
+    h.call("claim", "B", 2, "contended", workflow=WF, alive=1.0, budget=4.0)
+    v = checkers.fencing(h.lines, final([]))
+    assert v.valid is False, v
+    h2 = H()
+    _claim(h2, "A", 1, 1)
+    h2.t += 2_000_000_000  # within the budget: a renewing holder may still be alive
+    h2.call("claim", "B", 2, "contended", workflow=WF, alive=1.0, budget=4.0)
+    assert checkers.fencing(h2.lines, final([])).valid is True

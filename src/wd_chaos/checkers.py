@@ -223,8 +223,8 @@ def fencing(ops: list[Op], final: dict[str, Any]) -> Verdict:
             unsure = first_maybe.get(w.workflow, float("inf")) < w.end
             if not newer and not unsure:
                 bad.append(w.brief("refused as Fenced, but no newer claim was invoked before it"))
-    exclusive = _exclusive(operations_, claims)
-    bad += exclusive
+    bad += _exclusive(operations_, claims)
+    bad += _budget_ends(operations_, claims, maybe_claims)
     counts = {
         "writes": writes,
         "accepted": landed,
@@ -273,6 +273,38 @@ def _exclusive(all_ops: list[Operation], claims: dict[str, list[Operation]]) -> 
                             x.brief(f"renewed token {a.token}'s liveness ({alive}s) from before this point"),
                         ]
                         break
+    return bad
+
+
+def _budget_ends(
+    all_ops: list[Operation],
+    claims: dict[str, list[Operation]],
+    maybe_claims: dict[str, list[Operation]],
+) -> list[dict[str, Any]]:
+    """A claim refused as Contended although the newest pass's budget had run out before the
+    claim began: renewals must never carry a pass past its budget. Needs ``budget`` in the claim's
+    history line; a concurrent or indeterminate claim that might be the holder skips it."""
+    bad: list[dict[str, Any]] = []
+    for c in all_ops:
+        if c.f != "claim" or c.outcome != "contended" or c.workflow is None:
+            continue
+        before = [a for a in claims.get(c.workflow, []) if a.end < c.start]
+        if not before:
+            continue
+        holder = max(before, key=lambda a: a.token or 0)
+        budget = holder.invoke.get("budget")
+        overlapping = [
+            b for b in claims.get(c.workflow, []) + maybe_claims.get(c.workflow, [])
+            if b is not holder and b.start < c.end and b.end > holder.start
+            and (b.token or 0) >= (holder.token or 0)
+        ]  # fmt: skip
+        if budget is None or overlapping:
+            continue
+        if c.start > holder.end + float(budget) * 1e9 + SLACK_NS:
+            bad += [
+                c.brief(f"refused as Contended {budget}s past token {holder.token}'s budget"),
+                holder.brief("the newest claim, whose budget had run out"),
+            ]
     return bad
 
 
@@ -800,6 +832,28 @@ def bite(kind: str) -> Callable[[list[Op], dict[str, Any]], Verdict]:
             verdict.summary = f"{overlaps} of {len(all_ops)} operations overlapped another"
         return verdict
 
+    def budget_fenced(ops: list[Op], final: dict[str, Any]) -> Verdict:
+        all_ops = operations(ops)
+        passes: dict[tuple[str, int], list[Operation]] = defaultdict(list)
+        for o in all_ops:
+            if o.workflow is not None and o.token is not None:
+                passes[(o.workflow, o.token)].append(o)
+        hits = []
+        tried = 0
+        for o in all_ops:
+            if o.f != "claim" or not o.ok or o.invoke.get("budget") is None:
+                continue
+            mine = passes.get((str(o.workflow), int(o.token or 0)), [])
+            deadline = o.end + float(o.invoke["budget"]) * 1e9
+            renewed = [x for x in mine if x.f == "renew" and x.ok]
+            if len(renewed) < 2 or max(x.end for x in renewed) < o.end + 0.5 * (deadline - o.end):
+                continue  # not a pass that kept renewing into its budget
+            tried += 1
+            refused = [x for x in mine if x.outcome == "fenced" and x.start > deadline]
+            if refused:
+                hits.append(refused[0].brief("renewed, but refused once its budget ran out"))
+        return _bit("budget-fenced", hits, tried, "renewing pass(es) refused after their budget")
+
     def none(ops: list[Op], final: dict[str, Any]) -> Verdict:
         return Verdict("bite", True, "this scenario injects no fault")
 
@@ -809,6 +863,7 @@ def bite(kind: str) -> Callable[[list[Op], dict[str, Any]], Verdict]:
         "partition-refused": partition_refused,
         "restart-survived": restart_survived,
         "storm": storm,
+        "budget-fenced": budget_fenced,
         "none": none,
     }
     return table[kind]

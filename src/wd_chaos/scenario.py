@@ -28,7 +28,15 @@ CHECKS = (
     "liveness",
     "take-exclusive",
 )
-BITES = ("stall-fenced", "kill-between", "partition-refused", "restart-survived", "storm", "none")
+BITES = (
+    "stall-fenced",
+    "kill-between",
+    "partition-refused",
+    "restart-survived",
+    "storm",
+    "budget-fenced",
+    "none",
+)
 FAILPOINTS = ("after-effect-before-record", "inside-transact", "after-claim")
 
 StoreName = Literal["sqlite", "postgres", "redis"]
@@ -92,6 +100,9 @@ class Workload(_Strict):
     nap_seconds: Annotated[float, Field(ge=0)] = 0.5
     spread_seconds: Annotated[float, Field(ge=0)] = 8.0
     """Outside writers spread their arrivals over this many seconds from the start."""
+    slow_first_seconds: Annotated[float, Field(ge=0)] = 0.0
+    """When set, the first pass to run each workflow's ``charge`` step takes this long (longer
+    than the budget: renewals must not carry it past the budget)."""
     client: Literal["harness", "worker"] = "harness"
     """Who runs the workflow: the harness's own explicit loop, or the library's ``Worker``."""
 
@@ -173,7 +184,13 @@ class Scenario(_Strict):
     storm: Storm | None = None
     checks: list[CheckName] = Field(default_factory=_default_checks, min_length=1)
     bite: Literal[
-        "stall-fenced", "kill-between", "partition-refused", "restart-survived", "storm", "none"
+        "stall-fenced",
+        "kill-between",
+        "partition-refused",
+        "restart-survived",
+        "storm",
+        "budget-fenced",
+        "none",
     ] = "none"
 
 
