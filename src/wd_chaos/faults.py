@@ -43,7 +43,7 @@ class Nemesis:
         run_dir: Path,
         *,
         pids: Callable[[], dict[str, int]],
-        busy: Callable[[], set[str]],
+        busy: Callable[[str], set[str]],
         seed: int,
         toxi: Any = None,
         proxies: dict[str, str] | None = None,
@@ -91,7 +91,7 @@ class Nemesis:
         ev = {**ev, "id": f"{ev['fault']}-{self.count}"}
         kind = ev["fault"]
         if kind == "stall":
-            candidates = sorted(self.busy() - self.stalled)
+            candidates = sorted(self.busy(ev.get("inside", "step")) - self.stalled)
             if not candidates:
                 if elapsed - float(ev["at"]) > TARGET_WAIT:
                     self.skipped += 1
@@ -117,7 +117,7 @@ class Nemesis:
             self._line(ev, "armed")
         elif kind == "partition":
             # like a stall, a cut proves most when it lands on a worker mid-pass
-            busy = sorted(self.busy() - self.stalled - self.cut)
+            busy = sorted(self.busy("step") - self.stalled - self.cut)
             if not busy and elapsed - float(ev["at"]) <= TARGET_WAIT:
                 return False
             name = ev["target"] if ev["target"] in busy or not busy else self.rng.choice(busy)

@@ -134,7 +134,7 @@ class Watch:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.tails: dict[Path, Tail] = {}
-        self.in_effect: dict[str, bool] = {}
+        self.in_effect: dict[str, str | None] = {}
         self.counts: Counter[str] = Counter()
 
     def poll(self) -> None:
@@ -143,19 +143,24 @@ class Watch:
             for line in tail.read():
                 name = str(line.get("process"))
                 if line["type"] == "invoke" and line["f"] == "effect":
-                    self.in_effect[name] = True
+                    self.in_effect[name] = str(line.get("key"))
                 elif line["type"] == "complete":
                     if line["f"] == "effect":
-                        self.in_effect[name] = False
+                        self.in_effect[name] = None
                     self.counts["ops"] += 1
                     self.counts[line["outcome"]] += 1
                 elif line["type"] == "info" and line.get("what") == "start":
-                    self.in_effect[name] = False
+                    self.in_effect[name] = None
                 elif line["type"] == "fault" and line.get("phase") == "start":
                     self.counts["faults"] += 1
 
-    def busy(self) -> set[str]:
-        return {n for n, b in self.in_effect.items() if b and n.startswith("worker")}
+    def busy(self, inside: str = "step") -> set[str]:
+        """Workers inside a step's effect (``step``) or a transact's (``transact``)."""
+        transact = inside == "transact"
+        return {
+            n for n, k in self.in_effect.items()
+            if k is not None and (k == "ledger") == transact and n.startswith("worker")
+        }  # fmt: skip
 
 
 def _run_dir(base: Path, scenario: str, store: str) -> Path:

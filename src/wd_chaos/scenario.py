@@ -100,6 +100,9 @@ class Workload(_Strict):
     nap_seconds: Annotated[float, Field(ge=0)] = 0.5
     spread_seconds: Annotated[float, Field(ge=0)] = 8.0
     """Outside writers spread their arrivals over this many seconds from the start."""
+    transact_seconds: Annotated[float, Field(ge=0)] = 0.0
+    """How long a transact's effect takes inside its open transaction (Postgres only: SQLite
+    holds its one write lock there, a Redis effect is a script)."""
     slow_first_seconds: Annotated[float, Field(ge=0)] = 0.0
     """When set, the first pass to run each workflow's ``charge`` step takes this long (longer
     than the budget: renewals must not carry it past the budget)."""
@@ -119,6 +122,8 @@ class StallFault(_Fault):
     lease: alive or budget plus ``margin``), then SIGCONT."""
 
     kind: Literal["stall"]
+    inside: Literal["step", "transact"] = "step"
+    """Which effect the stalled worker must be inside: a step's, or a transact's (Postgres)."""
     duration: Seconds | None = None
     over: Literal["alive", "budget"] | None = None
     margin: Seconds = 1.5
@@ -297,6 +302,7 @@ def plan(scenario: Scenario, seed: int, workers: int, time_limit: float) -> list
                 "target": f"worker-{rng.randrange(workers)}",
             }
             if isinstance(fault, StallFault):
+                event["inside"] = fault.inside
                 if fault.duration is not None:
                     event["duration"] = fault.duration
                 else:

@@ -41,6 +41,9 @@ class Opened:
     """``(workflow, key, token, failpoint) -> Effect`` moving the ledger once for this key."""
     read_ledger: Callable[[list[str]], Awaitable[list[dict[str, Any]]]]
     """Every ledger row of the given workflows: workflow, key, token, row."""
+    pause: Callable[[str, int], Awaitable[None]] | None = None
+    """Set by a worker: awaited inside an async (Postgres) ledger effect after its row is written,
+    with the transaction open, as ``pause(workflow, token)``; where a stall can land mid-transact."""
 
 
 async def open_store(spec: Spec) -> Opened:
@@ -176,6 +179,8 @@ async def _postgres(spec: Spec) -> Opened:
                 (workflow, key, token),
             )
             row = (await cur.fetchone())[0]
+            if opened.pause is not None:
+                await opened.pause(workflow, token)
             failpoint()
             return {"row": int(row), "token": token}
 
@@ -195,7 +200,8 @@ async def _postgres(spec: Spec) -> Opened:
     async def close() -> None:
         await pool.close()
 
-    return Opened(durable, close, ledger_effect, read_ledger)
+    opened = Opened(durable, close, ledger_effect, read_ledger)
+    return opened
 
 
 # -- Redis ----------------------------------------------------------------------------------------

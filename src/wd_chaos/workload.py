@@ -334,6 +334,8 @@ class Worker:
         self.work = cfg["workload"]
         self.stopping = False
         self.nonce = 0
+        if float(self.work.get("transact_seconds", 0)) > 0:
+            opened.pause = self.transact_pause
 
     async def retrying(self, call: Callable[[], Awaitable[T]]) -> T:
         """Retry a call that failed with a store error (a partition, a restart) for as long as
@@ -349,6 +351,13 @@ class Worker:
                 if time.monotonic() > deadline or self.stopping:
                     raise
                 await asyncio.sleep(0.2)
+
+    async def transact_pause(self, workflow: str, token: int) -> None:
+        """Inside a transact's effect (its row written, its transaction open): take
+        ``transact_seconds``, announced like a step's effect so a stall can target it."""
+        op = self.hist.invoke("effect", workflow=workflow, key="ledger", token=token)
+        await asyncio.sleep(float(self.work["transact_seconds"]))
+        self.hist.complete(op, "effect", "ok")
 
     def effect_seconds(self, workflow: str, key: str) -> float:
         """How long this run of a step's effect takes: ``step_seconds``, except that the first
