@@ -475,3 +475,9 @@ def test_fencing_refuses_contended_after_the_holders_budget() -> None:
     h2.t += 2_000_000_000  # within the budget: a renewing holder may still be alive
     h2.call("claim", "B", 2, "contended", workflow=WF, alive=1.0, budget=4.0)
     assert checkers.fencing(h2.lines, final([])).valid is True
+
+
+def test_fww_refuses_a_supply_gated_on_the_claim() -> None:
+    h = H()
+    h.call("supply", "W", 1, "contended", workflow=WF, key="k", value=1)
+    assert checkers.first_writer_wins(h.lines, final([])).valid is False

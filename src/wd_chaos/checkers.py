@@ -314,7 +314,8 @@ def _budget_ends(
 def first_writer_wins(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """Every acknowledged write of a key returns the value the store holds at the end; ``won`` is
     True exactly when the caller offered that value; the stored value was offered by some caller;
-    at most one transact of a key won; no acknowledged write is missing from the final state."""
+    at most one transact of a key won; no acknowledged write is missing from the final state; a
+    supply or append from outside a pass is never refused for want of the claim."""
     by_key: dict[tuple[str, str], list[Operation]] = defaultdict(list)
     for o in operations(ops):
         if o.f in WRITES and o.workflow is not None and o.invoke.get("key") is not None:
@@ -358,6 +359,14 @@ def first_writer_wins(ops: list[Op], final: dict[str, Any]) -> Verdict:
                         "why": "the stored value was offered by no write that may have landed",
                     }
                 )
+    for o in operations(ops):
+        if o.f in ("supply", "append") and o.outcome in ("fenced", "contended"):
+            bad.append(
+                o.brief(
+                    f"{o.f} from outside a pass was refused as {o.outcome}: "
+                    "writes from outside a pass are not gated on the claim"
+                )
+            )
     counts = {"keys": len(by_key), "acknowledged": acked}
     if bad:
         return Verdict("first-writer-wins", False, f"{len(bad)} first-writer-wins violation(s)", bad, counts)
