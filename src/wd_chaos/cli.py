@@ -15,6 +15,7 @@ from rich.live import Live
 from rich.table import Table
 
 from . import checkers
+from .mutants.command import mutants_command
 from .runner import Options, Outcome, analyze, run
 from .scenario import Scenario, ScenarioError, available, find, load_file
 from .services import ServerUnavailable, check_available
@@ -239,6 +240,8 @@ def analyze_cmd(run_dir: Path, junit: Path | None) -> None:
         _junit(junit, [outcome])
     sys.exit(checkers.exit_code(outcome.valid))
 
+
+main.add_command(mutants_command)
 
 if __name__ == "__main__":
     main()

@@ -31,8 +31,10 @@ def chaos_runner(seconds: float) -> ChaosRunner:
             return {"__evidence__": f"wd-chaos has no multi-process form of store {store!r}"}
         options = Options(store=CHAOS_STORE[store], time_limit=seconds, report_dir=report_dir, mutant=mutant)
         outcome = run(find(scenario), options)
-        names = {True: "valid", False: "invalid"}
-        verdicts = {v.name: names.get(v.valid, "unknown") for v in outcome.verdicts}
+        verdicts = {
+            v.name: "valid" if v.valid is True else "invalid" if v.valid is False else "unknown"
+            for v in outcome.verdicts
+        }
         failed = [f"{v.name}: {v.summary}" for v in outcome.verdicts if v.valid is not True]
         verdicts["__evidence__"] = f"{outcome.run_dir}: " + ("; ".join(failed) or "all valid")
         return verdicts
@@ -41,7 +43,9 @@ def chaos_runner(seconds: float) -> ChaosRunner:
 
 
 def _table(report: GateReport) -> Table:
-    table = Table("mutant", "guarantee", "verdict", "killed by", "time", title="mutant gate")
+    table = Table(title="mutant gate")
+    for column in ("mutant", "guarantee", "verdict", "killed by", "time"):
+        table.add_column(column, overflow="fold")
     for m in report.mutants:
         verdict = "[green]killed" if m.killed else "[red bold]SURVIVED"
         table.add_row(m.name, m.guarantee, verdict, ", ".join(m.killed_by) or "-", f"{m.seconds:.1f}s")

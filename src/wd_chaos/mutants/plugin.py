@@ -4,6 +4,7 @@ store, then apply the mutant's ``wrap``. ``WD_MUTANT_MODULES`` (comma-separated)
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -40,3 +41,24 @@ def register_all() -> list[Mutant]:
 
 
 register_all()
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """Keep only the checks each store is asked for: ``WD_MUTANT_PLAN`` is JSON mapping a store
+    name to the check names to run on it (a mutant: its killers; a real store: every killer of its
+    mutants). Without it, nothing is deselected."""
+    plan_text = os.environ.get("WD_MUTANT_PLAN")
+    if not plan_text:
+        return
+    plan: dict[str, list[str]] = json.loads(plan_text)
+    keep: list[Any] = []
+    drop: list[Any] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        store = callspec.params.get("_wd_store_name") if callspec is not None else None
+        check = getattr(item, "originalname", item.name)
+        wanted = store is not None and check in plan.get(store, ())
+        (keep if wanted else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

@@ -132,7 +132,13 @@ def run_conformance(
         f"--junitxml={junit}",
         *[arg for s in stores for arg in ("--wd-store", s)],
     ]
-    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, check=False)
+    plan: dict[str, set[str]] = {}
+    for m in mutants:
+        named = {check_name(k) for k in m.killers if not k.startswith("chaos:")}
+        plan.setdefault(m.name, set()).update(named)
+        plan.setdefault(m.store, set()).update(named)  # the real store passes the same checks
+    env = {**os.environ, "WD_MUTANT_PLAN": json.dumps({s: sorted(c) for s, c in plan.items()})}
+    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, check=False, env=env)
     if not junit.exists():
         raise RuntimeError(f"the conformance run did not start:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
     return _junit_results(junit, stores)
