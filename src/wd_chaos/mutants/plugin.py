@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
+
 from without_durability.testing.harness import StoreFactory, StoreUnderTest, register, registered
 
 from . import Mutant, catalogue
@@ -40,7 +42,11 @@ def register_all() -> list[Mutant]:
     return mutants
 
 
-register_all()
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: Any) -> None:
+    """Register the mutants before ``--wd-store`` is checked, and after every plugin module (yours
+    included, e.g. ``-p mystore_testing``) has registered its stores."""
+    register_all()
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:

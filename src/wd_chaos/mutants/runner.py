@@ -171,7 +171,9 @@ def judge(mutants: Sequence[Mutant], results: Sequence[CheckResult], started: fl
                 hits[0].evidence
                 if hits
                 else "no killer failed: "
-                + ", ".join(f"{r.check}={r.outcome}" for r in mine if r.check in named),
+                + ", ".join(f"{r.check}={r.outcome}" for r in mine if r.check in named)
+                if mine
+                else f"none of its checks ran: is its store {m.store!r} registered, and its server up?",
             )
         )
     real_names = {m.store for m in mutants}
