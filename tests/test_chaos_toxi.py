@@ -12,11 +12,9 @@ from collections.abc import Iterator
 import pytest
 
 from wd_chaos.toxi import Toxi
-from without_durability.testing.servers import provide, why_unavailable
+from without_durability.testing.servers import provide
 
-pytestmark = pytest.mark.skipif(
-    why_unavailable("toxiproxy") is not None, reason=str(why_unavailable("toxiproxy"))
-)
+# No skip when toxiproxy-server is missing: provide() fails with what to install, loudly.
 
 
 class _Echo(socketserver.BaseRequestHandler):
