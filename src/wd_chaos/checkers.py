@@ -714,27 +714,37 @@ def bite(kind: str) -> Callable[[list[Op], dict[str, Any]], Verdict]:
     """The check that the scenario's fault touched something: a run where it did not proves
     nothing and is invalid."""
 
-    def stall_fenced(ops: list[Op], final: dict[str, Any]) -> Verdict:
-        all_ops = operations(ops)
+    def refused_after(
+        all_ops: list[Operation], windows: list[tuple[Op, Op | None]], kinds: Any, why: str
+    ) -> list[dict[str, Any]]:
+        """For each healed fault window, the first operation of its target process, of a pass
+        claimed before the fault began, that the store refused (fenced) once the fault was under
+        way: the fault cost that pass its claim and the fence held."""
         claims = {(int(o.invoke["pid"]), o.workflow, o.token): o for o in all_ops if o.f == "claim" and o.ok}
         hits = []
-        windows = _windows(ops, "stall")
         for start, stop in windows:
             if stop is None:
                 continue
             pid = int(start["target_pid"])
             for o in all_ops:
                 c = claims.get((pid, o.workflow, o.token))
-                # SIGCONT comes before the stop line is written, so the refusal may precede it
+                # the fault's stop line is written after SIGCONT/heal, so the refusal may precede it
                 if (
                     int(o.invoke["pid"]) == pid
+                    and (kinds is None or o.f in kinds)
                     and o.outcome == "fenced"
                     and c is not None
                     and c.end < start["mono"]
                     and o.end > start["mono"]
                 ):
-                    hits.append(o.brief(f"stalled {start['duration']}s, refused on waking"))
+                    hits.append(o.brief(why.format(**start)))
                     break
+        return hits
+
+    def stall_fenced(ops: list[Op], final: dict[str, Any]) -> Verdict:
+        all_ops = operations(ops)
+        windows = _windows(ops, "stall")
+        hits = refused_after(all_ops, windows, None, "stalled {duration}s, refused on waking")
         verdict = _bit("stall-fenced", hits, len(windows), "stalled pass(es) refused on waking")
         if not hits:
             woke = [
@@ -785,26 +795,10 @@ def bite(kind: str) -> Callable[[list[Op], dict[str, Any]], Verdict]:
 
     def partition_refused(ops: list[Op], final: dict[str, Any]) -> Verdict:
         all_ops = operations(ops)
-        claims = {(int(o.invoke["pid"]), o.workflow, o.token): o for o in all_ops if o.f == "claim" and o.ok}
-        hits = []
         windows = _windows(ops, "partition")
-        for start, stop in windows:
-            if stop is None:
-                continue
-            pid = int(start["target_pid"])
-            for o in all_ops:
-                c = claims.get((pid, o.workflow, o.token))
-                # the pass was claimed before the cut and refused once the store heard it again
-                if (
-                    int(o.invoke["pid"]) == pid
-                    and o.f in FENCED_WRITES
-                    and o.outcome == "fenced"
-                    and c is not None
-                    and c.end < start["mono"]
-                    and o.end > start["mono"]
-                ):
-                    hits.append(o.brief("partitioned past its lease, refused after the heal"))
-                    break
+        hits = refused_after(
+            all_ops, windows, FENCED_WRITES, "partitioned past its lease, refused after the heal"
+        )
         return _bit("partition-refused", hits, len(windows), "write(s) refused after the heal")
 
     def restart_survived(ops: list[Op], final: dict[str, Any]) -> Verdict:
