@@ -1,0 +1,160 @@
+"""The Lua scripts, loaded once from package data and called by SHA (EVALSHA, loading the script on
+NOSCRIPT), and the boundary where the driver's errors become this library's."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from importlib.resources import files
+from typing import Any, TypeAlias
+
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.exceptions
+from redis.commands.core import AsyncScript
+
+from without_durability.errors import StoreError, StoreUnavailable
+
+Client: TypeAlias = "redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster"
+"""A redis.asyncio client: a standalone ``Redis`` or a ``RedisCluster``."""
+
+_PRELUDES = {"checkpoint": ("_common", "_checkpoint"), "stream": ("_common", "_stream"),
+             "plain": ("_common",)}
+SCRIPTS = {
+    **dict.fromkeys(("claim", "renew", "release", "discard", "record", "supply", "append",
+                     "transact"), "checkpoint"),
+    **dict.fromkeys(("set_schedule", "set_take", "set_wake", "now"), "plain"),
+    **dict.fromkeys(("stream_schedule", "stream_take", "stream_wake", "stream_cancel",
+                     "stream_idle"), "stream"),
+}
+"""Every script by name, with the prelude it is loaded after."""
+EFFECT_MARK = "--[[effect]]"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+
+
+@cache
+def _file(name: str) -> str:
+    return (files(__package__) / "scripts" / f"{name}.lua").read_text(encoding="utf-8")
+
+
+@cache
+def script_source(name: str) -> str:
+    """The full text of script ``name`` as sent to the server: its prelude files, then the script
+    (``transact`` still holds the ``--[[effect]]`` mark an effect's source replaces). For tools
+    that run the raw script (a benchmark's ceiling) or break it on purpose (a mutation test)."""
+    if name not in SCRIPTS:
+        raise ValueError(f"no script {name!r}; the scripts are {sorted(SCRIPTS)}")
+    return "\n".join([*(_file(p) for p in _PRELUDES[SCRIPTS[name]]), _file(name)])
+
+
+class Scripts:
+    """One client's registered scripts. ``run`` calls a script by name; ``run_source`` calls a
+    script built at run time (a TRANSACT with an effect spliced in), keeping the most recent few
+    hundred registered so a steady set of effects is hashed once."""
+
+    _CACHE = 256
+
+    def __init__(self, client: Client, overrides: Mapping[str, str]) -> None:
+        self._client = client
+        self._overrides = dict(overrides)
+        self._named: dict[str, AsyncScript] = {}
+        self._built: OrderedDict[str, AsyncScript] = OrderedDict()
+        self._ready = not isinstance(client, redis.asyncio.cluster.RedisCluster)
+
+    async def ready(self) -> None:
+        """Make sure the client is ready for concurrent commands. A ``RedisCluster`` is set up
+        explicitly first: redis-py 8.1 lets concurrent first commands race its lazy setup, and one
+        of them fails on a half-made connection. ``initialize`` itself is serialized by a lock."""
+        if not self._ready:
+            assert isinstance(self._client, redis.asyncio.cluster.RedisCluster)
+            await self._client.initialize()
+            self._ready = True
+
+    async def run(self, name: str, keys: Sequence[str], args: Sequence[object]) -> Any:
+        """Run script ``name`` with ``keys`` and ``args``."""
+        await self.ready()
+        script = self._named.get(name)
+        if script is None:
+            body = self.source(name)
+            script = self._named[name] = self._client.register_script(body)
+        return await script(keys=list(keys), args=[_arg(a) for a in args])
+
+    def source(self, name: str) -> str:
+        """The text this client runs for script ``name``: an override, or the shipped script."""
+        return self._overrides.get(name) or script_source(name)
+
+    async def run_source(self, text: str, keys: Sequence[str], args: Sequence[object]) -> Any:
+        """Run the script whose full text is ``text``."""
+        await self.ready()
+        script = self._built.get(text)
+        if script is None:
+            script = self._built[text] = self._client.register_script(text)
+            if len(self._built) > self._CACHE:
+                self._built.popitem(last=False)
+        else:
+            self._built.move_to_end(text)
+        return await script(keys=list(keys), args=[_arg(a) for a in args])
+
+
+def _arg(value: object) -> str | bytes | int | float:
+    if isinstance(value, str | bytes | int | float):
+        return value
+    return str(value)
+
+
+def where(client: Client) -> str:
+    """Where ``client`` points, for error messages."""
+    if isinstance(client, redis.asyncio.cluster.RedisCluster):
+        nodes = client.get_nodes()
+        return "redis cluster " + ",".join(f"{n.host}:{n.port}" for n in nodes[:3])
+    kwargs = client.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return f"redis at {kwargs['path']}"
+    return f"redis at {kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+_UNREACHABLE = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.MasterDownError,
+)
+
+
+@contextlib.contextmanager
+def boundary(client: Client, what: str) -> Iterator[None]:
+    """Wrap the driver's errors: unreachable server -> ``StoreUnavailable``, any other driver error
+    -> ``StoreError``; the driver's error stays as ``__cause__``."""
+    try:
+        yield
+    except _UNREACHABLE as exc:
+        raise StoreUnavailable(f"{where(client)}: {what}: the server could not be reached "
+                               f"({type(exc).__name__}: {exc})") from exc
+    except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
+        raise StoreError(f"{where(client)}: {what} failed ({type(exc).__name__}: {exc})") from exc
+
+
+def text(value: object) -> str:
+    """A reply as text, whether or not the client decodes responses."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    return str(value)
+
+
+def micros(at: datetime) -> int:
+    """``at`` as integer microseconds since the epoch."""
+    return (at - _EPOCH) // _US
+
+
+def span(duration: timedelta) -> int:
+    """``duration`` in integer microseconds."""
+    return duration // _US
+
+
+def from_micros(value: object) -> datetime:
+    """Integer microseconds since the epoch (as a reply) back to an aware UTC datetime."""
+    return _EPOCH + timedelta(microseconds=int(text(value)))

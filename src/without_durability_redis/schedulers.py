@@ -1,0 +1,196 @@
+"""The two Redis schedulers: a sorted set scored by visibility, and a stream with a consumer group.
+
+Both keep a namespace's keys under one ``{namespace}`` hash tag, so each script is single-slot on a
+Redis Cluster, and both read time from the server inside their scripts. Neither shares a slot with
+any workflow's checkpoint, which is why ``SplitDurable`` is the ``Durable`` over them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+
+from without_durability._values import Delivery
+from without_durability.errors import InvalidInput
+from without_durability.rules import check_time, check_visibility
+
+from ._keys import check_id, check_name
+from ._scripts import Client, Scripts, boundary, from_micros, micros, span, text
+
+
+@dataclass(frozen=True, slots=True)
+class _SetReceipt:
+    visible_at: int  # the score the take set, microseconds
+
+
+@dataclass(frozen=True, slots=True)
+class _StreamReceipt:
+    entry: str  # the delivery's stream entry id
+    timer: int  # the timer the take set, microseconds
+
+
+class _Base:
+    script_overrides: ClassVar[Mapping[str, str]] = {}
+    """Replacement script texts by name (see ``script_source``), for a subclass that breaks a
+    guarantee on purpose so a harness can prove it notices. Empty in the real schedulers."""
+
+    def __init__(self, client: Client, *, namespace: str, prefix: str) -> None:
+        self.client = client
+        self.namespace = check_name("namespace", namespace)
+        self.prefix = check_name("prefix", prefix, allow_empty=True)
+        self._scripts = Scripts(client, self.script_overrides)
+        self._clock_key = f"{prefix}clock:{{{namespace}}}"
+
+    async def _run(self, what: str, name: str, keys: list[str], args: list[object]) -> Any:
+        with boundary(self.client, what):
+            return await self._scripts.run(name, keys, args)
+
+    async def now(self) -> datetime:
+        """See ``Scheduler.now``: the clock of the node holding this namespace's queue."""
+        return from_micros(await self._run("now", "now", [self._clock_key], []))
+
+    def _at(self, at: datetime | None) -> str:
+        return "" if at is None else str(micros(at))
+
+
+class RedisSetScheduler(_Base):
+    """``Scheduler`` over one sorted set per namespace (``<prefix>queue:{namespace}``): member = the
+    workflow, score = when it becomes visible (server microseconds).
+
+    ``take`` is one script that finds the earliest visible member and moves its score to now +
+    visibility; scripts run one at a time, so two takes never hand out the same delivery. The
+    receipt is the score the take set, so ``wake_at`` answers only while that score is still there:
+    a cancel removed it (not reinstated), a wakeup or another take moved it (that one stands).
+    There is no blocking read: a poller waits out its poll interval.
+    """
+
+    def __init__(self, client: Client, *, namespace: str = "default", prefix: str = "wd:") -> None:
+        super().__init__(client, namespace=namespace, prefix=prefix)
+        self.key = f"{prefix}queue:{{{namespace}}}"
+        self._clock_key = self.key
+
+    async def schedule(self, workflow: str, at: datetime | None = None) -> None:
+        """See ``Scheduler.schedule``."""
+        check_id(workflow)
+        check_time("schedule at", at)
+        await self._run(f"schedule {workflow!r}", "set_schedule", [self.key],
+                        [workflow, self._at(at)])
+
+    async def take(self, visibility: timedelta) -> Delivery | None:
+        """See ``Scheduler.take``: the visible workflow with the earliest time."""
+        check_visibility(visibility)
+        reply = await self._run("take", "set_take", [self.key], [span(visibility)])
+        if reply is None:
+            return None
+        return Delivery(text(reply[0]), _SetReceipt(int(text(reply[1]))))
+
+    async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
+        """See ``Scheduler.wake_at``."""
+        check_time("wake_at at", at)
+        if not isinstance(delivery.receipt, _SetReceipt):
+            raise InvalidInput(f"{delivery!r} was not handed out by a RedisSetScheduler")
+        await self._run(f"wake_at {delivery.workflow!r}", "set_wake", [self.key],
+                        [delivery.workflow, delivery.receipt.visible_at, self._at(at)])
+
+    async def cancel(self, workflow: str) -> None:
+        """See ``Scheduler.cancel``."""
+        check_id(workflow)
+        with boundary(self.client, f"cancel {workflow!r}"):
+            await self._scripts.ready()
+            await self.client.zrem(self.key, workflow)
+
+
+class RedisStreamScheduler(_Base):
+    """``Scheduler`` over a stream with a consumer group, its pending list, and a timer set, per
+    namespace (``<prefix>stream:{ns}``, ``<prefix>timers:{ns}``, ``<prefix>entries:{ns}``).
+
+    A workflow due now has one entry in the stream; a sleeping one has a timer. ``take`` first moves
+    every due timer into the stream (the internal ``wake_due``), then reads one entry for the
+    group (so it joins this consumer's pending list) and sets the timer that brings it back if
+    nobody answers within ``visibility``; all in one script. ``wake_at`` asks whether its entry is
+    still the workflow's current one and its timer the one the take set, so a cancelled delivery
+    is never reinstated and a wakeup that came since stands. A schedule that is already due goes
+    into the stream at once, so a reader blocked on the stream (``XREAD BLOCK``) wakes for it.
+
+    Answered entries are acknowledged and deleted, so the stream stays as short as the ready work.
+    ``consumer`` names this scheduler's pending list (default: host and process id).
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        namespace: str = "default",
+        prefix: str = "wd:",
+        consumer: str | None = None,
+        wake_batch: int = 1000,
+    ) -> None:
+        super().__init__(client, namespace=namespace, prefix=prefix)
+        self.stream_key = f"{prefix}stream:{{{namespace}}}"
+        self.timers_key = f"{prefix}timers:{{{namespace}}}"
+        self.entries_key = f"{prefix}entries:{{{namespace}}}"
+        self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
+        if wake_batch < 1:
+            raise InvalidInput(f"wake_batch must be at least 1, got {wake_batch!r}")
+        self.wake_batch = wake_batch
+        self._keys = [self.stream_key, self.timers_key, self.entries_key]
+        self._clock_key = self.stream_key
+        self._idle: tuple[str, str] | None = None
+
+    async def schedule(self, workflow: str, at: datetime | None = None) -> None:
+        """See ``Scheduler.schedule``."""
+        check_id(workflow)
+        check_time("schedule at", at)
+        await self._run(f"schedule {workflow!r}", "stream_schedule", self._keys,
+                        [workflow, self._at(at)])
+
+    async def take(self, visibility: timedelta) -> Delivery | None:
+        """See ``Scheduler.take``: due timers join the stream, then the oldest entry is read."""
+        check_visibility(visibility)
+        reply = await self._run("take", "stream_take", self._keys,
+                                [span(visibility), self.consumer, self.wake_batch])
+        if text(reply[0]) == "":
+            self._idle = (text(reply[1]), text(reply[2]))
+            return None
+        return Delivery(text(reply[0]), _StreamReceipt(text(reply[1]), int(text(reply[2]))))
+
+    async def wait(self, at_most: timedelta) -> None:
+        """Block until there may be work, instead of sleeping out a poll interval: until an entry
+        joins the stream after this scheduler's last empty ``take``, the earliest timer falls due,
+        or ``at_most`` passes, whichever is first. It may return early (and ``take`` then finds
+        nothing), never later than ``at_most``. Without an empty ``take`` before it, an entry that
+        arrived in between is noticed only by the next one."""
+        if not isinstance(at_most, timedelta) or at_most <= timedelta(0):
+            raise InvalidInput(f"wait at_most must be a positive timedelta, got {at_most!r}")
+        idle, self._idle = self._idle, None
+        if idle is None:
+            reply = await self._run("wait", "stream_idle", self._keys, [])
+            idle = (text(reply[1]), text(reply[2]))
+        after, next_timer = idle
+        block = span(at_most) // 1000
+        if next_timer:
+            until_due = (int(float(next_timer)) - micros(await self.now())) // 1000
+            block = min(block, until_due)
+        if block <= 0:
+            return  # a timer is due already: take moves it
+        with boundary(self.client, "wait"):
+            await self._scripts.ready()
+            await self.client.xread({self.stream_key: after}, count=1, block=max(1, block))
+
+    async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
+        """See ``Scheduler.wake_at``."""
+        check_time("wake_at at", at)
+        if not isinstance(delivery.receipt, _StreamReceipt):
+            raise InvalidInput(f"{delivery!r} was not handed out by a RedisStreamScheduler")
+        await self._run(f"wake_at {delivery.workflow!r}", "stream_wake", self._keys,
+                        [delivery.workflow, delivery.receipt.entry, delivery.receipt.timer,
+                         self._at(at)])
+
+    async def cancel(self, workflow: str) -> None:
+        """See ``Scheduler.cancel``."""
+        check_id(workflow)
+        await self._run(f"cancel {workflow!r}", "stream_cancel", self._keys, [workflow])

@@ -1,0 +1,78 @@
+-- Prepended to the checkpointer's scripts after _common.lua; defines helpers only.
+--
+-- The claim hash: token (the fencing token), held (the budget's deadline), alive (the liveness
+-- deadline, never past held) and for (the liveness window a renewal grants), all microseconds.
+--
+-- The records hash: field = record key, value = "<position>:<written_at>:<encoding>". The position
+-- rides in the value because a hash keeps insertion order only while it is a listpack; once it
+-- converts to a hashtable HGETALL comes back in any order. Keeping it in the one key means nothing
+-- else has to expire in step with it. The position is HLEN at insertion: nothing removes a single
+-- field, so it only grows, and an append names its key from the same number.
+
+-- The next fencing token: a hybrid logical clock. At least the server's clock, so a claim hash that
+-- expired and was re-created still mints above every token issued before it; and at least one past
+-- the last token, so two claims in one microsecond (or a clock stepping back) still increase.
+local function mint(previous, now)
+  local last = tonumber(previous)
+  if last ~= nil and last >= now then
+    return last + 1
+  end
+  return now
+end
+
+-- Re-arm a TTL: the key lives at least ms more from now. Never shortens one (a pass's long budget
+-- may have armed it further out than a later supply would).
+local function extend(key, ms)
+  local left = redis.call('PTTL', key)
+  if left ~= -2 and left < ms then
+    redis.call('PEXPIRE', key, int(ms))
+  end
+end
+
+-- Re-arm the claim's TTL to the budget still to run plus the TTL, so a live claim never expires
+-- and is re-created under a pass that still holds it. Returns that span, in milliseconds.
+local function arm_claim(claim, held, now, ttl_ms)
+  local left_ms = math.ceil((held - now) / 1000)
+  if left_ms < 0 then
+    left_ms = 0
+  end
+  local ms = tonumber(ttl_ms) + left_ms
+  extend(claim, ms)
+  return ms
+end
+
+-- A sign of life from the holder: liveness becomes min(now + window, budget). The records hash is
+-- kept at least as long as the claim, so a pass never outlives the records it resumed from.
+local function renew(claim, records, now, ttl_ms)
+  local v = redis.call('HMGET', claim, 'held', 'for')
+  local held = tonumber(v[1])
+  local alive = math.min(now + tonumber(v[2]), held)
+  redis.call('HSET', claim, 'alive', int(alive))
+  extend(records, arm_claim(claim, held, now, ttl_ms))
+end
+
+local function encoding_of(stored)
+  local first = string.find(stored, ':', 1, true)
+  local second = string.find(stored, ':', first + 1, true)
+  return string.sub(stored, second + 1)
+end
+
+-- First writer wins. Returns {1} when the stored encoding is the one offered (this write, or an
+-- identical earlier one), else {0, the stored encoding}. A losing write moves neither the position
+-- nor the time.
+local function put(records, key, encoded, now, ttl_ms)
+  local stored = redis.call('HGET', records, key)
+  if not stored then
+    local position = redis.call('HLEN', records)
+    redis.call('HSET', records, key, int(position) .. ':' .. int(now) .. ':' .. encoded)
+  end
+  extend(records, tonumber(ttl_ms))
+  if not stored then
+    return {1}
+  end
+  local held = encoding_of(stored)
+  if held == encoded then
+    return {1}
+  end
+  return {0, held}
+end

@@ -1,0 +1,522 @@
+"""The Redis store's own guarantees, beyond the shared conformance suite: order past the hash's
+encoding change, tokens across an expired claim hash, LuaEffect exactly once and undone on failure,
+cross-slot effects refused, id rules, the stream's blocking-read path, and driver errors wrapped.
+
+Run with ``--wd-store redis-set --wd-store redis-stream --wd-store redis-cluster`` (each test names
+the stores it applies to). Every test works under the store's own key prefix, deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from without_durability import (
+    Fenced,
+    InvalidInput,
+    InvalidKey,
+    InvalidValue,
+    InvalidWorkflowId,
+    Recorded,
+    StoreError,
+    StoreUnavailable,
+)
+from without_durability.testing.harness import StoreUnderTest
+
+redis = pytest.importorskip("redis.asyncio")
+from without_durability_redis import (  # noqa: E402
+    MAX_WORKFLOW_ID_BYTES,
+    LuaEffect,
+    LuaEffectFailed,
+    RedisCheckpointer,
+    RedisSetScheduler,
+    RedisStreamScheduler,
+)
+
+pytestmark = pytest.mark.asyncio
+Store = StoreUnderTest[Any]
+LONG = timedelta(hours=1)
+CHECKPOINTERS = pytest.mark.wd_store(["redis-set", "redis-cluster"])
+_ids = itertools.count()
+
+
+def wf(label: str) -> str:
+    return f"redis-{label}-{next(_ids)}"
+
+
+def client_of(store: Store) -> Any:
+    return store.extra["client"]
+
+
+def checkpointer_of(store: Store) -> RedisCheckpointer:
+    cp = store.checkpointer
+    assert isinstance(cp, RedisCheckpointer)
+    return cp
+
+
+async def wait_until(condition: Any, within: float, what: str) -> None:
+    """Await ``condition()`` until it is true, polling gently, or fail after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while not await condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {within}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def counter(cp: RedisCheckpointer, workflow: str) -> LuaEffect:
+    """Add one to a counter under the workflow's tag and return the new count, JSON-encoded."""
+    return LuaEffect(
+        source="return cjson.encode(redis.call('INCR', KEYS[1]))",
+        keys=(f"{cp.hash_key(workflow)}:counter",),
+    )
+
+
+async def read_int(client: Any, key: str) -> int | None:
+    value = await client.get(key)
+    return None if value is None else int(value)
+
+
+# -- order survives the hash's conversion ------------------------------------------------------
+
+
+@CHECKPOINTERS
+async def test_order_survives_listpack_to_hashtable_conversion(wd_store: Store) -> None:
+    cp, client, w = checkpointer_of(wd_store), client_of(wd_store), wf("order")
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    written: list[str] = []
+    for i in range(300):  # past hash-max-listpack-entries (128), values past 64 bytes
+        key = f"step-{(i * 7919) % 1000:03d}-{i}"  # names that do not sort in record order
+        if i % 3 == 0:
+            await cp.record(held, key, {"i": i, "pad": "x" * (200 + i)})
+        elif i % 3 == 1:
+            await cp.supply(w, key, {"i": i, "pad": "y" * 300})
+        else:
+            key = await cp.append(w, {"i": i, "pad": "z" * 100})
+        written.append(key)
+    encoding = await client.object("ENCODING", cp.hash_key(w))
+    assert encoding in (b"hashtable", "hashtable"), f"expected a hashtable, got {encoding!r}"
+    raw = [k.decode() for k in await client.hkeys(cp.hash_key(w))]
+    assert raw != written, "the hash kept insertion order by itself: this test would prove nothing"
+    loaded = await cp.load(w)
+    assert list(loaded) == written, "load order is not the order first recorded"
+    assert [v["i"] for v in loaded.values()] == list(range(300))  # type: ignore[index]
+    history = await cp.history(w)
+    assert [e.key for e in history] == written
+    times = [e.written_at for e in history]
+    assert times == sorted(times), "written_at does not follow record order"
+
+
+@CHECKPOINTERS
+async def test_append_keys_are_load_positions_with_records_between(wd_store: Store) -> None:
+    cp, w = checkpointer_of(wd_store), wf("positions")
+    await cp.supply(w, "a", 1)
+    first = await cp.append(w, "m")
+    await cp.supply(w, "b", 2)
+    second = await cp.append(w, "n")
+    assert (first, second) == ("inbox/00000000000000000001", "inbox/00000000000000000003")
+    assert list(await cp.load(w)) == ["a", first, "b", second]
+    await cp.discard(w)
+    assert await cp.append(w, "after") == "inbox/00000000000000000000"
+
+
+# -- tokens --------------------------------------------------------------------------------------
+
+
+@CHECKPOINTERS
+async def test_expired_claim_hash_still_mints_a_higher_token(wd_store: Store) -> None:
+    client, w = client_of(wd_store), wf("expired")
+    cp = RedisCheckpointer(client, prefix=wd_store.extra["prefix"], ttl=timedelta(seconds=1))
+    issued = []
+    for _ in range(5):  # claims and discards in quick succession: the token runs ahead of nothing
+        held = await cp.claim(w, alive=timedelta(milliseconds=100), budget=timedelta(seconds=1))
+        issued.append(held.token)
+        await cp.discard(w)
+    last = await cp.claim(w, alive=timedelta(milliseconds=100), budget=timedelta(milliseconds=200))
+    issued.append(last.token)
+    await cp.release(last)
+    assert issued == sorted(set(issued)), f"tokens not strictly increasing: {issued}"
+
+    async def gone() -> bool:
+        return not await client.exists(cp.claim_key(w))
+
+    await wait_until(gone, 10, "the claim hash to expire")
+    again = await cp.claim(w, alive=LONG, budget=LONG)
+    assert again.token > max(issued), (
+        f"a re-created claim hash minted {again.token}, not above the last issued {max(issued)}"
+    )
+    with pytest.raises(Fenced):
+        await cp.record(last, "late", 1)
+
+
+@CHECKPOINTERS
+async def test_renewal_and_writes_rearm_the_ttl(wd_store: Store) -> None:
+    client, w = client_of(wd_store), wf("ttl")
+    cp = RedisCheckpointer(client, prefix=wd_store.extra["prefix"], ttl=timedelta(seconds=60))
+    held = await cp.claim(w, alive=timedelta(seconds=30), budget=timedelta(seconds=600))
+    claim_ttl = await client.pttl(cp.claim_key(w))
+    assert claim_ttl > 600_000, f"the claim may expire before its budget: PTTL {claim_ttl}"
+    await cp.record(held, "k", 1)
+    records_ttl = await client.pttl(cp.hash_key(w))
+    assert records_ttl > 600_000, f"records may expire under a live pass: PTTL {records_ttl}"
+    await client.pexpire(cp.hash_key(w), 5_000)
+    await cp.renew(held)
+    assert await client.pttl(cp.hash_key(w)) > 600_000, "renew did not keep the records alive"
+    await client.pexpire(cp.hash_key(w), 5_000)
+    await cp.supply(w, "j", 2)
+    assert await client.pttl(cp.hash_key(w)) > 5_000, "a write did not re-arm the records TTL"
+    other = wf("ttl-supplied")
+    await cp.supply(other, "j", 2)
+    assert 0 < await client.pttl(cp.hash_key(other)) <= 60_000, "supply did not arm the TTL"
+
+
+# -- LuaEffect: exactly once, undone on failure ----------------------------------------------------
+
+
+@CHECKPOINTERS
+async def test_lua_effect_moves_once_across_ten_resumed_passes(wd_store: Store) -> None:
+    cp, client, w = checkpointer_of(wd_store), client_of(wd_store), wf("ten")
+    effect = counter(cp, w)
+    seen = []
+    for attempt in range(10):
+        # A pass resumes: it claims, loads what earlier passes recorded, runs the body again.
+        held = await cp.claim(w, alive=LONG, budget=LONG)
+        loaded = await cp.load(w)
+        result = await cp.transact(held, "reserved", effect)
+        seen.append(result)
+        assert loaded == ({} if attempt == 0 else {"reserved": 1})
+        if attempt % 2:
+            await cp.release(held)
+        else:  # every other pass dies without releasing: a newer claim supersedes it
+            await client.hset(cp.claim_key(w), "alive", 0)
+    assert await read_int(client, effect.keys[0]) == 1, "the counter moved more than once"
+    assert seen[0] == Recorded(1, True)
+    assert all(r == Recorded(1, False) for r in seen[1:]), f"later passes saw {seen[1:]}"
+
+
+@CHECKPOINTERS
+async def test_failing_effects_are_undone_and_reported(wd_store: Store) -> None:
+    cp, client, w = checkpointer_of(wd_store), client_of(wd_store), wf("undo")
+    base = cp.hash_key(w)
+    await client.set(f"{base}:kept", "before", px=600_000)
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    writes = (
+        "redis.call('SET', KEYS[1], 'after'); redis.call('SET', KEYS[2], 'new'); "
+        "redis.call('PERSIST', KEYS[1]); "
+    )
+    keys = (f"{base}:kept", f"{base}:fresh")
+    failures = {
+        "error()": "error('out of stock')",
+        "error_reply": "return redis.error_reply('OUT_OF_STOCK none left')",
+        "a failing call": "redis.call('INCR', KEYS[1])",  # INCR on 'after' is not an integer
+    }
+    for label, tail in failures.items():
+        with pytest.raises(LuaEffectFailed) as caught:
+            await cp.transact(held, "reserve", LuaEffect(writes + tail, keys))
+        assert caught.value.key == "reserve", label
+        assert await client.get(f"{base}:kept") == b"before", f"{label}: a changed key not restored"
+        assert await client.pttl(f"{base}:kept") > 0, f"{label}: the key's TTL was not restored"
+        assert not await client.exists(f"{base}:fresh"), f"{label}: a created key was kept"
+    assert await cp.load(w) == {}
+
+    class OutOfStock(Exception):
+        pass
+
+    with pytest.raises(OutOfStock, match="OUT_OF_STOCK"):
+        await cp.transact(held, "reserve", LuaEffect(writes + failures["error_reply"], keys,
+                                                     on_error=OutOfStock))
+    for label, body, err in (
+        ("a number", "return 5", InvalidValue),
+        ("not JSON", "return 'five'", InvalidValue),
+        ("a syntax error", "return (", InvalidInput),
+    ):
+        with pytest.raises(err):
+            await cp.transact(held, "reserve", LuaEffect(writes + body, keys))
+        assert await client.get(f"{base}:kept") == b"before", label
+        assert not await client.exists(f"{base}:fresh"), label
+    assert await cp.load(w) == {}
+    ok = await cp.transact(held, "reserve", LuaEffect(writes + "return cjson.encode('done')", keys))
+    assert ok == Recorded("done", True)
+    assert await client.get(f"{base}:kept") == b"after"
+
+
+@CHECKPOINTERS
+async def test_effect_keys_must_carry_the_workflows_tag(wd_store: Store) -> None:
+    cp, client, w = checkpointer_of(wd_store), client_of(wd_store), wf("tag")
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    stray = f"{wd_store.extra['prefix']}{{elsewhere}}:ledger"
+    effect = LuaEffect("redis.call('SET', KEYS[1], 1); return cjson.encode(1)", (stray,))
+    with pytest.raises(InvalidKey) as caught:
+        await cp.transact(held, "reserve", effect)
+    message = str(caught.value)
+    assert stray in message and f"{{{w}}}" in message and "hash_key" in message, message
+    assert not await client.exists(stray), "a refused effect wrote"
+    assert await cp.load(w) == {}
+    for own in (cp.hash_key(w), cp.claim_key(w)):
+        with pytest.raises(InvalidKey, match="own"):
+            await cp.transact(held, "reserve", LuaEffect("return '1'", (own,)))
+
+
+@pytest.mark.wd_store(["redis-cluster"])
+async def test_cross_slot_effect_is_refused_on_the_cluster_having_written_nothing(
+    wd_store: Store,
+) -> None:
+    cp, client, w = checkpointer_of(wd_store), client_of(wd_store), wf("cluster")
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    mine = f"{cp.hash_key(w)}:ledger"
+    # A key on another node than the workflow's slot.
+    home = client.get_node_from_key(mine)
+    other = next(
+        key for key in (f"{wd_store.extra['prefix']}{{far-{i}}}:ledger" for i in range(1000))
+        if client.get_node_from_key(key) != home
+    )
+    declared = LuaEffect("redis.call('SET', KEYS[1], 1); redis.call('SET', KEYS[2], 1); "
+                         "return cjson.encode(1)", (mine, other))
+    with pytest.raises(InvalidKey, match="does not carry the workflow's hash tag"):
+        await cp.transact(held, "reserve", declared)
+    # The same effect reaching the other node's key without declaring it: the node refuses the
+    # access mid-script, and the write it had already made to its declared key is undone.
+    undeclared = LuaEffect("redis.call('SET', KEYS[1], 1); redis.call('SET', ARGV[1], 1); "
+                           "return cjson.encode(1)", (mine,), (other,))
+    with pytest.raises(LuaEffectFailed, match="non local key"):
+        await cp.transact(held, "reserve", undeclared)
+    assert not await client.exists(mine), "the effect's write survived its failure"
+    assert not await client.exists(other), "a cross-node write landed"
+    assert await cp.load(w) == {}
+
+
+# -- ids -----------------------------------------------------------------------------------------
+
+
+@CHECKPOINTERS
+async def test_ids_with_braces_or_too_long_are_refused_clearly(wd_store: Store) -> None:
+    cp = checkpointer_of(wd_store)
+    for bad in ("a{b}", "}", "x" * (MAX_WORKFLOW_ID_BYTES + 1)):
+        with pytest.raises(InvalidWorkflowId, match=r"brace|bytes"):
+            await cp.claim(bad, alive=LONG, budget=LONG)
+        with pytest.raises(InvalidWorkflowId):
+            await cp.supply(bad, "k", 1)
+        with pytest.raises(InvalidWorkflowId):
+            await wd_store.scheduler.schedule(bad)
+    ok = "é" * (MAX_WORKFLOW_ID_BYTES // 2)  # exactly the limit in UTF-8 bytes
+    assert await cp.supply(ok, "k", 1) == Recorded(1, True)
+    with pytest.raises(InvalidInput, match="brace"):
+        RedisCheckpointer(client_of(wd_store), prefix="wd:{x}:")
+
+
+# -- clients and errors ----------------------------------------------------------------------------
+
+
+@pytest.mark.wd_store(["redis-set"])
+async def test_a_decoding_client_works_too(wd_store: Store) -> None:
+    server = wd_store.extra["server"]
+    client = redis.Redis.from_url(server.url, decode_responses=True)
+    try:
+        prefix = wd_store.extra["prefix"]
+        cp = RedisCheckpointer(client, prefix=prefix)
+        sched = RedisSetScheduler(client, prefix=prefix, namespace="decoding")
+        w = wf("decode")
+        held = await cp.claim(w, alive=LONG, budget=LONG)
+        assert await cp.record(held, "k", [1, "é"]) == Recorded([1, "é"], True)
+        assert await cp.supply(w, "k", 2) == Recorded([1, "é"], False)
+        await cp.append(w, {"m": 1})
+        assert await cp.transact(held, "t", counter(cp, w)) == Recorded(1, True)
+        assert list(await cp.load(w)) == ["k", "inbox/00000000000000000001", "t"]
+        await sched.schedule(w)
+        got = await sched.take(LONG)
+        assert got is not None and got.workflow == w
+    finally:
+        await client.aclose()
+
+
+async def test_an_unreachable_server_is_store_unavailable() -> None:
+    from without_durability.testing.servers import free_port
+
+    client = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=1)
+    try:
+        cp = RedisCheckpointer(client)
+        with pytest.raises(StoreUnavailable, match=r"127\.0\.0\.1") as caught:
+            await cp.supply("w", "k", 1)
+        assert caught.value.__cause__ is not None
+        with pytest.raises(StoreUnavailable):
+            await RedisSetScheduler(client).take(LONG)
+    finally:
+        await client.aclose()
+
+
+@CHECKPOINTERS
+async def test_a_foreign_encoding_is_a_store_error_naming_the_key(wd_store: Store) -> None:
+    cp, client, w = checkpointer_of(wd_store), client_of(wd_store), wf("foreign")
+    await client.hset(cp.hash_key(w), "k", "0:0:not json")
+    with pytest.raises(StoreError, match="'k'"):
+        await cp.load(w)
+
+
+# -- the stream scheduler ------------------------------------------------------------------------
+
+
+STREAMS = pytest.mark.wd_store(["redis-stream", "redis-cluster-stream"])
+
+
+def stream_of(store: Store) -> RedisStreamScheduler:
+    sched = store.scheduler
+    assert isinstance(sched, RedisStreamScheduler)
+    return sched
+
+
+@STREAMS
+async def test_stream_wait_wakes_for_a_schedule_not_the_poll_interval(wd_store: Store) -> None:
+    sched, w = stream_of(wd_store), wf("wake")
+    assert await sched.take(LONG) is None
+
+    async def later() -> None:
+        await asyncio.sleep(0.3)
+        await sched.schedule(w)
+
+    started = time.monotonic()
+    arrival = asyncio.create_task(later())
+    await sched.wait(timedelta(seconds=20))
+    waited = time.monotonic() - started
+    await arrival
+    assert 0.25 < waited < 5, f"wait returned after {waited:.2f}s for a schedule made at 0.3s"
+    got = await sched.take(LONG)
+    assert got is not None and got.workflow == w
+
+
+@STREAMS
+async def test_stream_wait_sees_work_that_arrived_since_the_empty_take(wd_store: Store) -> None:
+    sched, w = stream_of(wd_store), wf("gap")
+    assert await sched.take(LONG) is None
+    await sched.schedule(w)  # between the empty take and the wait
+    started = time.monotonic()
+    await sched.wait(timedelta(seconds=20))
+    assert time.monotonic() - started < 5, "wait slept through work queued after the empty take"
+
+
+@STREAMS
+async def test_stream_wait_wakes_when_a_timer_falls_due(wd_store: Store) -> None:
+    sched, w = stream_of(wd_store), wf("timer")
+    await sched.schedule(w, await sched.now() + timedelta(milliseconds=400))
+    assert await sched.take(LONG) is None
+    started = time.monotonic()
+    await sched.wait(timedelta(seconds=20))
+    waited = time.monotonic() - started
+    assert 0.2 < waited < 5, f"wait returned after {waited:.2f}s for a timer due at 0.4s"
+    got = await sched.take(LONG)
+    assert got is not None and got.workflow == w
+    started = time.monotonic()
+    assert await sched.take(LONG) is None
+    await sched.wait(timedelta(milliseconds=300))  # the next timer is the delivery's, an hour out
+    assert 0.25 < time.monotonic() - started < 5, "wait did not keep to at_most"
+
+
+@STREAMS
+async def test_stream_keeps_itself_short(wd_store: Store) -> None:
+    sched, client = stream_of(wd_store), client_of(wd_store)
+    ws = [wf("short") for _ in range(5)]
+    for w in ws:
+        await sched.schedule(w)
+    seen = []
+    while (d := await sched.take(LONG)) is not None:
+        seen.append(d.workflow)
+        await sched.wake_at(d, None)
+    assert sorted(seen) == sorted(ws)
+    assert await client.xlen(sched.stream_key) == 0, "answered entries stayed in the stream"
+    pending = await client.xpending(sched.stream_key, "wd")
+    assert pending["pending"] == 0, f"answered deliveries stayed pending: {pending}"
+    assert await client.hlen(sched.entries_key) == 0 and await client.zcard(sched.timers_key) == 0
+
+
+@STREAMS
+async def test_stream_cancel_drops_the_pending_entry(wd_store: Store) -> None:
+    sched, client, w = stream_of(wd_store), client_of(wd_store), wf("cancel")
+    await sched.schedule(w)
+    got = await sched.take(LONG)
+    assert got is not None
+    assert (await client.xpending(sched.stream_key, "wd"))["pending"] == 1
+    await sched.cancel(w)
+    assert (await client.xpending(sched.stream_key, "wd"))["pending"] == 0
+    await sched.wake_at(got, await sched.now())
+    assert await sched.take(LONG) is None, "wake_at reinstated a cancelled delivery"
+    assert not await client.hexists(sched.entries_key, w)
+
+
+# -- the factories clean up after themselves -------------------------------------------------------
+
+
+@pytest.mark.wd_store(["redis-set", "redis-stream", "redis-cluster", "redis-cluster-stream"])
+async def test_a_store_under_test_deletes_exactly_its_own_keys(wd_factory: Any) -> None:
+    from without_durability.testing.stores.redis import delete_prefix
+
+    factory, server = wd_factory
+    async with factory.open(server) as store:
+        client, prefix = client_of(store), store.extra["prefix"]
+        bystander = f"bystander-{next(_ids)}"
+        await client.set(bystander, "keep")  # stands for a WD_REDIS_URL server's own data
+        for i in range(6):  # several workflows, so a cluster spreads them over its nodes
+            w = wf(f"clean{i}")
+            held = await store.checkpointer.claim(w, alive=LONG, budget=LONG)
+            await store.checkpointer.transact(held, "t", store.effects.ledger_add(w, 1))
+            await store.durable.deliver(w, "m")
+        assert [k async for k in client.scan_iter(match=f"{prefix}*")], "nothing was written"
+    check = type(client).from_url(server.url)
+    try:
+        left = [k async for k in check.scan_iter(match=f"{prefix}*")]
+        assert left == [], f"keys left behind under {prefix}: {left}"
+        assert await check.get(bystander) == b"keep", "cleanup touched a key outside its prefix"
+    finally:
+        await delete_prefix(check, bystander)
+        await check.aclose()
+
+
+# -- mutants: a broken script can be swapped in, and is noticed ------------------------------------
+
+
+@CHECKPOINTERS
+async def test_a_mutant_without_the_fence_in_record_lets_a_stale_pass_write(wd_store: Store) -> None:
+    from without_durability_redis import script_source
+
+    fence = "if redis.call('HGET', KEYS[2], 'token') ~= ARGV[1] then\n  return {'fenced'}\nend"
+    assert fence in script_source("record"), "the RECORD script no longer reads as this test expects"
+
+    class Unfenced(RedisCheckpointer):
+        script_overrides = {"record": script_source("record").replace(fence, "")}  # noqa: RUF012
+
+    real = checkpointer_of(wd_store)
+    mutant = Unfenced(client_of(wd_store), prefix=wd_store.extra["prefix"])
+    w = wf("mutant")
+    old = await real.claim(w, alive=LONG, budget=LONG)
+    await real.release(old)
+    await real.claim(w, alive=LONG, budget=LONG)
+    with pytest.raises(Fenced):
+        await real.record(old, "stale", 1)
+    assert await mutant.record(old, "stale", 1) == Recorded(1, True), "the mutant kept the fence"
+
+
+# -- a script the driver re-sends after a lost reply -------------------------------------------
+
+
+@CHECKPOINTERS
+async def test_a_resent_claim_or_append_lands_once(wd_store: Store) -> None:
+    # redis-py re-sends a command whose connection failed (3 retries by default), so a script can
+    # run twice for one call. Run each the way a re-send would: the same arguments, twice.
+    cp, client, w = checkpointer_of(wd_store), client_of(wd_store), wf("resent")
+    ttl = int(cp.ttl.total_seconds() * 1000)
+    claim_args = [3_600_000_000, 3_600_000_000, ttl, "nonce-1"]
+    first = await cp._scripts.run("claim", [cp.claim_key(w)], claim_args)
+    again = await cp._scripts.run("claim", [cp.claim_key(w)], claim_args)
+    assert first == again and first[0] == b"ok", f"a re-sent claim got {again}, not {first}"
+    other = await cp._scripts.run("claim", [cp.claim_key(w)], [*claim_args[:3], "nonce-2"])
+    assert other == [b"contended"], f"another caller's claim got {other}"
+
+    keys = [cp.hash_key(w), cp._appends_key(w)]
+    append_args = ['"m"', "inbox/", 20, ttl, "nonce-3"]
+    key = await cp._scripts.run("append", keys, append_args)
+    assert await cp._scripts.run("append", keys, append_args) == key
+    assert await cp.load(w) == {key.decode(): "m"}, "a re-sent append appended twice"
+    await cp.discard(w)
+    assert not await client.exists(cp._appends_key(w)), "discard left the append receipts"
