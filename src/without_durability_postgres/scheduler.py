@@ -14,6 +14,7 @@ from without_durability.protocols import Scheduler
 from without_durability.rules import check_time, check_visibility, check_workflow
 
 from ._boundary import Pool, check_text, connect
+from .wakeup import Notifier
 
 NOW = "SELECT clock_timestamp()"
 
@@ -64,8 +65,10 @@ class _Receipt:
 
 
 class PostgresScheduler:
-    """``Scheduler`` over ``workflow_queue`` in one namespace, through ``pool``. It polls: there
-    is no blocking take. ``now`` and every visibility are the server's clock."""
+    """``Scheduler`` over ``workflow_queue`` in one namespace, through ``pool``. ``take`` does not
+    block: a worker polls, and may also wait on a ``PostgresWakeup``, which this scheduler feeds
+    when built with ``notify=True`` (one coalesced NOTIFY after each commit that made a workflow due
+    now; see ``wakeup``). ``now`` and every visibility are the server's clock."""
 
     # The statements, as class attributes so a variant is a one-line subclass.
     NOW = NOW
@@ -75,11 +78,18 @@ class PostgresScheduler:
     FINISH = FINISH
     CANCEL = CANCEL
 
-    def __init__(self, pool: Pool, *, namespace: str = "default") -> None:
+    def __init__(self, pool: Pool, *, namespace: str = "default", notify: bool = False) -> None:
         if not isinstance(namespace, str) or not namespace or "\x00" in namespace:
             raise InvalidInput(f"namespace must be a non-empty string without NUL, got {namespace!r}")
         self.pool = pool
         self.namespace = namespace
+        self.notifier = Notifier(pool, namespace) if notify else None
+        """Sends the wakeup NOTIFYs when ``notify`` was asked for, else None."""
+
+    def _due_now(self, at: datetime | None) -> None:
+        """After a commit that queued a workflow: wake listeners if it may be due already."""
+        if self.notifier is not None and (at is None or at <= datetime.now(UTC)):
+            self.notifier.poke()
 
     async def now(self) -> datetime:
         """See ``Scheduler.now``: the server's clock_timestamp()."""
@@ -96,6 +106,7 @@ class PostgresScheduler:
         check_time("schedule at", at)
         async with connect(self.pool, f"scheduling {workflow!r}", workflow) as conn:
             await self._schedule_on(conn, workflow, at)
+        self._due_now(at)
 
     async def _schedule_on(
         self, conn: psycopg.AsyncConnection[Any], workflow: str, at: datetime | None = None
