@@ -13,7 +13,7 @@ from without_durability.errors import InvalidInput
 from without_durability.protocols import Scheduler
 from without_durability.rules import check_time, check_visibility, check_workflow
 
-from ._boundary import Pool, check_text, connect
+from ._boundary import Pool, check_text, statement
 from .wakeup import Notifier
 
 NOW = "SELECT clock_timestamp()"
@@ -93,7 +93,7 @@ class PostgresScheduler:
 
     async def now(self) -> datetime:
         """See ``Scheduler.now``: the server's clock_timestamp()."""
-        async with connect(self.pool, "reading the server clock") as conn:
+        async with statement(self.pool, "reading the server clock") as conn:
             row = await (await conn.execute(self.NOW)).fetchone()
         assert row is not None
         at: datetime = row[0]
@@ -104,7 +104,7 @@ class PostgresScheduler:
         check_workflow(workflow)
         check_text(workflow)
         check_time("schedule at", at)
-        async with connect(self.pool, f"scheduling {workflow!r}", workflow) as conn:
+        async with statement(self.pool, f"scheduling {workflow!r}", workflow) as conn:
             await self._schedule_on(conn, workflow, at)
         self._due_now(at)
 
@@ -118,7 +118,7 @@ class PostgresScheduler:
         """See ``Scheduler.take``: the earliest visible workflow of this namespace."""
         check_visibility(visibility)
         params = {"namespace": self.namespace, "visibility": visibility}
-        async with connect(self.pool, f"taking from namespace {self.namespace!r}") as conn:
+        async with statement(self.pool, f"taking from namespace {self.namespace!r}") as conn:
             row = await (await conn.execute(self.TAKE, params)).fetchone()
         if row is None:
             return None
@@ -138,14 +138,14 @@ class PostgresScheduler:
             "receipt": receipt.visible_at,
             "at": at,
         }
-        async with connect(self.pool, f"answering for {delivery.workflow!r}") as conn:
+        async with statement(self.pool, f"answering for {delivery.workflow!r}") as conn:
             await conn.execute(self.FINISH if at is None else self.WAKE_AT, params)
 
     async def cancel(self, workflow: str) -> None:
         """See ``Scheduler.cancel``."""
         check_workflow(workflow)
         check_text(workflow)
-        async with connect(self.pool, f"cancelling {workflow!r}", workflow) as conn:
+        async with statement(self.pool, f"cancelling {workflow!r}", workflow) as conn:
             await self._cancel_on(conn, workflow)
 
     async def _cancel_on(self, conn: psycopg.AsyncConnection[Any], workflow: str) -> None:
