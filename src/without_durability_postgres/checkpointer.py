@@ -26,7 +26,7 @@ from without_durability.rules import (
     encode_value,
 )
 
-from ._boundary import Pool, check_codec, check_encoded, check_text, connect
+from ._boundary import Pool, check_codec, check_encoded, check_text, connect, statement
 
 PostgresEffect = Callable[[psycopg.AsyncCursor[Any]], Awaitable[object]]
 """A Postgres transact effect: given a cursor inside the open transaction, do the application's
@@ -307,7 +307,8 @@ class PostgresCheckpointer:
         they have gaps and sort within a workflow, and each key's number is its load position."""
         self._workflow(workflow)
         encoded = self._encode(workflow, INBOX_PREFIX, value)
-        async with connect(self.pool, f"appending to {workflow!r}", workflow, INBOX_PREFIX) as conn:
+        # One statement: autocommit makes it its own transaction in one round trip.
+        async with statement(self.pool, f"appending to {workflow!r}", workflow, INBOX_PREFIX) as conn:
             return await self._append_on(conn, workflow, encoded)
 
     async def _append_on(self, conn: psycopg.AsyncConnection[Any], workflow: str, encoded: str) -> str:
