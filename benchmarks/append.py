@@ -19,7 +19,18 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from ._common import machine, parser, plot, postgres_settings, ratio, report_dir, save_json, servers, table, write_summary
+from ._common import (
+    machine,
+    parser,
+    plot,
+    postgres_settings,
+    ratio,
+    report_dir,
+    save_json,
+    servers,
+    table,
+    write_summary,
+)
 from .take import pgbench_statement
 
 CONCURRENCY = 16

@@ -24,7 +24,17 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from ._common import machine, parser, plot, postgres_settings, report_dir, save_json, servers, table, write_summary
+from ._common import (
+    machine,
+    parser,
+    plot,
+    postgres_settings,
+    report_dir,
+    save_json,
+    servers,
+    table,
+    write_summary,
+)
 
 POLLS = (timedelta(milliseconds=10), timedelta(milliseconds=100), timedelta(seconds=1))
 LONG = timedelta(hours=1)
