@@ -43,6 +43,9 @@ UPDATE workflow_queue AS q
 RETURNING q.workflow, q.visibility
 """
 
+# TAKE for up to %(limit)s rows at once: the same statement, so each row is still handed out once.
+TAKE_MANY = TAKE.replace("LIMIT 1", "LIMIT %(limit)s")
+
 # Each answer acts only if the row still holds the visibility this delivery's take set: a wakeup
 # moved it (that one stands), a cancel removed it (not reinstated), a later take reset it (this
 # answer is stale). The comparison and the write are one statement.
@@ -53,6 +56,14 @@ UPDATE workflow_queue SET visibility = %(at)s
 FINISH = """
 DELETE FROM workflow_queue
  WHERE namespace = %(namespace)s AND workflow = %(workflow)s AND visibility = %(receipt)s
+"""
+
+# FINISH for many deliveries in one statement: each row is compared with its own receipt, exactly as
+# one FINISH per delivery would, so batching changes the number of commits and nothing else.
+FINISH_MANY = """
+DELETE FROM workflow_queue AS q
+ USING unnest(%(workflows)s::text[], %(receipts)s::timestamptz[]) AS a(workflow, receipt)
+ WHERE q.namespace = %(namespace)s AND q.workflow = a.workflow AND q.visibility = a.receipt
 """
 
 CANCEL = "DELETE FROM workflow_queue WHERE namespace = %(namespace)s AND workflow = %(workflow)s"
@@ -74,8 +85,10 @@ class PostgresScheduler:
     NOW = NOW
     SCHEDULE = SCHEDULE
     TAKE = TAKE
+    TAKE_MANY = TAKE_MANY
     WAKE_AT = WAKE_AT
     FINISH = FINISH
+    FINISH_MANY = FINISH_MANY
     CANCEL = CANCEL
 
     def __init__(self, pool: Pool, *, namespace: str = "default", notify: bool = False) -> None:
@@ -124,14 +137,41 @@ class PostgresScheduler:
             return None
         return Delivery(str(row[0]), _Receipt(self.namespace, row[1]))
 
-    async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
-        """See ``Scheduler.wake_at``."""
-        check_time("wake_at at", at)
+    async def take_many(self, visibility: timedelta, limit: int) -> list[Delivery]:
+        """Batching option: up to ``limit`` visible workflows in one statement, each hidden for
+        ``visibility`` exactly as ``take`` hides one (same guarantees, one round trip). Keep
+        ``limit`` to what will be answered well within ``visibility``."""
+        check_visibility(visibility)
+        if not isinstance(limit, int) or limit < 1:
+            raise InvalidInput(f"take_many limit must be a positive int, got {limit!r}")
+        params = {"namespace": self.namespace, "visibility": visibility, "limit": limit}
+        async with statement(self.pool, f"taking from namespace {self.namespace!r}") as conn:
+            rows = await (await conn.execute(self.TAKE_MANY, params)).fetchall()
+        return [Delivery(str(w), _Receipt(self.namespace, at)) for w, at in rows]
+
+    async def finish_many(self, deliveries: list[Delivery]) -> None:
+        """Batching option: ``wake_at(d, None)`` for every delivery, in one statement; each is
+        removed only if it is still the delivery that was taken (as ``wake_at`` decides)."""
+        receipts = [self._receipt(d) for d in deliveries]
+        if not deliveries:
+            return
+        params = {"namespace": self.namespace, "workflows": [d.workflow for d in deliveries],
+                  "receipts": [r.visible_at for r in receipts]}
+        async with statement(self.pool, f"answering {len(deliveries)} deliveries") as conn:
+            await conn.execute(self.FINISH_MANY, params)
+
+    def _receipt(self, delivery: Delivery) -> _Receipt:
         receipt = delivery.receipt
         if not isinstance(receipt, _Receipt) or receipt.namespace != self.namespace:
             raise InvalidInput(
                 f"{delivery!r} was not handed out by a PostgresScheduler of namespace {self.namespace!r}"
             )
+        return receipt
+
+    async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
+        """See ``Scheduler.wake_at``."""
+        check_time("wake_at at", at)
+        receipt = self._receipt(delivery)
         params = {
             "namespace": self.namespace,
             "workflow": delivery.workflow,
