@@ -12,6 +12,7 @@ import contextlib
 import os
 import random
 import re
+import statistics
 import subprocess
 import tempfile
 import time
@@ -105,6 +106,52 @@ async def run_ours(kind: str, k: int, m: int, urls: dict[str, str], seed: int) -
             "order_broken_workflows": order_broken}
 
 
+async def run_deliver(url: str, mode: str, m: int, seed: int) -> dict[str, Any]:
+    """``PostgresDurable.deliver`` (append + schedule, one commit) to 1,000 workflows, with the wakeup
+    NOTIFY ``off``, ``after`` the commit and coalesced (what ships), or ``inside`` the transaction
+    (the naive way, which takes a database-wide lock at every commit)."""
+    from without_durability.testing.stores.postgres import fresh_schema
+    from without_durability_postgres import PostgresCheckpointer, PostgresDurable, PostgresScheduler
+    from without_durability_postgres._boundary import connect
+    from without_durability_postgres.wakeup import CHANNEL, NOTIFY
+
+    class NotifyInside(PostgresDurable):
+        async def deliver(self, workflow: str, message: object) -> str:
+            cp = self.checkpointer
+            encoded = cp._encode(workflow, "inbox/", message)
+            async with connect(self.pool, "deliver") as conn:
+                key = await cp._append_on(conn, workflow, encoded)
+                await self.scheduler._schedule_on(conn, workflow)
+                await conn.execute(NOTIFY, {"channel": CHANNEL, "namespace": self.scheduler.namespace})
+            return key
+
+    rng = random.Random(seed)
+    plan = [(f"d-{rng.randrange(1000)}", {"n": i}) for i in range(m)]
+    async with fresh_schema(url, min_size=CONCURRENCY + 1, max_size=CONCURRENCY + 2) as (pool, schema):
+        sched = PostgresScheduler(pool, namespace=schema, notify=(mode == "after"))
+        cls = NotifyInside if mode == "inside" else PostgresDurable
+        durable = cls(PostgresCheckpointer(pool=pool), sched)
+        queue = iter(plan)
+        acked = 0
+
+        async def one() -> None:
+            nonlocal acked
+            for workflow, value in queue:
+                await durable.deliver(workflow, value)
+                acked += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(CONCURRENCY)))
+        seconds = time.perf_counter() - start
+        if sched.notifier is not None:
+            await sched.notifier.flush()
+        async with pool.connection() as conn:
+            rows = (await (await conn.execute("SELECT count(*) FROM workflow_checkpoint")).fetchone() or [0])[0]
+    return {"store": f"postgres-deliver-notify-{mode}", "targets": 1000, "appends": m, "seconds": seconds,
+            "rate": acked / seconds, "lost": acked - rows,
+            "notifies_sent": None if sched.notifier is None else sched.notifier.sent}
+
+
 async def run_pgbench(url: str, k: int, m: int, folder: Path) -> dict[str, Any]:
     from without_durability.testing.stores.postgres import fresh_schema
     from without_durability_postgres import PostgresCheckpointer
@@ -145,11 +192,22 @@ async def main(folder: Path, quick: bool) -> dict[str, Any]:
                 print(f"  {kind} targets={k}: {time.perf_counter() - t0:.1f}s", flush=True)
         for k in TARGETS:
             rows.append(await run_pgbench(urls["postgres"], k, m, folder))
+        for mode in ("off", "after", "inside", "off", "after", "inside"):
+            rows.append(await run_deliver(urls["postgres"], mode, m, seed=7))
 
     def rate(store: str, k: int) -> float | None:
         return next((r.get("rate") for r in rows if r["store"] == store and r["targets"] == k), None)
 
     ratios = [{"targets": k, "postgres/pgbench": ratio(rate("postgres", k), rate("pgbench", k))} for k in TARGETS]
+
+    def deliver_rate(mode: str) -> float | None:
+        got = [r["rate"] for r in rows if r["store"] == f"postgres-deliver-notify-{mode}"]
+        return statistics.median(got) if got else None
+
+    deliver = {"off": deliver_rate("off"), "after (ships)": deliver_rate("after"),
+               "inside the transaction": deliver_rate("inside")}
+    notify_ratios = {"after/off": ratio(deliver["after (ships)"], deliver["off"]),
+                     "inside/off": ratio(deliver["inside the transaction"], deliver["off"])}
     names = [*STORES, "pgbench"]
     plot(folder, "append", f"Append throughput ({CONCURRENCY} concurrent appenders)", "workflows appended to",
          "appends/s", {s: (list(TARGETS), [rate(s, k) for k in TARGETS]) for s in names}, logy=True)
@@ -159,18 +217,24 @@ async def main(folder: Path, quick: bool) -> dict[str, Any]:
     t = table(["store", *[f"{k} wf" for k in TARGETS], "lost/dup/wrong"],
               [[s, *[rate(s, k) for k in TARGETS], losses[s]] for s in names])
     rt = table(list(ratios[0]), [list(r.values()) for r in ratios])
+    dt = table(["deliver with NOTIFY", "deliveries/s (median of 2)"], [[k, v] for k, v in deliver.items()])
     result = {"benchmark": "append", "appends": m, "concurrency": CONCURRENCY, "machine": machine(),
-              "postgres_settings": settings, "rows": rows, "ratios": ratios}
+              "postgres_settings": settings, "rows": rows, "ratios": ratios, "deliver": deliver,
+              "notify_ratios": notify_ratios}
     save_json(folder, "append", result)
     errors = [r for r in rows if "error" in r]
     text = (f"# Append throughput\n\n{m} appends per point by {CONCURRENCY} concurrent appenders, "
-            f"appends/s.\n\n{t}\n\n## Ratios\n\n{rt}\n")
+            f"appends/s.\n\n{t}\n\n## Ratios\n\n{rt}\n\n## What the wakeup NOTIFY costs a writer\n\n"
+            f"PostgresDurable.deliver to 1,000 workflows, {CONCURRENCY} concurrent.\n\n{dt}\n\n"
+            f"Ratios: {notify_ratios}\n")
     if errors:
         text += "\n## Errors\n\n" + "\n".join(f"- {e['store']} {e['targets']}: {e['error']}" for e in errors)
     write_summary(folder, "append", text)
     print(t)
     print()
     print(rt)
+    print()
+    print(dt)
     for e in errors:
         print("ERROR", e)
     return result
