@@ -28,7 +28,7 @@ from psycopg import sql
 
 from without_durability.errors import InvalidInput, StoreUnavailable
 
-from ._boundary import Pool, masked_dsn
+from ._boundary import Pool, masked_dsn, statement
 
 CHANNEL = "without_durability_queue"
 """The channel both halves use; the payload is the namespace."""
@@ -62,7 +62,7 @@ class Notifier:
         while self._pending:
             self._pending = False
             try:
-                async with self.pool.connection() as conn:
+                async with statement(self.pool, "notifying") as conn:  # autocommit: one round trip
                     await conn.execute(NOTIFY, {"channel": self.channel, "namespace": self.namespace})
                 self.sent += 1
             except Exception:  # the pool is closed or the server is gone: pollers still find it
