@@ -36,6 +36,10 @@ def headline(results: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
         v = r8.get("pg/pgbench")
         add("Postgres take / pgbench on the same statements, 8 workers", v, ">= 0.7",
             None if v is None else v >= 0.7, f"{fmt(pg8)} vs {fmt(bench8)} deliveries/s")
+        add("psycopg alone (same statements, no library) / pgbench, 8 workers", r8.get("psycopg-raw/pgbench"),
+            "", None, "the Python driver's own share of the gap")
+        add("Postgres take / psycopg alone, 8 workers", r8.get("pg/psycopg-raw"), "", None,
+            "this library's share of the gap")
         for b in ("b1", "b10"):
             v = r8.get(f"pg/pgqueuer-{b}")
             add(f"Postgres take (unbatched) / PgQueuer (batch {b[1:]}), 8 workers", v, "> 1",

@@ -166,6 +166,47 @@ async def postgres_batched(url: str, n: int, counts: Sequence[int], batch: int) 
     return rows
 
 
+async def psycopg_raw(url: str, n: int, counts: Sequence[int]) -> list[dict[str, Any]]:
+    """The same TAKE and FINISH through psycopg directly (one autocommit connection per worker, no
+    pool, none of this library's code): what the Python driver alone reaches, so the gap to pgbench
+    can be split into the driver's share and ours."""
+    import psycopg
+
+    from without_durability.testing.stores.postgres import fresh_schema
+    from without_durability_postgres import PostgresScheduler
+
+    rows = []
+    for w in counts:
+        async with fresh_schema(url, min_size=1, max_size=1) as (pool, schema):
+            async with pool.connection() as conn:
+                await conn.execute(PREFILL, {"namespace": NAMESPACE, "n": n})
+            conns = [await psycopg.AsyncConnection.connect(url, autocommit=True,
+                                                           options=f"-c search_path={schema}")
+                     for _ in range(w)]
+            got: list[str] = []
+
+            async def one(c: psycopg.AsyncConnection[Any], out: list[str] = got) -> None:
+                params: dict[str, Any] = {"namespace": NAMESPACE, "visibility": VISIBILITY}
+                while row := await (await c.execute(PostgresScheduler.TAKE, params)).fetchone():
+                    out.append(row[0])
+                    await c.execute(PostgresScheduler.FINISH,
+                                    {"namespace": NAMESPACE, "workflow": row[0], "receipt": row[1]})
+
+            try:
+                start = time.perf_counter()
+                await asyncio.gather(*(one(c) for c in conns))
+                seconds = time.perf_counter() - start
+            finally:
+                for c in conns:
+                    await c.close()
+            async with pool.connection() as conn:
+                left = (await (await conn.execute("SELECT count(*) FROM workflow_queue")).fetchone() or [0])[0]
+        check = check_exactly_once("raw", workflow_ids(n), got)
+        rows.append({"system": "psycopg-raw", "workers": w, "n": n, "seconds": seconds,
+                     "rate": len(got) / seconds, **check, "left_in_queue": left})
+    return rows
+
+
 async def pgbench(url: str, n: int, counts: Sequence[int], folder: Path) -> list[dict[str, Any]]:
     import psycopg
 
@@ -415,6 +456,7 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS) -> di
         paired: list[tuple[str, Callable[[], Awaitable[list[dict[str, Any]]]]]] = [
             ("postgres (ours)", lambda: postgres_ours(pg.url, n, counts, naive=False)),
             ("pgbench ceiling", lambda: pgbench(pg.url, n, counts, folder)),
+            ("psycopg alone (same statements)", lambda: psycopg_raw(pg.url, n, counts)),
             ("redis (ours)", lambda: redis_runs(rd.url, n, counts)),
             ("redis-benchmark ceiling", lambda: redis_benchmark(rd.url, rd.port, n, counts)),
         ]
@@ -442,6 +484,8 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS) -> di
         ratios.append({
             "workers": w,
             "pg/pgbench": ratio(pick(rows, "postgres", w), pick(rows, "pgbench", w)),
+            "psycopg-raw/pgbench": ratio(pick(rows, "psycopg-raw", w), pick(rows, "pgbench", w)),
+            "pg/psycopg-raw": ratio(pick(rows, "postgres", w), pick(rows, "psycopg-raw", w)),
             "pg/pgqueuer-b1": ratio(pick(rows, "postgres", w), pick(rows, "pgqueuer-b1", w)),
             "pg/pgqueuer-b10": ratio(pick(rows, "postgres", w), pick(rows, "pgqueuer-b10", w)),
             "pg/naive": ratio(pick(rows, "postgres", w), pick(rows, "postgres-naive", w)),
