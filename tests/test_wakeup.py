@@ -1,7 +1,7 @@
 """The Worker's wakeup path on Postgres (LISTEN/NOTIFY): it takes latency off the poll floor, and a
 lost notification costs only latency, never the workflow (polling is the safety net).
 
-Run with ``--wd-store postgres``.
+Run with ``--wd-store postgres`` (and ``--wd-store redis-stream`` for the stream's blocking read).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from without_durability import Run, Worker
 from without_durability.testing.harness import StoreUnderTest
 from without_durability_postgres import PostgresDurable, PostgresScheduler, PostgresWakeup
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.wd_store("postgres")]
+pytestmark = [pytest.mark.asyncio]
+POSTGRES = pytest.mark.wd_store("postgres")
 
 Store = StoreUnderTest[Any]
 LONG = timedelta(hours=1)
@@ -94,12 +95,14 @@ async def pickup(wd_store: Store, *, poll: timedelta, kill_listener: bool) -> tu
     return started[0] - arrived, wakeup, scheduler
 
 
+@POSTGRES
 async def test_a_notification_wakes_an_idle_worker_long_before_its_poll_interval(wd_store: Store) -> None:
     latency, wakeup, _ = await pickup(wd_store, poll=timedelta(seconds=30), kill_listener=False)
     assert wakeup.received >= 1, "the listener never heard the NOTIFY sent after the arrive's commit"
     assert latency < 5.0, f"pickup took {latency:.3f}s with a 30s poll interval: the wakeup did not fire"
 
 
+@POSTGRES
 async def test_a_lost_notification_costs_latency_not_the_workflow(wd_store: Store) -> None:
     # The listener's backend is killed before the arrive (and it will not reconnect for an hour),
     # so the NOTIFY the arrive sends reaches nobody: the worker must still run the workflow, by
@@ -111,6 +114,7 @@ async def test_a_lost_notification_costs_latency_not_the_workflow(wd_store: Stor
     assert latency < poll.total_seconds() + 5.0, f"pickup took {latency:.3f}s after a lost notification"
 
 
+@POSTGRES
 async def test_a_wakeup_that_fails_falls_back_to_polling(wd_store: Store) -> None:
     called = asyncio.Event()
 
@@ -134,3 +138,33 @@ async def test_a_wakeup_that_fails_falls_back_to_polling(wd_store: Store) -> Non
         await wd_store.scheduler.schedule(w)
         await task
     assert done == [True]
+
+
+@pytest.mark.wd_store(["redis-stream"])
+async def test_a_worker_idling_on_the_stream_wakes_for_an_arrival_before_its_poll(wd_store: Store) -> None:
+    # RedisStreamScheduler.wait is a Wakeup: the Worker blocks on the stream, not on its poll.
+    started: list[float] = []
+
+    async def body(run: Run[Any]) -> object:
+        started.append(time.monotonic())
+        return None
+
+    takes = CountingScheduler(wd_store.scheduler)
+
+    class Bundle:
+        checkpointer = wd_store.checkpointer
+        scheduler = takes
+
+    work = Worker(Bundle(), body, alive=LONG, budget=LONG, visibility=LONG,  # type: ignore[arg-type]
+                  poll_interval=timedelta(seconds=30), wakeup=wd_store.scheduler)
+    task = asyncio.create_task(work.run(until=lambda: bool(started)))
+    try:
+        await takes.idle()
+        arrived = time.monotonic()
+        await wd_store.durable.arrive(f"stream-{next(_ids)}", "go", True)
+        async with asyncio.timeout(50):
+            await task
+    finally:
+        work.stop()
+        await asyncio.gather(task, return_exceptions=True)
+    assert started[0] - arrived < 5.0, f"pickup took {started[0] - arrived:.3f}s with a 30s poll interval"
