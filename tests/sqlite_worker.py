@@ -1,10 +1,10 @@
 """A worker process for tests/test_sqlite.py: one OS process with its own connection to the file.
 
-    python sqlite_worker.py race DB ID   print "ready", then per stdin line "round R TOKEN" race
-                                         the others (claim, record/supply, transact under the
-                                         shared pass TOKEN, append, take), print JSON
-    python sqlite_worker.py hang DB      claim "victim", begin a transact whose effect writes the
-                                         ledger, print "inside", and block there until killed
+python sqlite_worker.py race DB ID   print "ready", then per stdin line "round R TOKEN" race
+                                     the others (claim, record/supply, transact under the
+                                     shared pass TOKEN, append, take), print JSON
+python sqlite_worker.py hang DB      claim "victim", begin a transact whose effect writes the
+                                     ledger, print "inside", and block there until killed
 """
 
 from __future__ import annotations
@@ -64,10 +64,19 @@ async def race(path: str, me: int) -> None:
                 taken.append(delivery.workflow)
         while (delivery := await durable.scheduler.take(LONG)) is not None:
             taken.append(delivery.workflow)
-        say(json.dumps({
-            "worker": me, "round": rnd, "token": None if won is None else won.token,
-            "step": step_seen, "keys": keys, "taken": taken, "moved": [moved.value, moved.won],
-        }))
+        say(
+            json.dumps(
+                {
+                    "worker": me,
+                    "round": rnd,
+                    "token": None if won is None else won.token,
+                    "step": step_seen,
+                    "keys": keys,
+                    "taken": taken,
+                    "moved": [moved.value, moved.won],
+                }
+            )
+        )
     await durable.close()
 
 

@@ -32,8 +32,11 @@ async def test_example_runs_to_completion(name: str, wd_factory: tuple[StoreFact
 
 async def run_example(name: str, *args: str) -> None:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(EXAMPLES / name), *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        str(EXAMPLES / name),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     stdout = out.decode()

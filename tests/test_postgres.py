@@ -77,12 +77,14 @@ async def until(check: Callable[[], Awaitable[bool]], what: str, within: float =
 
 async def lock_waiters(pool: Any, table: str) -> int:
     """How many backends are waiting on a lock in a statement that names ``table``."""
-    return int(await scalar(
-        pool,
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND datname = current_database() AND query LIKE %s",
-        (f"%{table}%",),
-    ))
+    return int(
+        await scalar(
+            pool,
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND datname = current_database() AND query LIKE %s",
+            (f"%{table}%",),
+        )
+    )
 
 
 # -- the row lock in record -----------------------------------------------------------------
@@ -151,8 +153,9 @@ async def _sixteen_appends(cp: PostgresCheckpointer, pool: Any, w: str) -> None:
     for i, key in enumerate(keys):
         assert loaded[key] == {"i": i}, f"append {i} under {key} holds {loaded[key]!r}"
     async with pool.connection() as conn:
-        rows = await (await conn.execute(
-            "SELECT key, seq FROM workflow_checkpoint WHERE workflow = %s", (w,))).fetchall()
+        rows = await (
+            await conn.execute("SELECT key, seq FROM workflow_checkpoint WHERE workflow = %s", (w,))
+        ).fetchall()
     mismatched = [(k, s) for k, s in rows if int(k.removeprefix("inbox/")) != s]
     assert not mismatched, f"an inbox key's number is not its row's seq: {mismatched}"
 
@@ -188,8 +191,13 @@ async def test_eight_processes_migrating_at_once_all_succeed(wd_store: Store) ->
     try:
         children = [
             await asyncio.create_subprocess_exec(
-                sys.executable, "-c", _MIGRATE_CHILD, url, schema,
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                sys.executable,
+                "-c",
+                _MIGRATE_CHILD,
+                url,
+                schema,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
             )
             for _ in range(8)
@@ -202,16 +210,25 @@ async def test_eight_processes_migrating_at_once_all_succeed(wd_store: Store) ->
             assert child.stdin is not None
             child.stdin.write(b"go\n")
         outcomes = [await asyncio.wait_for(c.communicate(), 60) for c in children]
-        failed = [(c.returncode, err.decode()[-600:]) for c, (_, err) in
-                  zip(children, outcomes, strict=True) if c.returncode != 0]
+        failed = [
+            (c.returncode, err.decode()[-600:])
+            for c, (_, err) in zip(children, outcomes, strict=True)
+            if c.returncode != 0
+        ]
         assert not failed, f"{len(failed)} of 8 concurrent migrates failed: {failed}"
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
-            rows = await (await admin.execute(
-                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE n.nspname = %s AND c.relkind IN ('r', 'S') ORDER BY 1", (schema,),
-            )).fetchall()
+            rows = await (
+                await admin.execute(
+                    "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE n.nspname = %s AND c.relkind IN ('r', 'S') ORDER BY 1",
+                    (schema,),
+                )
+            ).fetchall()
         assert [r[0] for r in rows] == [
-            "workflow_checkpoint", "workflow_claim", "workflow_queue", "workflow_seq"
+            "workflow_checkpoint",
+            "workflow_claim",
+            "workflow_queue",
+            "workflow_seq",
         ]
     finally:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
@@ -373,9 +390,12 @@ async def test_arrive_and_deliver_commit_both_halves_or_neither(wd_store: Store)
         await conn.execute(
             "CREATE FUNCTION wd_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
             "IF NEW.workflow LIKE 'pg-one-commit-%%' THEN RAISE EXCEPTION 'queue refused'; "
-            "END IF; RETURN NEW; END $$")
-        await conn.execute("CREATE TRIGGER wd_refuse BEFORE INSERT ON workflow_queue "
-                           "FOR EACH ROW EXECUTE FUNCTION wd_refuse()")
+            "END IF; RETURN NEW; END $$"
+        )
+        await conn.execute(
+            "CREATE TRIGGER wd_refuse BEFORE INSERT ON workflow_queue "
+            "FOR EACH ROW EXECUTE FUNCTION wd_refuse()"
+        )
     with pytest.raises(StoreError, match="queue refused"):
         await wd_store.durable.arrive(w, "approval", True)
     with pytest.raises(StoreError, match="queue refused"):
@@ -451,13 +471,16 @@ async def test_slow_transact_renews_and_stamps_with_the_commit_time(wd_store: St
         return "done"
 
     await cp.transact(held, "k", slow)
-    left = await scalar(pool, "SELECT alive_until - clock_timestamp() FROM workflow_claim "
-                              "WHERE workflow = %s", (w,))
+    left = await scalar(
+        pool, "SELECT alive_until - clock_timestamp() FROM workflow_claim WHERE workflow = %s", (w,)
+    )
     assert left > alive - timedelta(seconds=1), (
-        f"a 1.5s transact left {left} of a {alive} window: it renewed from the transaction start")
+        f"a 1.5s transact left {left} of a {alive} window: it renewed from the transaction start"
+    )
     (entry,) = await cp.history(w)
     assert entry.written_at - before >= timedelta(seconds=1.4), (
-        f"written_at {entry.written_at} is not the commit time (transact began at ~{before})")
+        f"written_at {entry.written_at} is not the commit time (transact began at ~{before})"
+    )
 
 
 async def test_effect_driver_errors_reach_the_caller_unwrapped(wd_store: Store) -> None:
@@ -483,8 +506,7 @@ async def test_take_steps_over_a_locked_row_instead_of_waiting(wd_store: Store) 
     await sched.schedule(first, now - timedelta(seconds=2))
     await sched.schedule(second, now - timedelta(seconds=1))
     async with pool.connection() as holder:
-        await holder.execute(
-            "SELECT 1 FROM workflow_queue WHERE workflow = %s FOR UPDATE", (first,))
+        await holder.execute("SELECT 1 FROM workflow_queue WHERE workflow = %s FOR UPDATE", (first,))
         got = await asyncio.wait_for(sched.take(LONG), 5)
         assert got is not None and got.workflow == second, f"take handed out {got!r}"
     got = await sched.take(LONG)
@@ -523,13 +545,17 @@ async def test_sweep_collects_finished_workflows_and_never_orphans_records(
     async with pool.connection() as conn:  # age the rows on the server, as two hours would
         await conn.execute(
             "UPDATE workflow_checkpoint SET written_at = written_at - interval '2 hours' "
-            "WHERE workflow <> %s", (names["young"],))
+            "WHERE workflow <> %s",
+            (names["young"],),
+        )
         await conn.execute(
             "UPDATE workflow_claim SET alive_until = alive_until - interval '3 hours', "
             "held_until = held_until - interval '3 hours' WHERE workflow <> ALL(%s)",
-            ([names["live"], names["recent"]],))
-    recent_token = await scalar(pool, "SELECT token FROM workflow_claim WHERE workflow = %s",
-                                (names["recent"],))
+            ([names["live"], names["recent"]],),
+        )
+    recent_token = await scalar(
+        pool, "SELECT token FROM workflow_claim WHERE workflow = %s", (names["recent"],)
+    )
 
     swept = await sweep(pool, timedelta(hours=1))
 
@@ -605,9 +631,9 @@ async def test_numbers_keep_their_type_and_scale(wd_store: Store) -> None:
     for key, value in values.items():
         assert await cp.supply(w, key, value) == Recorded(value, True)
     loaded = await cp.load(w)
-    assert loaded == values and [type(v) for v in loaded.values()] == [
-        type(v) for v in values.values()
-    ], f"numbers changed through jsonb: {loaded!r}"
+    assert loaded == values and [type(v) for v in loaded.values()] == [type(v) for v in values.values()], (
+        f"numbers changed through jsonb: {loaded!r}"
+    )
     one = await cp.supply(w, "int", 1.0)
     assert one == Recorded(1, False), f"1.0 over a stored 1 reported {one!r}"
     for huge in (1e16, 1.5e300, -2.5e20):
@@ -670,7 +696,10 @@ async def test_times_are_utc_whatever_the_session_time_zone(wd_store: Store) -> 
 
     url, schema = wd_store.extra["url"], wd_store.extra["schema"]
     pool = psycopg_pool.AsyncConnectionPool(
-        url, open=False, min_size=1, max_size=2,
+        url,
+        open=False,
+        min_size=1,
+        max_size=2,
         kwargs={"options": f"-c search_path={schema} -c TimeZone=Asia/Kathmandu"},
     )
     await pool.open(wait=True)
@@ -689,7 +718,11 @@ async def test_times_are_utc_whatever_the_session_time_zone(wd_store: Store) -> 
 async def test_an_exhausted_pool_is_not_called_an_unreachable_server(wd_store: Store) -> None:
     url, schema = wd_store.extra["url"], wd_store.extra["schema"]
     pool = psycopg_pool.AsyncConnectionPool(
-        url, open=False, min_size=1, max_size=1, timeout=0.5,
+        url,
+        open=False,
+        min_size=1,
+        max_size=1,
+        timeout=0.5,
         kwargs={"options": f"-c search_path={schema}"},
     )
     await pool.open(wait=True)

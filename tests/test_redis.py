@@ -130,7 +130,8 @@ async def test_append_keys_are_load_positions_with_records_between(wd_store: Sto
 @CHECKPOINTERS
 async def test_expired_claim_hash_still_mints_a_higher_token(wd_store: Store) -> None:
     client, w = client_of(wd_store), wf("expired")
-    cp = RedisCheckpointer(client, prefix=wd_store.extra["prefix"], ttl=timedelta(seconds=1))
+    # The store under test's own class (a mutant of it included), with a short TTL.
+    cp = type(checkpointer_of(wd_store))(client, prefix=wd_store.extra["prefix"], ttl=timedelta(seconds=1))
     issued = []
     for _ in range(5):  # claims and discards in quick succession: the token runs ahead of nothing
         held = await cp.claim(w, alive=timedelta(milliseconds=100), budget=timedelta(seconds=1))
@@ -227,8 +228,9 @@ async def test_failing_effects_are_undone_and_reported(wd_store: Store) -> None:
         pass
 
     with pytest.raises(OutOfStock, match="OUT_OF_STOCK"):
-        await cp.transact(held, "reserve", LuaEffect(writes + failures["error_reply"], keys,
-                                                     on_error=OutOfStock))
+        await cp.transact(
+            held, "reserve", LuaEffect(writes + failures["error_reply"], keys, on_error=OutOfStock)
+        )
     for label, body, err in (
         ("a number", "return 5", InvalidValue),
         ("not JSON", "return 'five'", InvalidValue),
@@ -271,17 +273,22 @@ async def test_cross_slot_effect_is_refused_on_the_cluster_having_written_nothin
     # A key on another node than the workflow's slot.
     home = client.get_node_from_key(mine)
     other = next(
-        key for key in (f"{wd_store.extra['prefix']}{{far-{i}}}:ledger" for i in range(1000))
+        key
+        for key in (f"{wd_store.extra['prefix']}{{far-{i}}}:ledger" for i in range(1000))
         if client.get_node_from_key(key) != home
     )
-    declared = LuaEffect("redis.call('SET', KEYS[1], 1); redis.call('SET', KEYS[2], 1); "
-                         "return cjson.encode(1)", (mine, other))
+    declared = LuaEffect(
+        "redis.call('SET', KEYS[1], 1); redis.call('SET', KEYS[2], 1); return cjson.encode(1)", (mine, other)
+    )
     with pytest.raises(InvalidKey, match="does not carry the workflow's hash tag"):
         await cp.transact(held, "reserve", declared)
     # The same effect reaching the other node's key without declaring it: the node refuses the
     # access mid-script, and the write it had already made to its declared key is undone.
-    undeclared = LuaEffect("redis.call('SET', KEYS[1], 1); redis.call('SET', ARGV[1], 1); "
-                           "return cjson.encode(1)", (mine,), (other,))
+    undeclared = LuaEffect(
+        "redis.call('SET', KEYS[1], 1); redis.call('SET', ARGV[1], 1); return cjson.encode(1)",
+        (mine,),
+        (other,),
+    )
     with pytest.raises(LuaEffectFailed, match="non local key"):
         await cp.transact(held, "reserve", undeclared)
     assert not await client.exists(mine), "the effect's write survived its failure"
@@ -329,6 +336,14 @@ async def test_a_decoding_client_works_too(wd_store: Store) -> None:
         await sched.schedule(w)
         got = await sched.take(LONG)
         assert got is not None and got.workflow == w
+        stream = RedisStreamScheduler(client, prefix=prefix, namespace="decoding")
+        assert await stream.take(LONG) is None
+        await stream.schedule(w)
+        await stream.wait(timedelta(seconds=5))
+        got = await stream.take(LONG)
+        assert got is not None and got.workflow == w
+        await stream.wake_at(got, None)
+        assert (await stream.now()).tzinfo is not None
     finally:
         await client.aclose()
 
@@ -501,7 +516,7 @@ async def test_a_mutant_without_the_fence_in_record_lets_a_stale_pass_write(wd_s
 
 
 @CHECKPOINTERS
-async def test_a_resent_claim_or_append_lands_once(wd_store: Store) -> None:
+async def test_a_resent_claim_append_or_transact_lands_once(wd_store: Store) -> None:
     # redis-py re-sends a command whose connection failed (3 retries by default), so a script can
     # run twice for one call. Run each the way a re-send would: the same arguments, twice.
     cp, client, w = checkpointer_of(wd_store), client_of(wd_store), wf("resent")
@@ -513,10 +528,45 @@ async def test_a_resent_claim_or_append_lands_once(wd_store: Store) -> None:
     other = await cp._scripts.run("claim", [cp.claim_key(w)], [*claim_args[:3], "nonce-2"])
     assert other == [b"contended"], f"another caller's claim got {other}"
 
-    keys = [cp.hash_key(w), cp._appends_key(w)]
+    keys = [cp.hash_key(w), cp._nonces_key(w)]
     append_args = ['"m"', "inbox/", 20, ttl, "nonce-3"]
     key = await cp._scripts.run("append", keys, append_args)
     assert await cp._scripts.run("append", keys, append_args) == key
     assert await cp.load(w) == {key.decode(): "m"}, "a re-sent append appended twice"
+    await cp.discard(w)  # lapses the claim the re-sent script holds
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    effect = counter(cp, w)
+    text = cp._scripts.source("transact").replace("--[[effect]]", effect.source, 1)
+    keys = [cp.hash_key(w), cp.claim_key(w), cp._nonces_key(w), *effect.keys]
+    args = [held.token, "t", cp.max_value_bytes, ttl, "1", "nonce-4"]
+    assert await cp._scripts.run_source(text, keys, args) == [b"ok", b"1"]
+    resent = await cp._scripts.run_source(text, keys, args)
+    assert resent == [b"ok", b"1"], f"a re-sent transact no longer knew it was its own: {resent}"
+    assert await cp._scripts.run_source(text, keys, [*args[:5], "nonce-5"]) == [b"recorded", b"1"]
+    assert await read_int(client, effect.keys[0]) == 1
     await cp.discard(w)
-    assert not await client.exists(cp._appends_key(w)), "discard left the append receipts"
+    assert not await client.exists(cp._nonces_key(w)), "discard left the nonces"
+
+
+@CHECKPOINTERS
+async def test_a_workflow_resumed_ten_times_moves_its_counter_once(wd_store: Store) -> None:
+    from without_durability.run import Blocked, Finished, Run, resume
+
+    cp, client, w = checkpointer_of(wd_store), client_of(wd_store), wf("resume")
+    effect = counter(cp, w)
+
+    async def body(run: Run[LuaEffect]) -> object:
+        reserved = await run.transact("reserved", effect, int)
+        approval = await run.awaiting("approval", str)
+        return (reserved, approval)
+
+    outcomes = []
+    for attempt in range(10):
+        if attempt == 9:
+            await wd_store.durable.arrive(w, "approval", "yes")
+        held = await cp.claim(w, alive=LONG, budget=LONG)
+        outcomes.append(await resume(wd_store.durable, held, body))
+        await cp.release(held)
+    assert all(isinstance(o, Blocked) for o in outcomes[:9]), outcomes
+    assert outcomes[9] == Finished((1, "yes")), outcomes[9]
+    assert await read_int(client, effect.keys[0]) == 1, "the counter moved more than once"

@@ -93,9 +93,7 @@ async def test_except_exception_around_a_step_does_not_catch_fenced(wd_store: St
 
 
 @pytest.mark.parametrize("return_exceptions", [False, True])
-async def test_fan_out_over_two_waits_reports_both(
-    wd_store: Store, return_exceptions: bool
-) -> None:
+async def test_fan_out_over_two_waits_reports_both(wd_store: Store, return_exceptions: bool) -> None:
     w = wf("fan")
 
     async def body(run: Run[Any]) -> object:

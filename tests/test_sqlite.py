@@ -49,8 +49,11 @@ async def durable(tmp_path: Path) -> AsyncIterator[SqliteDurable]:
 
 async def spawn(*args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, str(WORKER), *args,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        sys.executable,
+        str(WORKER),
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
     )
 
 
@@ -332,9 +335,9 @@ async def test_durable_refuses_two_connections(tmp_path: Path) -> None:
 
 async def test_arrive_and_deliver_are_one_commit(durable: SqliteDurable) -> None:
     # Make the queue half fail: a one-commit transition must take the record back with it.
-    await durable.conn.write(lambda cur: cur.execute(
-        f"CREATE TRIGGER refuse BEFORE INSERT ON queue BEGIN {QUEUE_DOWN}; END"
-    ))
+    await durable.conn.write(
+        lambda cur: cur.execute(f"CREATE TRIGGER refuse BEFORE INSERT ON queue BEGIN {QUEUE_DOWN}; END")
+    )
     with pytest.raises(StoreError, match="queue is down"):
         await durable.arrive("w", "approval", "yes")
     with pytest.raises(StoreError, match="queue is down"):
@@ -350,9 +353,9 @@ async def test_arrive_and_deliver_are_one_commit(durable: SqliteDurable) -> None
 async def test_durable_discard_is_one_commit(durable: SqliteDurable) -> None:
     held = await durable.checkpointer.claim("w", alive=LONG, budget=LONG)
     await durable.arrive("w", "a", 1)
-    await durable.conn.write(lambda cur: cur.execute(
-        f"CREATE TRIGGER refuse BEFORE DELETE ON queue BEGIN {QUEUE_DOWN}; END"
-    ))
+    await durable.conn.write(
+        lambda cur: cur.execute(f"CREATE TRIGGER refuse BEFORE DELETE ON queue BEGIN {QUEUE_DOWN}; END")
+    )
     with pytest.raises(StoreError, match="queue is down"):
         await durable.discard("w")
     kept = await durable.checkpointer.load("w")

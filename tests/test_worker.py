@@ -67,8 +67,13 @@ def worker(store: Store, durable: Any, body: Any, *, alive: timedelta, **kw: Any
     if not store.clock.real:
         kw.setdefault("renew_every", timedelta(milliseconds=20))
     return Worker(
-        durable, body, alive=alive, budget=kw.pop("budget", LONG), visibility=LONG,
-        poll_interval=timedelta(milliseconds=20), **kw,
+        durable,
+        body,
+        alive=alive,
+        budget=kw.pop("budget", LONG),
+        visibility=LONG,
+        poll_interval=timedelta(milliseconds=20),
+        **kw,
     )
 
 
@@ -223,9 +228,7 @@ async def test_stop_finishes_the_current_pass(wd_store: Store) -> None:
 
 @pytest.mark.parametrize("field", ["alive", "budget", "visibility", "poll_interval"])
 def test_worker_refuses_bad_durations(field: str) -> None:
-    kw: dict[str, Any] = dict(
-        alive=LONG, budget=LONG, visibility=LONG, poll_interval=timedelta(seconds=1)
-    )
+    kw: dict[str, Any] = dict(alive=LONG, budget=LONG, visibility=LONG, poll_interval=timedelta(seconds=1))
     kw[field] = timedelta(0)
     with pytest.raises(ValueError, match=field):
         Worker(object(), as_any, **kw)  # type: ignore[arg-type]
@@ -249,7 +252,11 @@ async def test_a_fenced_pass_answers_nothing_and_compensates_nothing(wd_store: S
 
     await wd_store.scheduler.schedule(w)
     work = Worker(
-        wd_store.durable, body, alive=LONG, budget=LONG, visibility=2 * u,
+        wd_store.durable,
+        body,
+        alive=LONG,
+        budget=LONG,
+        visibility=2 * u,
         poll_interval=timedelta(milliseconds=20),
     )
     await work.run(max_passes=1)
@@ -275,7 +282,11 @@ async def test_a_failing_body_is_released_and_retried_after_its_visibility(
 
     await wd_store.scheduler.schedule(w)
     work = Worker(
-        wd_store.durable, body, alive=LONG, budget=LONG, visibility=2 * u,
+        wd_store.durable,
+        body,
+        alive=LONG,
+        budget=LONG,
+        visibility=2 * u,
         poll_interval=timedelta(milliseconds=20),
     )
     await work.run(max_passes=1)

@@ -62,9 +62,7 @@ class Shared:
 
 
 @pytest.fixture
-async def shared(
-    wd_factory: tuple[StoreFactory, Any], tmp_path: Path
-) -> AsyncIterator[Shared]:
+async def shared(wd_factory: tuple[StoreFactory, Any], tmp_path: Path) -> AsyncIterator[Shared]:
     factory, server = wd_factory
     if factory.name == "sqlite":
         path = tmp_path / "wd.db"
@@ -86,8 +84,13 @@ async def shared(
 @contextlib.asynccontextmanager
 async def worker_process(store: Shared, *, alive: float, step: float) -> AsyncIterator[Proc]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(WORKER), store.spec, str(alive), str(step),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        str(WORKER),
+        store.spec,
+        str(alive),
+        str(step),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         running = Proc(proc)

@@ -807,9 +807,7 @@ class SqliteDurable:
         conn = await sqlite_connect(path, busy_timeout=busy_timeout)
         try:
             return cls(
-                SqliteCheckpointer(
-                    conn, codec=codec, clock=clock, max_value_bytes=max_value_bytes
-                ),
+                SqliteCheckpointer(conn, codec=codec, clock=clock, max_value_bytes=max_value_bytes),
                 SqliteScheduler(conn, clock=clock, namespace=namespace),
             )
         except BaseException:

@@ -8,6 +8,10 @@
     client = Redis.from_url(url)
     durable = SplitDurable(RedisCheckpointer(client), RedisSetScheduler(client))
 
+Two schedulers: ``RedisSetScheduler`` (a sorted set scored by visibility; pollers poll) and
+``RedisStreamScheduler`` (a stream, its consumer group and pending list, and a timer set; its
+``wait`` blocks on the stream, so a poller wakes for new work instead of sleeping out its interval).
+
 Every guarantee is one Lua script, each a check and the write it guards with nothing between them:
 CLAIM, RECORD, SUPPLY, APPEND, TRANSACT (a ``LuaEffect``'s source spliced in, so an effect on Redis
 data and its record commit together), TAKE. The Durable is ``SplitDurable``: a workflow's checkpoint

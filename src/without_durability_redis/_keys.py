@@ -51,6 +51,8 @@ def check_name(what: str, name: object, *, allow_empty: bool = False) -> str:
         kind = "string" if allow_empty else "non-empty string"
         raise InvalidInput(f"{what} must be a {kind}, got {name!r}")
     if "{" in name or "}" in name:
-        raise InvalidInput(f"{what} {name!r} contains a brace, which would change the hash tag of "
-                           "every key built from it; choose one without '{' or '}'")
+        raise InvalidInput(
+            f"{what} {name!r} contains a brace, which would change the hash tag of "
+            "every key built from it; choose one without '{' or '}'"
+        )
     return name

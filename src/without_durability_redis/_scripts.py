@@ -21,14 +21,19 @@ from without_durability.errors import StoreError, StoreUnavailable
 Client: TypeAlias = "redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster"
 """A redis.asyncio client: a standalone ``Redis`` or a ``RedisCluster``."""
 
-_PRELUDES = {"checkpoint": ("_common", "_checkpoint"), "stream": ("_common", "_stream"),
-             "plain": ("_common",)}
+_PRELUDES = {
+    "checkpoint": ("_common", "_checkpoint"),
+    "stream": ("_common", "_stream"),
+    "plain": ("_common",),
+}
 SCRIPTS = {
-    **dict.fromkeys(("claim", "renew", "release", "discard", "record", "supply", "append",
-                     "transact"), "checkpoint"),
+    **dict.fromkeys(
+        ("claim", "renew", "release", "discard", "record", "supply", "append", "transact"), "checkpoint"
+    ),
     **dict.fromkeys(("set_schedule", "set_take", "set_wake", "now"), "plain"),
-    **dict.fromkeys(("stream_schedule", "stream_take", "stream_wake", "stream_cancel",
-                     "stream_idle"), "stream"),
+    **dict.fromkeys(
+        ("stream_schedule", "stream_take", "stream_wake", "stream_cancel", "stream_idle"), "stream"
+    ),
 }
 """Every script by name, with the prelude it is loaded after."""
 EFFECT_MARK = "--[[effect]]"
@@ -132,8 +137,9 @@ def boundary(client: Client, what: str) -> Iterator[None]:
     try:
         yield
     except _UNREACHABLE as exc:
-        raise StoreUnavailable(f"{where(client)}: {what}: the server could not be reached "
-                               f"({type(exc).__name__}: {exc})") from exc
+        raise StoreUnavailable(
+            f"{where(client)}: {what}: the server could not be reached ({type(exc).__name__}: {exc})"
+        ) from exc
     except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
         raise StoreError(f"{where(client)}: {what} failed ({type(exc).__name__}: {exc})") from exc
 

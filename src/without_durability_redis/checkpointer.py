@@ -79,18 +79,19 @@ class LuaEffectFailed(WithoutDurabilityError):
         self.workflow = workflow
         self.key = key
         self.message = message
-        super().__init__(f"workflow {workflow!r}, key {key!r}: the LuaEffect failed and was "
-                         f"undone: {message}")
+        super().__init__(
+            f"workflow {workflow!r}, key {key!r}: the LuaEffect failed and was undone: {message}"
+        )
 
 
 class RedisCheckpointer:
     """``Checkpointer[LuaEffect]`` over a Redis server or a Redis Cluster (a ``redis.asyncio``
     client of either kind).
 
-    - Fencing tokens are a hybrid logical clock (the server's microseconds, or one more than the
-      last token when that is higher), so a claim hash that expired and was re-created still mints
-      above every earlier token, as long as the server's clock does not step back by more than
-      ``ttl``.
+    - Fencing tokens are a hybrid logical clock (the server's clock in milliseconds, or one more
+      than the last token when that is higher), so a claim hash that expired and was re-created
+      still mints above every earlier token, as long as the server's clock does not step back by
+      more than ``ttl``. Tokens are 13-digit numbers: exact in a double, in JSON, in Lua.
     - Each write re-arms a TTL of at least ``ttl`` on the workflow's hashes, and a pass's claim,
       renewals and writes keep both for its remaining budget plus ``ttl``, so neither runs out
       under a live pass: a finished workflow is swept by Redis. A workflow left untouched for
@@ -138,25 +139,29 @@ class RedisCheckpointer:
         """The key of ``workflow``'s claim hash (token, held, alive, for): for operators, tests."""
         return f"{self.hash_key(workflow)}:claim"
 
-    def _appends_key(self, workflow: str) -> str:
-        return f"{self.hash_key(workflow)}:appends"
+    def _nonces_key(self, workflow: str) -> str:
+        return f"{self.hash_key(workflow)}:nonces"
 
     # -- helpers -------------------------------------------------------------------------------
 
     def _encode(self, workflow: str, key: str, value: object) -> str:
         encoded = encode_value(self.codec, workflow, key, value, self.max_value_bytes)
         if not isinstance(encoded, str):
-            raise InvalidValue(f"workflow {workflow!r}, key {key!r}: the codec produced "
-                               f"{type(encoded).__name__}; RedisCheckpointer stores text, so its "
-                               "codec must encode to str")
+            raise InvalidValue(
+                f"workflow {workflow!r}, key {key!r}: the codec produced "
+                f"{type(encoded).__name__}; RedisCheckpointer stores text, so its "
+                "codec must encode to str"
+            )
         return encoded
 
     def _decode(self, workflow: str, key: str, encoded: object) -> object:
         try:
             return self.codec.decode(text(encoded))
         except (TypeError, ValueError) as exc:
-            raise StoreError(f"workflow {workflow!r}, key {key!r}: the stored encoding does not "
-                             f"decode with this checkpointer's codec ({exc})") from exc
+            raise StoreError(
+                f"workflow {workflow!r}, key {key!r}: the stored encoding does not "
+                f"decode with this checkpointer's codec ({exc})"
+            ) from exc
 
     def _recorded(self, workflow: str, key: str, encoded: str, reply: Sequence[Any]) -> Recorded:
         if int(reply[0]) == 1:
@@ -175,11 +180,17 @@ class RedisCheckpointer:
         check_lease(workflow, alive, budget)
         for name, value in (("alive", alive), ("budget", budget)):
             if value > _LONGEST:
-                raise InvalidInput(f"workflow {workflow!r}: claim {name} {value} is longer than a "
-                                   "century, the longest the Redis store can count in microseconds "
-                                   "exactly; choose a shorter one")
-        reply = await self._run(f"claim {workflow!r}", "claim", [self.claim_key(workflow)],
-                                [span(alive), span(budget), self._ttl_ms, uuid.uuid4().hex])
+                raise InvalidInput(
+                    f"workflow {workflow!r}: claim {name} {value} is longer than a "
+                    "century, the longest the Redis store can count in microseconds "
+                    "exactly; choose a shorter one"
+                )
+        reply = await self._run(
+            f"claim {workflow!r}",
+            "claim",
+            [self.claim_key(workflow)],
+            [span(alive), span(budget), self._ttl_ms, uuid.uuid4().hex],
+        )
         if text(reply[0]) == "contended":
             raise Contended(workflow)
         return Pass(workflow, int(text(reply[1])))
@@ -187,22 +198,32 @@ class RedisCheckpointer:
     async def renew(self, pass_: Pass) -> None:
         """See ``Checkpointer.renew``."""
         workflow = pass_.workflow
-        reply = await self._run(f"renew {workflow!r}", "renew",
-                                [self.claim_key(workflow), self.hash_key(workflow)],
-                                [pass_.token, self._ttl_ms])
+        reply = await self._run(
+            f"renew {workflow!r}",
+            "renew",
+            [self.claim_key(workflow), self.hash_key(workflow)],
+            [pass_.token, self._ttl_ms],
+        )
         if text(reply[0]) == "fenced":
             raise Fenced(pass_.workflow, pass_.token)
 
     async def release(self, pass_: Pass) -> None:
         """See ``Checkpointer.release``."""
-        await self._run(f"release {pass_.workflow!r}", "release",
-                        [self.claim_key(pass_.workflow)], [pass_.token, self._ttl_ms])
+        await self._run(
+            f"release {pass_.workflow!r}",
+            "release",
+            [self.claim_key(pass_.workflow)],
+            [pass_.token, self._ttl_ms],
+        )
 
     async def discard(self, workflow: str) -> None:
         """See ``Checkpointer.discard``."""
-        await self._run(f"discard {workflow!r}", "discard",
-                        [self.hash_key(workflow), self.claim_key(workflow),
-                         self._appends_key(workflow)], [self._ttl_ms])
+        await self._run(
+            f"discard {workflow!r}",
+            "discard",
+            [self.hash_key(workflow), self.claim_key(workflow), self._nonces_key(workflow)],
+            [self._ttl_ms],
+        )
 
     # -- records -------------------------------------------------------------------------------
 
@@ -212,9 +233,12 @@ class RedisCheckpointer:
         check_id(workflow)
         check_key(workflow, key)
         encoded = self._encode(workflow, key, value)
-        reply = await self._run(f"record {workflow!r}/{key!r}", "record",
-                                [self.hash_key(workflow), self.claim_key(workflow)],
-                                [pass_.token, key, encoded, self._ttl_ms])
+        reply = await self._run(
+            f"record {workflow!r}/{key!r}",
+            "record",
+            [self.hash_key(workflow), self.claim_key(workflow)],
+            [pass_.token, key, encoded, self._ttl_ms],
+        )
         if text(reply[0]) == "fenced":
             raise Fenced(workflow, pass_.token, f"record of {key!r} refused")
         return self._recorded(workflow, key, encoded, reply[1:])
@@ -224,8 +248,9 @@ class RedisCheckpointer:
         check_id(workflow)
         check_key(workflow, key)
         encoded = self._encode(workflow, key, value)
-        reply = await self._run(f"supply {workflow!r}/{key!r}", "supply",
-                                [self.hash_key(workflow)], [key, encoded, self._ttl_ms])
+        reply = await self._run(
+            f"supply {workflow!r}/{key!r}", "supply", [self.hash_key(workflow)], [key, encoded, self._ttl_ms]
+        )
         return self._recorded(workflow, key, encoded, reply)
 
     async def append(self, workflow: str, value: object) -> str:
@@ -233,10 +258,12 @@ class RedisCheckpointer:
         it landed, which is also its load position."""
         check_id(workflow)
         encoded = self._encode(workflow, INBOX_PREFIX, value)
-        reply = await self._run(f"append to {workflow!r}", "append",
-                                [self.hash_key(workflow), self._appends_key(workflow)],
-                                [encoded, INBOX_PREFIX, INBOX_DIGITS, self._ttl_ms,
-                                 uuid.uuid4().hex])
+        reply = await self._run(
+            f"append to {workflow!r}",
+            "append",
+            [self.hash_key(workflow), self._nonces_key(workflow)],
+            [encoded, INBOX_PREFIX, INBOX_DIGITS, self._ttl_ms, uuid.uuid4().hex],
+        )
         return text(reply)
 
     async def _rows(self, workflow: str) -> list[tuple[int, str, int, str]]:
@@ -258,23 +285,30 @@ class RedisCheckpointer:
 
     async def history(self, workflow: str) -> list[Entry]:
         """See ``Checkpointer.history``: ``written_at`` is the server clock at the winning write."""
-        return [Entry(key, self._decode(workflow, key, enc), from_micros(at))
-                for _, key, at, enc in await self._rows(workflow)]
+        return [
+            Entry(key, self._decode(workflow, key, enc), from_micros(at))
+            for _, key, at, enc in await self._rows(workflow)
+        ]
 
     # -- transact ------------------------------------------------------------------------------
 
     def _check_effect(self, workflow: str, key: str, effect: LuaEffect) -> None:
         if not isinstance(effect, LuaEffect):
-            raise InvalidInput(f"workflow {workflow!r}, key {key!r}: RedisCheckpointer.transact "
-                               f"takes a LuaEffect, got {type(effect).__name__}")
+            raise InvalidInput(
+                f"workflow {workflow!r}, key {key!r}: RedisCheckpointer.transact "
+                f"takes a LuaEffect, got {type(effect).__name__}"
+            )
         if not isinstance(effect.source, str) or not effect.source.strip():
-            raise InvalidInput(f"workflow {workflow!r}, key {key!r}: LuaEffect source must be "
-                               "non-empty Lua text")
-        own = {self.hash_key(workflow), self.claim_key(workflow), self._appends_key(workflow)}
+            raise InvalidInput(
+                f"workflow {workflow!r}, key {key!r}: LuaEffect source must be non-empty Lua text"
+            )
+        own = {self.hash_key(workflow), self.claim_key(workflow), self._nonces_key(workflow)}
         for effect_key in effect.keys:
             if not isinstance(effect_key, str) or not effect_key:
-                raise InvalidKey(f"workflow {workflow!r}, key {key!r}: LuaEffect keys must be "
-                                 f"non-empty strings, got {effect_key!r}")
+                raise InvalidKey(
+                    f"workflow {workflow!r}, key {key!r}: LuaEffect keys must be "
+                    f"non-empty strings, got {effect_key!r}"
+                )
             if hash_tag(effect_key) != workflow:
                 raise InvalidKey(
                     f"workflow {workflow!r}, key {key!r}: LuaEffect key {effect_key!r} does not "
@@ -285,9 +319,11 @@ class RedisCheckpointer:
                     "Nothing was run."
                 )
             if effect_key in own:
-                raise InvalidKey(f"workflow {workflow!r}, key {key!r}: LuaEffect key "
-                                 f"{effect_key!r} is the checkpointer's own; keep an effect's data "
-                                 "in keys of its own (hash_key(workflow) + ':something')")
+                raise InvalidKey(
+                    f"workflow {workflow!r}, key {key!r}: LuaEffect key "
+                    f"{effect_key!r} is the checkpointer's own; keep an effect's data "
+                    "in keys of its own (hash_key(workflow) + ':something')"
+                )
 
     async def transact(self, pass_: Pass, key: str, effect: LuaEffect) -> Recorded:
         """See ``Checkpointer.transact``: the effect's source is spliced into the TRANSACT script,
@@ -298,16 +334,25 @@ class RedisCheckpointer:
         check_key(workflow, key)
         self._check_effect(workflow, key, effect)
         script = self._scripts.source("transact").replace(EFFECT_MARK, effect.source, 1)
-        keys = [self.hash_key(workflow), self.claim_key(workflow), *effect.keys]
-        args = [pass_.token, key, self.max_value_bytes, self._ttl_ms, "1" if self._json else "0",
-                *effect.args]
+        keys = [self.hash_key(workflow), self.claim_key(workflow), self._nonces_key(workflow), *effect.keys]
+        args = [
+            pass_.token,
+            key,
+            self.max_value_bytes,
+            self._ttl_ms,
+            "1" if self._json else "0",
+            uuid.uuid4().hex,
+            *effect.args,
+        ]
         with boundary(self.client, f"transact {workflow!r}/{key!r}"):
             try:
                 reply = await self._scripts.run_source(script, keys, args)
             except Exception as exc:
                 if "Error compiling script" in str(exc):
-                    raise InvalidInput(f"workflow {workflow!r}, key {key!r}: the LuaEffect source "
-                                       f"does not compile; nothing was run ({exc})") from exc
+                    raise InvalidInput(
+                        f"workflow {workflow!r}, key {key!r}: the LuaEffect source "
+                        f"does not compile; nothing was run ({exc})"
+                    ) from exc
                 raise
         status = text(reply[0])
         if status == "fenced":
@@ -320,6 +365,5 @@ class RedisCheckpointer:
                 raise effect.on_error(message)
             raise LuaEffectFailed(workflow, key, message)
         if status == "invalid":
-            raise InvalidValue(f"workflow {workflow!r}, key {key!r}: {text(reply[1])}; the "
-                               "effect was undone")
+            raise InvalidValue(f"workflow {workflow!r}, key {key!r}: {text(reply[1])}; the effect was undone")
         return Recorded(self._decode(workflow, key, reply[1]), True)

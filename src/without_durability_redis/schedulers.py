@@ -77,8 +77,7 @@ class RedisSetScheduler(_Base):
         """See ``Scheduler.schedule``."""
         check_id(workflow)
         check_time("schedule at", at)
-        await self._run(f"schedule {workflow!r}", "set_schedule", [self.key],
-                        [workflow, self._at(at)])
+        await self._run(f"schedule {workflow!r}", "set_schedule", [self.key], [workflow, self._at(at)])
 
     async def take(self, visibility: timedelta) -> Delivery | None:
         """See ``Scheduler.take``: the visible workflow with the earliest time."""
@@ -93,8 +92,12 @@ class RedisSetScheduler(_Base):
         check_time("wake_at at", at)
         if not isinstance(delivery.receipt, _SetReceipt):
             raise InvalidInput(f"{delivery!r} was not handed out by a RedisSetScheduler")
-        await self._run(f"wake_at {delivery.workflow!r}", "set_wake", [self.key],
-                        [delivery.workflow, delivery.receipt.visible_at, self._at(at)])
+        await self._run(
+            f"wake_at {delivery.workflow!r}",
+            "set_wake",
+            [self.key],
+            [delivery.workflow, delivery.receipt.visible_at, self._at(at)],
+        )
 
     async def cancel(self, workflow: str) -> None:
         """See ``Scheduler.cancel``."""
@@ -145,14 +148,14 @@ class RedisStreamScheduler(_Base):
         """See ``Scheduler.schedule``."""
         check_id(workflow)
         check_time("schedule at", at)
-        await self._run(f"schedule {workflow!r}", "stream_schedule", self._keys,
-                        [workflow, self._at(at)])
+        await self._run(f"schedule {workflow!r}", "stream_schedule", self._keys, [workflow, self._at(at)])
 
     async def take(self, visibility: timedelta) -> Delivery | None:
         """See ``Scheduler.take``: due timers join the stream, then the oldest entry is read."""
         check_visibility(visibility)
-        reply = await self._run("take", "stream_take", self._keys,
-                                [span(visibility), self.consumer, self.wake_batch])
+        reply = await self._run(
+            "take", "stream_take", self._keys, [span(visibility), self.consumer, self.wake_batch]
+        )
         if text(reply[0]) == "":
             self._idle = (text(reply[1]), text(reply[2]))
             return None
@@ -186,9 +189,12 @@ class RedisStreamScheduler(_Base):
         check_time("wake_at at", at)
         if not isinstance(delivery.receipt, _StreamReceipt):
             raise InvalidInput(f"{delivery!r} was not handed out by a RedisStreamScheduler")
-        await self._run(f"wake_at {delivery.workflow!r}", "stream_wake", self._keys,
-                        [delivery.workflow, delivery.receipt.entry, delivery.receipt.timer,
-                         self._at(at)])
+        await self._run(
+            f"wake_at {delivery.workflow!r}",
+            "stream_wake",
+            self._keys,
+            [delivery.workflow, delivery.receipt.entry, delivery.receipt.timer, self._at(at)],
+        )
 
     async def cancel(self, workflow: str) -> None:
         """See ``Scheduler.cancel``."""

@@ -66,7 +66,8 @@ async def open_store(spec: str) -> AsyncIterator[Durable[Any]]:
 
         client: Any = Redis.from_url(url)
         scheduler: Any = (
-            RedisSetScheduler(client, prefix=prefix) if kind == "redis-set"
+            RedisSetScheduler(client, prefix=prefix)
+            if kind == "redis-set"
             else RedisStreamScheduler(client, prefix=prefix)
         )
         try:
@@ -96,8 +97,12 @@ async def serve(durable: Durable[Any], alive: float, step_seconds: float) -> Non
         return None
 
     worker = Worker(
-        durable, body, alive=timedelta(seconds=alive), budget=timedelta(minutes=5),
-        visibility=timedelta(minutes=10), poll_interval=timedelta(milliseconds=50),
+        durable,
+        body,
+        alive=timedelta(seconds=alive),
+        budget=timedelta(minutes=5),
+        visibility=timedelta(minutes=10),
+        poll_interval=timedelta(milliseconds=50),
     )
     say("ready")
     await worker.serve()

@@ -9,15 +9,17 @@
 -- else has to expire in step with it. The position is HLEN at insertion: nothing removes a single
 -- field, so it only grows, and an append names its key from the same number.
 
--- The next fencing token: a hybrid logical clock. At least the server's clock, so a claim hash that
--- expired and was re-created still mints above every token issued before it; and at least one past
--- the last token, so two claims in one microsecond (or a clock stepping back) still increase.
+-- The next fencing token: a hybrid logical clock. At least the server's clock in milliseconds, so a
+-- claim hash that expired and was re-created still mints above every token issued before it; and at
+-- least one past the last token, so two claims in one millisecond (or a clock stepping back) still
+-- increase. Milliseconds keep a token within 13 digits, exact in any double and in cjson's output.
 local function mint(previous, now)
+  local clock = math.floor(now / 1000)
   local last = tonumber(previous)
-  if last ~= nil and last >= now then
+  if last ~= nil and last >= clock then
     return last + 1
   end
-  return now
+  return clock
 end
 
 -- Re-arm a TTL: the key lives at least ms more from now. Never shortens one (a pass's long budget

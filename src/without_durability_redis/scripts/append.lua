@@ -2,7 +2,7 @@
 -- number: the count is the new record's load position, so the key and the position are one number,
 -- and scripts run one at a time, so two appends never count the same.
 -- KEYS[1] the workflow's records hash
--- KEYS[2] the workflow's append receipts: nonce -> the key that append was given
+-- KEYS[2] the workflow's nonces: nonce of a call that wrote -> what it was given
 -- ARGV[1] the value's encoding
 -- ARGV[2] the inbox prefix ("inbox/")
 -- ARGV[3] the width the number is zero-padded to

@@ -3,7 +3,7 @@
 -- workflow is claimable at once with a token above the discarded pass's.
 -- KEYS[1] the workflow's records hash
 -- KEYS[2] the workflow's claim hash
--- KEYS[3] the workflow's append receipts
+-- KEYS[3] the workflow's nonces (see append.lua)
 -- ARGV[1] TTL of the claim hash, milliseconds
 -- Returns 1.
 redis.call('DEL', KEYS[1], KEYS[3])

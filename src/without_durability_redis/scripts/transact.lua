@@ -4,14 +4,17 @@
 -- encoded by the checkpointer's codec (for JsonCodec: cjson.encode(x)).
 -- KEYS[1] the workflow's records hash
 -- KEYS[2] the workflow's claim hash
--- KEYS[3..] the effect's keys (each carries the workflow's {id} tag)
+-- KEYS[3] the workflow's nonces (see append.lua)
+-- KEYS[4..] the effect's keys (each carries the workflow's {id} tag)
 -- ARGV[1] the pass's token
 -- ARGV[2] the record key
 -- ARGV[3] the largest encoding accepted, bytes
 -- ARGV[4] TTL of both hashes, milliseconds
 -- ARGV[5] '1' when the codec renders JSON (the result must then parse as JSON), else '0'
--- ARGV[6..] the effect's args
--- Returns {'recorded', stored encoding} (performed nothing), {'fenced'}, {'failed', message}
+-- ARGV[6] this call's nonce: a re-sent transact that finds its own record reports it as its own
+-- ARGV[7..] the effect's args
+-- Returns {'recorded', stored encoding} (performed nothing, or {'ok', ...} when this call's own
+-- earlier run recorded it), {'fenced'}, {'failed', message}
 -- (the effect's writes were undone), {'invalid', message} (likewise) or {'ok', encoding}.
 --
 -- Redis never rolls a script back: what it wrote before an error stays written. So the wrapper
@@ -26,6 +29,9 @@ end
 
 local stored = redis.call('HGET', KEYS[1], ARGV[2])
 if stored then
+  if redis.call('HGET', KEYS[3], ARGV[6]) then
+    return {'ok', encoding_of(stored)}
+  end
   return {'recorded', encoding_of(stored)}
 end
 if redis.call('HGET', KEYS[2], 'token') ~= ARGV[1] then
@@ -33,10 +39,10 @@ if redis.call('HGET', KEYS[2], 'token') ~= ARGV[1] then
 end
 
 local effect_keys, effect_args = {}, {}
-for i = 3, #KEYS do
+for i = 4, #KEYS do
   effect_keys[#effect_keys + 1] = KEYS[i]
 end
-for i = 6, #ARGV do
+for i = 7, #ARGV do
   effect_args[#effect_args + 1] = ARGV[i]
 end
 
@@ -92,5 +98,7 @@ if redis.call('HGET', KEYS[2], 'token') ~= ARGV[1] then
 end
 local now = now_us()
 put(KEYS[1], ARGV[2], result, now, ARGV[4])
+redis.call('HSET', KEYS[3], ARGV[6], ARGV[2])
+extend(KEYS[3], tonumber(ARGV[4]))
 renew(KEYS[2], KEYS[1], now, ARGV[4])
 return {'ok', result}

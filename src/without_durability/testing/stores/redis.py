@@ -9,8 +9,9 @@ clock is a real one.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -38,7 +39,8 @@ def redis_effects(checkpointer: Any, client: Any) -> EffectKit[Any]:
     def ledger_add(name: str, amount: int) -> LuaEffect:
         return LuaEffect(
             "return cjson.encode(redis.call('HINCRBY', KEYS[1], 'total', tonumber(ARGV[1])))",
-            (ledger_key(name),), (amount,),
+            (ledger_key(name),),
+            (amount,),
         )
 
     async def ledger_read(name: str) -> int:
@@ -53,14 +55,16 @@ def redis_effects(checkpointer: Any, client: Any) -> EffectKit[Any]:
         return LuaEffect(
             f"local result = (function()\n{inner.source}\nend)()\n"
             "redis.call('HINCRBY', ARGV[#ARGV], 'token', 1)\nreturn result",
-            inner.keys, (*inner.args, checkpointer.claim_key(pass_.workflow)),
+            inner.keys,
+            (*inner.args, checkpointer.claim_key(pass_.workflow)),
         )
 
     def failing(inner: LuaEffect) -> LuaEffect:
         return LuaEffect(
-            f"(function()\n{inner.source}\nend)()\n"
-            "error('effect failed after performing its write')",
-            inner.keys, inner.args, on_error=EffectFailed,
+            f"(function()\n{inner.source}\nend)()\nerror('effect failed after performing its write')",
+            inner.keys,
+            inner.args,
+            on_error=EffectFailed,
         )
 
     return EffectKit(ledger_add, ledger_read, superseding, failing)
@@ -73,9 +77,7 @@ async def delete_prefix(client: Any, prefix: str) -> None:
         await client.unlink(key)
 
 
-def _opener(
-    name: str, scheduler: str, cluster: bool
-) -> Callable[[Server], Any]:
+def _opener(name: str, scheduler: str, cluster: bool) -> Callable[[Server], Any]:
     @asynccontextmanager
     async def open_store(server: Server) -> AsyncIterator[StoreUnderTest[Any]]:
         from redis.asyncio import Redis
@@ -98,8 +100,13 @@ def _opener(
                 sched = RedisSetScheduler(client, prefix=prefix)
             durable: SplitDurable[Any] = SplitDurable(checkpointer, sched)
             effects = redis_effects(checkpointer, client)
-            yield StoreUnderTest(name, durable, RealTestClock(), effects,
-                                 extra={"client": client, "prefix": prefix, "server": server})
+            yield StoreUnderTest(
+                name,
+                durable,
+                RealTestClock(),
+                effects,
+                extra={"client": client, "prefix": prefix, "server": server},
+            )
         finally:
             try:
                 await delete_prefix(client, prefix)
@@ -113,21 +120,61 @@ def _unavailable(kind: str) -> Callable[[], str | None]:
     return lambda: _driver_missing() or why_unavailable(kind)
 
 
-REDIS_SET = register(StoreFactory(
-    "redis-set", _opener("redis-set", "set", cluster=False), lambda: provide("redis"),
-    _unavailable("redis"), "RedisCheckpointer + RedisSetScheduler on one redis-server",
-))
-REDIS_STREAM = register(StoreFactory(
-    "redis-stream", _opener("redis-stream", "stream", cluster=False), lambda: provide("redis"),
-    _unavailable("redis"), "RedisCheckpointer + RedisStreamScheduler on one redis-server",
-))
-REDIS_CLUSTER = register(StoreFactory(
-    "redis-cluster", _opener("redis-cluster", "set", cluster=True),
-    lambda: provide("redis-cluster"), _unavailable("redis-cluster"),
-    "RedisCheckpointer + RedisSetScheduler on a 3-node Redis Cluster",
-))
-REDIS_CLUSTER_STREAM = register(StoreFactory(
-    "redis-cluster-stream", _opener("redis-cluster-stream", "stream", cluster=True),
-    lambda: provide("redis-cluster"), _unavailable("redis-cluster"),
-    "RedisCheckpointer + RedisStreamScheduler on a 3-node Redis Cluster",
-))
+_shared: dict[str, tuple[contextlib.ExitStack, Server, list[int]]] = {}
+
+
+@contextlib.contextmanager
+def _shared_server(kind: str) -> Iterator[Server]:
+    """One ``kind`` server for every factory that asks for it in a session (the set and stream
+    factories run against the same server), stopped when the last of them lets go."""
+    if kind not in _shared:
+        stack = contextlib.ExitStack()
+        server = stack.enter_context(provide(kind))
+        _shared[kind] = (stack, server, [0])
+    stack, server, users = _shared[kind]
+    users[0] += 1
+    try:
+        yield server
+    finally:
+        users[0] -= 1
+        if users[0] == 0:
+            del _shared[kind]
+            stack.close()
+
+
+REDIS_SET = register(
+    StoreFactory(
+        "redis-set",
+        _opener("redis-set", "set", cluster=False),
+        lambda: _shared_server("redis"),
+        _unavailable("redis"),
+        "RedisCheckpointer + RedisSetScheduler on one redis-server",
+    )
+)
+REDIS_STREAM = register(
+    StoreFactory(
+        "redis-stream",
+        _opener("redis-stream", "stream", cluster=False),
+        lambda: _shared_server("redis"),
+        _unavailable("redis"),
+        "RedisCheckpointer + RedisStreamScheduler on one redis-server",
+    )
+)
+REDIS_CLUSTER = register(
+    StoreFactory(
+        "redis-cluster",
+        _opener("redis-cluster", "set", cluster=True),
+        lambda: _shared_server("redis-cluster"),
+        _unavailable("redis-cluster"),
+        "RedisCheckpointer + RedisSetScheduler on a 3-node Redis Cluster",
+    )
+)
+REDIS_CLUSTER_STREAM = register(
+    StoreFactory(
+        "redis-cluster-stream",
+        _opener("redis-cluster-stream", "stream", cluster=True),
+        lambda: _shared_server("redis-cluster"),
+        _unavailable("redis-cluster"),
+        "RedisCheckpointer + RedisStreamScheduler on a 3-node Redis Cluster",
+    )
+)

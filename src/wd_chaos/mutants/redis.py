@@ -1,0 +1,105 @@
+"""Mutants of the Redis store: a script edited, or a read that forgets the recorded position.
+
+Script mutants replace one script's text through the store's ``script_overrides``; each edit checks
+that the text it changes is really there, so a change to the real script cannot quietly turn a
+mutant into a copy of the real store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from without_durability_redis import RedisCheckpointer, RedisStreamScheduler
+from without_durability_redis._keys import check_id
+from without_durability_redis._scripts import Scripts, script_source, text
+
+from . import Mutant, Wrap, swap
+
+REDIS_TESTS = "tests/test_redis.py"
+
+
+def _edit(source: str, old: str, new: str) -> str:
+    if old not in source:
+        raise ValueError(f"mutant edit target not found in the script: {old!r}")
+    return source.replace(old, new)
+
+
+def swap_scripts(part: str, cls: type) -> Wrap:
+    """``swap``, then rebuild the part's scripts so ``cls.script_overrides`` take effect."""
+    base = swap(part, cls)
+
+    def wrap(durable: Any) -> Any:
+        durable = base(durable)
+        target = getattr(durable, part)
+        target._scripts = Scripts(target.client, getattr(cls, "script_overrides", {}))
+        return durable
+
+    return wrap
+
+
+class LoadByHashIteration(RedisCheckpointer):
+    """load returns records in the hash's own iteration order instead of by recorded position: right
+    while the hash is a listpack, wrong once it converts to a hashtable."""
+
+    async def _rows(self, workflow: str) -> list[tuple[int, str, int, str]]:
+        check_id(workflow)
+        raw = await self.client.hgetall(self.hash_key(workflow))
+        rows = []
+        for field_, stored in raw.items():
+            position, written, encoded = text(stored).split(":", 2)
+            rows.append((int(position), text(field_), int(written), encoded))
+        return rows
+
+
+class TokenPlainCounter(RedisCheckpointer):
+    """claim mints its token as the last one plus one (1 for a missing hash), so a claim hash that
+    expired and was re-created starts again at 1, below tokens passes in flight still hold."""
+
+    script_overrides = {  # noqa: RUF012 - the store reads it as a mapping, never mutated
+        "claim": _edit(script_source("claim"), "local clock = math.floor(now / 1000)", "local clock = 1")
+    }
+
+
+class StreamWakeReinstatesCancelled(RedisStreamScheduler):
+    """wake_at on the stream does not ask whether its entry is still there, so a delivery cancelled
+    while its pass ran is put back."""
+
+    script_overrides = {  # noqa: RUF012
+        "stream_wake": _edit(
+            _edit(
+                script_source("stream_wake"),
+                "if redis.call('HGET', KEYS[3], ARGV[1]) ~= ARGV[2] then\n  return 0\nend",
+                "",
+            ),
+            "if not timer or tonumber(timer) ~= tonumber(ARGV[3]) then\n  return 0\nend",
+            "",
+        )
+    }
+
+
+MUTANTS = [
+    Mutant(
+        "redis-load-by-hash-iteration",
+        "redis-set",
+        "load-order",
+        "load orders records by hash iteration instead of the recorded position",
+        (f"{REDIS_TESTS}::test_order_survives_listpack_to_hashtable_conversion",),
+        swap("checkpointer", LoadByHashIteration),
+    ),
+    Mutant(
+        "redis-token-plain-counter",
+        "redis-set",
+        "fencing-token",
+        "the token is a plain counter that restarts when the claim hash expires",
+        (f"{REDIS_TESTS}::test_expired_claim_hash_still_mints_a_higher_token",),
+        swap_scripts("checkpointer", TokenPlainCounter),
+    ),
+    Mutant(
+        "redis-stream-wake-reinstates-cancelled",
+        "redis-stream",
+        "wake-at-respects-cancel",
+        "the stream's wake_at puts back a delivery cancelled since it was taken",
+        ("test_wake_at_does_not_reinstate_a_cancelled_delivery",),
+        swap_scripts("scheduler", StreamWakeReinstatesCancelled),
+    ),
+]
