@@ -55,6 +55,8 @@ def headline(results: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
             add(f"Redis {kind} TAKE / redis-benchmark on the same script, 8 workers",
                 r8.get(f"{kind}-take/redis-benchmark"), "", None,
                 f"ours take+answer {fmt(rate.get((f'redis-{kind}', 8)))}/s")
+        add("redis-py alone (same set TAKE script) / redis-benchmark, 8 workers",
+            r8.get("redis-py-raw/redis-benchmark"), "", None, "the Python driver's own share of the gap")
         add("SQLite take+answer, 8 workers (deliveries/s)", rate.get(("sqlite", 8)))
         lost = sum(int(r.get("lost", 0)) + int(r.get("duplicated", 0)) for r in t["rows"])
         add("Take: deliveries lost or duplicated (every run)", lost, "0", lost == 0)

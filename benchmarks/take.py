@@ -342,6 +342,41 @@ async def redis_runs(url: str, n: int, counts: Sequence[int]) -> list[dict[str, 
     return rows
 
 
+async def redis_py_raw(url: str, n: int, counts: Sequence[int]) -> list[dict[str, Any]]:
+    """The shipped set TAKE script through redis-py's EVALSHA directly (none of this library's code):
+    the Python driver's own rate, to split the gap to redis-benchmark."""
+    from redis.asyncio import Redis
+
+    from without_durability_redis import RedisSetScheduler, script_source
+    from without_durability_redis._scripts import span
+
+    rows = []
+    client = Redis.from_url(url, max_connections=64)
+    try:
+        for w in counts:
+            await client.flushdb()
+            sched = RedisSetScheduler(client, namespace=NAMESPACE)
+            ids = workflow_ids(n)
+            for i in range(0, n, 50):
+                await asyncio.gather(*(sched.schedule(x) for x in ids[i:i + 50]))
+            sha = await client.script_load(script_source("set_take"))
+            got: list[str] = []
+
+            async def one(out: list[str] = got, key: str = sched.key, sha: str = sha) -> None:
+                while reply := await client.evalsha(sha, 1, key, span(VISIBILITY)):
+                    out.append(reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0]))
+
+            start = time.perf_counter()
+            await asyncio.gather(*(one() for _ in range(w)))
+            seconds = time.perf_counter() - start
+            check = check_exactly_once("redis-py", ids, got)
+            rows.append({"system": "redis-py-raw-set-take-only", "workers": w, "n": n, "seconds": seconds,
+                         "rate": len(got) / seconds, **check})
+    finally:
+        await client.aclose()
+    return rows
+
+
 async def redis_benchmark(url: str, port: int, n: int, counts: Sequence[int]) -> list[dict[str, Any]]:
     """redis-benchmark sending EVALSHA of the shipped TAKE scripts (the same text our client loads)."""
     from redis.asyncio import Redis
@@ -459,6 +494,7 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS) -> di
             ("psycopg alone (same statements)", lambda: psycopg_raw(pg.url, n, counts)),
             ("redis (ours)", lambda: redis_runs(rd.url, n, counts)),
             ("redis-benchmark ceiling", lambda: redis_benchmark(rd.url, rd.port, n, counts)),
+            ("redis-py alone (same TAKE script)", lambda: redis_py_raw(rd.url, n, counts)),
         ]
         once: list[tuple[str, Callable[[], Awaitable[list[dict[str, Any]]]]]] = [
             ("postgres naive FOR UPDATE", lambda: postgres_ours(pg.url, n, counts, naive=True)),
@@ -493,6 +529,8 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS) -> di
             "pg-batch10/pgqueuer-b10": ratio(pick(rows, "postgres-batch10", w), pick(rows, "pgqueuer-b10", w)),
             "set-take/redis-benchmark": ratio(pick(rows, "redis-set-take-only", w),
                                               pick(rows, "redis-benchmark-set_take", w)),
+            "redis-py-raw/redis-benchmark": ratio(pick(rows, "redis-py-raw-set-take-only", w),
+                                                  pick(rows, "redis-benchmark-set_take", w)),
             "stream-take/redis-benchmark": ratio(pick(rows, "redis-stream-take-only", w),
                                                  pick(rows, "redis-benchmark-stream_take", w)),
         })
