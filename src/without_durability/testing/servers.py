@@ -239,10 +239,16 @@ def _postmaster_pid(data: Path, ex: Any) -> int:
 
 @contextlib.contextmanager
 def local_redis(
-    port: int | None = None, *, cluster: bool = False, folder: Path | None = None
+    port: int | None = None,
+    *,
+    cluster: bool = False,
+    folder: Path | None = None,
+    fsync_always: bool = False,
 ) -> Iterator[Server]:
     """A private redis-server on a free loopback port, with no persistence configured beyond the
-    defaults' append-only log being off. ``cluster`` starts it with cluster mode enabled."""
+    defaults' append-only log being off. ``cluster`` starts it with cluster mode enabled.
+    ``fsync_always`` turns the append-only log on with an fsync per write, the one setting under
+    which an acknowledged write survives a SIGKILL of the server (the chaos store-restart fault)."""
     binary = find_binary("redis-server")
     port = port or free_port()
     with contextlib.ExitStack() as stack:
@@ -259,7 +265,8 @@ def local_redis(
             "--save",
             "",
             "--appendonly",
-            "no",
+            "yes" if fsync_always else "no",
+            *(["--appendfsync", "always"] if fsync_always else []),
             "--protected-mode",
             "no",
         ]
@@ -462,10 +469,11 @@ def why_unavailable(kind: str) -> str | None:
 
 
 @contextlib.contextmanager
-def provide(kind: str) -> Iterator[Server]:
+def provide(kind: str, *, redis_fsync_always: bool = False) -> Iterator[Server]:
     """A ``kind`` server (postgres, redis, redis-cluster, toxiproxy): from the environment, from
     testcontainers, or a private local instance, in that order. Raises ``ServerUnavailable`` with
-    what to do when none can be had."""
+    what to do when none can be had. ``redis_fsync_always`` asks a private Redis for an
+    append-only log fsynced on every write (see ``local_redis``)."""
     if kind not in _ENV:
         raise ValueError(f"unknown server kind {kind!r}; expected one of {sorted(_ENV)}")
     env = _from_env(kind)
@@ -480,7 +488,8 @@ def provide(kind: str) -> Iterator[Server]:
         return
     if reason is not None:
         raise ServerUnavailable(reason)
-    with _LOCAL[kind]() as server:
+    options = {"fsync_always": True} if kind == "redis" and redis_fsync_always else {}
+    with _LOCAL[kind](**options) as server:
         yield server
 
 

@@ -1,0 +1,106 @@
+"""The chaos gate: every scenario against every store it applies to, in a short form, each a real
+``wd-chaos run`` (real worker processes, real servers, real signals) under a hard timeout; and one
+broken store that must be caught.
+
+Run it with ``python -m pytest chaos`` (``.ci/run`` does). ``WD_CHAOS_GATE_SECONDS`` sets the
+workload phase of each run (default 12 s; storms 5 s); reports land in ``reports/chaos-gate/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wd_chaos.scenario import available, load_file
+from wd_chaos.services import check_available
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORTS = ROOT / "reports" / "chaos-gate"
+SECONDS = float(os.environ.get("WD_CHAOS_GATE_SECONDS", "12"))
+HARD_TIMEOUT = 240
+
+
+def _cases() -> list[tuple[str, str]]:
+    cases = []
+    for name, path in available().items():
+        for store in load_file(path).stores:
+            cases.append((name, store))
+    return cases
+
+
+def _run(name: str, store: str, *extra: str) -> tuple[int, dict[str, Any], str]:
+    scenario = load_file(available()[name])
+    partition = any(f.kind == "partition" for f in scenario.faults)
+    reason = check_available(store, partition)
+    if reason:
+        pytest.fail(f"{name} on {store}: servers unavailable: {reason}")
+    seconds = min(SECONDS, 5.0) if scenario.storm is not None else SECONDS
+    command = [
+        sys.executable,
+        "-m",
+        "wd_chaos.cli",
+        "run",
+        name,
+        "--store",
+        store,
+        "--time-limit",
+        str(seconds),
+        "--report-dir",
+        str(REPORTS),
+        *extra,
+    ]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=HARD_TIMEOUT, cwd=ROOT, check=False
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{name} on {store} did not finish within {HARD_TIMEOUT}s")
+    runs = sorted(REPORTS.glob(f"*-{name}-{store}*"), key=lambda p: p.stat().st_mtime)
+    summary = json.loads((runs[-1] / "summary.json").read_text()) if runs else {}
+    if runs:
+        summary["run_dir"] = str(runs[-1])
+    return done.returncode, summary, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(("name", "store"), _cases(), ids=[f"{n}[{s}]" for n, s in _cases()])
+@pytest.mark.timeout(HARD_TIMEOUT + 30)
+def test_scenario_passes_and_its_fault_bites(name: str, store: str) -> None:
+    code, summary, output = _run(name, store)
+    assert code == 0, f"{name} on {store} exited {code} (0 valid, 1 invalid, 2 unknown):\n{output}"
+    bites = [v for v in summary["verdicts"] if str(v["name"]).startswith("bite")]
+    assert bites and all(v["valid"] is True for v in bites), bites
+    # the stored run re-checks to the same verdict
+    again = subprocess.run(
+        [sys.executable, "-m", "wd_chaos.cli", "analyze", summary["run_dir"]],
+        capture_output=True,
+        text=True,
+        timeout=HARD_TIMEOUT,
+        check=False,
+    )
+    assert again.returncode == 0, f"analyze disagreed with the run:\n{again.stdout}{again.stderr}"
+
+
+@pytest.mark.parametrize("name", ["lease-stall", "kill-between-effect-and-record"])
+@pytest.mark.timeout(HARD_TIMEOUT + 30)
+def test_the_library_worker_under_faults(name: str) -> None:
+    """The same workflow as a Run body under the library's own Worker (renewal tick, resume)."""
+    code, summary, output = _run(name, "sqlite", "--client", "worker")
+    assert code == 0, f"{name} with the library Worker exited {code}:\n{output}"
+    assert summary["client"] == "worker"
+
+
+@pytest.mark.timeout(HARD_TIMEOUT + 30)
+def test_a_store_without_the_fence_on_record_is_caught() -> None:
+    code, summary, output = _run(
+        "lease-stall", "sqlite", "--checkpointer-class", "mutants:RecordWithoutFence"
+    )
+    assert code == 1, f"the mutant was not caught (exit {code}):\n{output}"
+    fencing = next(v for v in summary["verdicts"] if v["name"] == "fencing")
+    assert fencing["valid"] is False, fencing
+    assert any("superseded token" in str(e.get("why")) for e in fencing["evidence"]), fencing

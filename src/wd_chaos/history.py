@@ -1,0 +1,139 @@
+"""The history: what every process did, as invoke and complete lines, plus fault events.
+
+Each process appends JSON lines to its own file with one ``write`` per line on an ``O_APPEND``
+descriptor, so a line is in the kernel before the call returns and a SIGKILL cannot tear or lose a
+line already written (it can only leave an invoke without its complete, which is the point).
+``merge`` joins the files into one ``history.jsonl`` ordered by the system-wide monotonic clock.
+
+Line kinds (``type``): ``invoke`` and ``complete`` of an operation (same ``op`` id), ``effect`` (a
+step's external effect, the world outside the store), ``fault`` (nemesis start/stop events and
+failpoint hits), ``info`` (process start/exit and anything else worth keeping). The format is
+documented in reports/README.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+OUTCOMES = ("ok", "fenced", "contended", "failed", "unknown")
+"""How an operation completed. ``unknown``: it may or may not have taken effect (a timeout, a
+connection lost mid-call); an invoke with no complete at all (a killed process) is unknown too."""
+
+Op = dict[str, Any]
+"""One history line, as parsed JSON."""
+
+
+def _jsonable(value: object) -> object:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+class HistoryWriter:
+    """Appends this process's lines to ``path``. Not shared between processes."""
+
+    def __init__(self, path: Path, process: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.process = process
+        self.pid = os.getpid()
+        self._counter = 0
+
+    def close(self) -> None:
+        """Close the file; later writes raise."""
+        os.close(self._fd)
+
+    def write(self, line: Op) -> Op:
+        """Stamp ``line`` with process, pid and both clocks, and append it."""
+        line.setdefault("process", self.process)
+        line.setdefault("pid", self.pid)
+        line["mono"] = time.monotonic_ns()
+        line["wall"] = datetime.now(UTC).isoformat()
+        for field in ("value", "result"):
+            if field in line:
+                line[field] = _jsonable(line[field])
+        os.write(self._fd, (json.dumps(line, sort_keys=True) + "\n").encode())
+        return line
+
+    def invoke(self, f: str, **fields: Any) -> str:
+        """Write the invoke line of an operation ``f``; returns its op id for ``complete``."""
+        self._counter += 1
+        op = f"{self.process}:{self.pid}:{self._counter}"
+        self.write({"type": "invoke", "op": op, "f": f, **fields})
+        return op
+
+    def complete(self, op: str, f: str, outcome: str, **fields: Any) -> None:
+        """Write the complete line of ``op`` with its outcome (one of ``OUTCOMES``)."""
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {OUTCOMES}, got {outcome!r}")
+        self.write({"type": "complete", "op": op, "f": f, "outcome": outcome, **fields})
+
+    def event(self, kind: str, **fields: Any) -> None:
+        """Write a non-operation line (``effect``, ``fault``, ``info``)."""
+        self.write({"type": kind, **fields})
+
+
+def read_lines(path: Path) -> Iterator[Op]:
+    """The lines of one history file; a torn last line (a file being written) is skipped."""
+    with path.open("rb") as handle:
+        for raw in handle:
+            if not raw.endswith(b"\n"):
+                return
+            yield json.loads(raw)
+
+
+def merge(files: Iterable[Path], out: Path) -> list[Op]:
+    """Merge per-process files into ``out`` ordered by monotonic time; returns the merged ops."""
+    ops = [line for f in files for line in read_lines(f)]
+    ops.sort(key=lambda o: (o["mono"], o.get("process", ""), o.get("op", "")))
+    with out.open("w") as handle:
+        for line in ops:
+            handle.write(json.dumps(line, sort_keys=True) + "\n")
+    return ops
+
+
+def load(path: Path) -> list[Op]:
+    """Read a merged ``history.jsonl``."""
+    return list(read_lines(path))
+
+
+class Tail:
+    """Reads new complete lines from a growing file, for live progress and the nemesis."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def read(self) -> list[Op]:
+        """Lines appended since the last call."""
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(data)
+        data = self._partial + data
+        *complete, self._partial = data.split(b"\n")
+        return [json.loads(raw) for raw in complete if raw]
+
+
+def pair(ops: Iterable[Op]) -> list[dict[str, Any]]:
+    """Join invokes with their completes: one dict per operation with ``invoke`` and ``complete``
+    (None for an operation whose process died first: indeterminate)."""
+    by_op: dict[str, dict[str, Any]] = {}
+    for line in ops:
+        if line["type"] == "invoke":
+            by_op[line["op"]] = {"invoke": line, "complete": None}
+        elif line["type"] == "complete" and line["op"] in by_op:
+            by_op[line["op"]]["complete"] = line
+    return list(by_op.values())

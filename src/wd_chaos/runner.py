@@ -1,0 +1,488 @@
+"""One run of one scenario on one store: services, processes, nemesis, final heal, final state,
+checkers, report. ``run`` is what ``wd-chaos run`` calls; ``analyze`` re-checks a stored run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from . import __version__, checkers, history
+from .faults import Nemesis
+from .history import HistoryWriter, Tail
+from .scenario import Scenario, plan
+from .services import services
+from .stores import Spec, open_store, prepare
+from .workload import Recorder
+
+Progress = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class Options:
+    """What the command line may change about a scenario."""
+
+    store: str = "sqlite"
+    seed: int | None = None
+    time_limit: float | None = None
+    workers: int | None = None
+    report_dir: Path = Path("reports")
+    checkpointer_class: str | None = None
+    client: str | None = None
+    mutant: str | None = None
+
+
+@dataclass
+class Outcome:
+    """A finished run: where it is stored and its verdicts."""
+
+    run_dir: Path
+    verdicts: list[checkers.Verdict]
+    valid: checkers.Valid
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+class Cluster:
+    """The workload's processes: start, restart after a kill, stop."""
+
+    def __init__(self, config: Path, run_dir: Path, hist: HistoryWriter) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        self.hist = hist
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.stopping = False
+        self.restarts = 0
+        self.log = (run_dir / "processes.log").open("ab")
+
+    def start(self, role: str, name: str, command: list[str] | None = None) -> None:
+        command = command or [sys.executable, "-m", "wd_chaos.workload", role, str(self.config), name]
+        env = {**os.environ, "WD_CHAOS_CONFIG": str(self.config), "LOCUST_SKIP_MONKEY_PATCH": "1"}
+        # A new session: Ctrl-C in the terminal reaches the runner only, which stops them itself.
+        self.procs[name] = subprocess.Popen(
+            command,
+            env=env,
+            stdout=self.log,
+            stderr=self.log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def pids(self) -> dict[str, int]:
+        return {n: p.pid for n, p in self.procs.items()}
+
+    def supervise(self) -> None:
+        """Restart a worker that died (a failpoint kill); writers that finished stay finished."""
+        for name, proc in list(self.procs.items()):
+            code = proc.poll()
+            if code is None or self.stopping or not name.startswith("worker"):
+                continue
+            old = proc.pid
+            self.start("worker", name)
+            self.restarts += 1
+            self.hist.event(
+                "fault",
+                fault="kill",
+                phase="stop",
+                target=name,
+                target_pid=old,
+                returncode=code,
+                restarted_pid=self.procs[name].pid,
+            )
+
+    def writers_done(self) -> bool:
+        return all(p.poll() is not None for n, p in self.procs.items() if n.startswith("writer"))
+
+    def alive(self, name: str) -> bool:
+        return name in self.procs and self.procs[name].poll() is None
+
+    def stop(self, grace: float = 5.0) -> None:
+        """SIGCONT (a stalled process cannot exit), SIGTERM, then SIGKILL what is left."""
+        self.stopping = True
+        for proc in self.procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.terminate()
+        deadline = time.monotonic() + grace
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.log.close()
+
+
+class Watch:
+    """Tails every process's history file: who is inside an effect, and running counts."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.tails: dict[Path, Tail] = {}
+        self.in_effect: dict[str, str | None] = {}
+        self.counts: Counter[str] = Counter()
+
+    def poll(self) -> None:
+        for path in self.folder.glob("*.jsonl"):
+            tail = self.tails.setdefault(path, Tail(path))
+            for line in tail.read():
+                name = str(line.get("process"))
+                if line["type"] == "invoke" and line["f"] == "effect":
+                    self.in_effect[name] = str(line.get("key"))
+                elif line["type"] == "complete":
+                    if line["f"] == "effect":
+                        self.in_effect[name] = None
+                    self.counts["ops"] += 1
+                    self.counts[line["outcome"]] += 1
+                elif line["type"] == "info" and line.get("what") == "start":
+                    self.in_effect[name] = None
+                elif line["type"] == "fault" and line.get("phase") == "start":
+                    self.counts["faults"] += 1
+
+    def busy(self, inside: str = "step") -> set[str]:
+        """Workers inside a step's effect (``step``) or a transact's (``transact``)."""
+        transact = inside == "transact"
+        return {
+            n for n, k in self.in_effect.items()
+            if k is not None and (k == "ledger") == transact and n.startswith("worker")
+        }  # fmt: skip
+
+
+def _run_dir(base: Path, scenario: str, store: str) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    path = base / f"{stamp}-{scenario}-{store}"
+    n = 1
+    while path.exists():
+        n += 1
+        path = base / f"{stamp}-{scenario}-{store}-{n}"
+    path.mkdir(parents=True)
+    return path
+
+
+async def _seed_workflows(spec: Spec, hist: HistoryWriter, workflows: list[str], starts: list[float]) -> None:
+    opened = await open_store(spec)
+    try:
+        rec = Recorder(opened.durable, hist)
+        now = await rec.now()
+        for wf, start in zip(workflows, starts, strict=True):
+            await rec.schedule(wf, now + timedelta(seconds=start))
+    finally:
+        await opened.close()
+
+
+async def _workflows_done(spec: Spec, workflows: list[str]) -> int:
+    opened = await open_store(spec)
+    try:
+        done = 0
+        for wf in workflows:
+            if "done" in await opened.durable.checkpointer.load(wf):
+                done += 1
+        return done
+    finally:
+        await opened.close()
+
+
+async def read_final(spec: Spec, workflows: list[str]) -> dict[str, Any]:
+    """The store's final state: every workflow's history (key, value, written_at) and load
+    order, and the ledger rows."""
+    opened = await open_store(spec)
+    try:
+        cp = opened.durable.checkpointer
+        out: dict[str, Any] = {}
+        for wf in workflows:
+            entries = await cp.history(wf)
+            loaded = await cp.load(wf)
+            out[wf] = {
+                "history": [[e.key, e.value, e.written_at.isoformat()] for e in entries],
+                "load_keys": list(loaded),
+            }
+        return {
+            "workflows": out,
+            "ledger": await opened.read_ledger(workflows),
+            "expected_workflows": workflows,
+        }
+    finally:
+        await opened.close()
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"wd-chaos": __version__, "python": platform.python_version()}
+    for dist in ("without-durability", "psycopg", "redis", "toxiproxy-python", "locust"):
+        with contextlib.suppress(PackageNotFoundError):
+            out[dist] = version(dist)
+    return out
+
+
+def _storm(storm: Any, seconds: float, cluster: Cluster, watch: Watch, report: Callable[..., None]) -> None:
+    """Run the locust storm headless in one process and wait for it (with a hard deadline)."""
+    # the locustfile by path, never imported here: importing locust monkey-patches this process
+    spec = importlib.util.find_spec("wd_chaos.storms")
+    locustfile = str(spec.origin) if spec is not None else ""
+    user = {"take": "TakeUser", "append": "AppendUser"}[storm.kind]
+    command = [
+        sys.executable, "-m", "locust", "-f", locustfile, "--headless",
+        "-u", str(storm.users), "-r", str(storm.spawn_rate), "-t", f"{seconds:.0f}s",
+        "--stop-timeout", "5", "--only-summary", "--loglevel", "WARNING",
+        "--exit-code-on-error", "0", user,
+    ]  # fmt: skip
+    cluster.start("locust", "locust", command)
+    deadline = time.monotonic() + seconds + 60
+    started = time.monotonic()
+    while cluster.alive("locust"):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the locust storm did not stop within {seconds + 60:.0f}s")
+        watch.poll()
+        report(
+            ops=watch.counts["ops"],
+            fenced=watch.counts["fenced"],
+            limit=seconds,
+            elapsed_storm=time.monotonic() - started,
+        )
+        time.sleep(0.2)
+    code = cluster.procs["locust"].returncode
+    if code != 0:
+        raise RuntimeError(f"the locust storm exited {code}: see {cluster.run_dir}/processes.log")
+
+
+def _workload(
+    names: list[str],
+    writers: int,
+    limit: float,
+    cluster: Cluster,
+    watch: Watch,
+    nemesis: Nemesis,
+    report: Callable[..., None],
+) -> None:
+    """Start the workers and the outside writers and run the fault schedule for ``limit`` s."""
+    for name in names:
+        cluster.start("worker", name)
+    for i in range(writers):
+        cluster.start("writer", f"writer-{i}")
+    mono0 = time.monotonic()
+    while (elapsed := time.monotonic() - mono0) < limit:
+        watch.poll()
+        nemesis.tick(elapsed)
+        cluster.supervise()
+        report(
+            ops=watch.counts["ops"],
+            fenced=watch.counts["fenced"],
+            faults=nemesis.count,
+            restarts=cluster.restarts,
+            limit=limit,
+            stalled=len(nemesis.stalled),
+        )
+        time.sleep(0.05)
+
+
+def _heal(
+    seconds: float,
+    spec: Spec,
+    workflows: list[str],
+    cluster: Cluster,
+    watch: Watch,
+    report: Callable[..., None],
+) -> int:
+    """After the final heal: wait (at most ``seconds``) for every workflow to finish; returns how
+    many did."""
+    deadline = time.monotonic() + seconds
+    last_check = 0.0
+    done = 0
+    while time.monotonic() < deadline:
+        watch.poll()
+        cluster.supervise()
+        if time.monotonic() - last_check > 0.5 and cluster.writers_done():
+            last_check = time.monotonic()
+            done = asyncio.run(_workflows_done(spec, workflows))
+            if done == len(workflows):
+                break
+        report(
+            ops=watch.counts["ops"],
+            fenced=watch.counts["fenced"],
+            done=done,
+            total=len(workflows),
+            restarts=cluster.restarts,
+        )
+        time.sleep(0.1)
+    return done
+
+
+def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> Outcome:
+    """Run ``scenario`` on ``opts.store`` and store it under ``opts.report_dir``."""
+    if opts.mutant:
+        from .stores import find_mutant
+
+        find_mutant(opts.mutant, opts.store)  # refuse a bad name before starting anything
+    if opts.store not in scenario.stores:
+        raise ValueError(f"scenario {scenario.name!r} applies to {scenario.stores}, not {opts.store!r}")
+    seed = scenario.seed if opts.seed is None else opts.seed
+    limit = scenario.time_limit if opts.time_limit is None else opts.time_limit
+    scale = limit / scenario.time_limit
+    n_workers = opts.workers or scenario.workload.workers
+    work = scenario.workload.model_dump()
+    work["workers"] = n_workers
+    if opts.client is not None:
+        work["client"] = opts.client
+    n_wf = max(1, round(scenario.workload.workflows * scale))
+    spread = scenario.workload.spread_seconds * scale
+    rng = random.Random(f"{seed}:workload")
+    storm = scenario.storm
+    if storm is not None:
+        n_wf = storm.workflows
+        limit = storm.seconds if opts.time_limit is None else opts.time_limit
+        spread = 0.0
+    workflows = [f"{scenario.name}-s{seed}-{i:04d}" for i in range(n_wf)]
+    starts = sorted(round(rng.uniform(0, spread), 3) for _ in workflows)
+    events = plan(scenario, seed, n_workers, limit)
+    run_dir = _run_dir(opts.report_dir, scenario.name, opts.store)
+    (run_dir / "scenario.json").write_text(scenario.model_dump_json(indent=2))
+    names = [] if storm is not None else [f"worker-{i}" for i in range(n_workers)]
+    partition = any(e["fault"] == "partition" for e in events)
+    started = time.monotonic()
+    hist = HistoryWriter(run_dir / "procs" / f"controller.{os.getpid()}.jsonl", "controller")
+    hist.event(
+        "info",
+        what="run",
+        scenario=scenario.name,
+        store=opts.store,
+        seed=seed,
+        time_limit=limit,
+        workers=n_workers,
+        workflows=n_wf,
+        schedule=events,
+    )
+    phase = "starting"
+
+    def report(**more: Any) -> None:
+        if progress is not None:
+            progress({"phase": phase, "elapsed": time.monotonic() - started, **more})
+
+    report()
+    try:
+        with services(
+            opts.store,
+            run_dir,
+            names,
+            partition=partition,
+            restart=any(e["fault"] == "restart" for e in events),
+            checkpointer_class=opts.checkpointer_class,
+            mutant=opts.mutant,
+        ) as svc:
+            asyncio.run(prepare(svc.spec))
+            if storm is None or storm.kind == "take":
+                asyncio.run(_seed_workflows(svc.spec, hist, workflows, starts))
+            t0 = time.time()
+            cfg = {
+                "run_dir": str(run_dir),
+                "store": svc.spec,
+                "worker_urls": svc.worker_urls,
+                "lease": scenario.lease.model_dump(),
+                "workload": work,
+                "seed": seed,
+                "workflows": workflows,
+                "starts": starts,
+                "t0": t0,
+                "retry_seconds": scenario.lease.budget * 2 + 10,
+                "storm": storm.model_dump() if storm is not None else None,
+            }
+            config = run_dir / "config.json"
+            config.write_text(json.dumps(cfg, indent=2))
+            cluster = Cluster(config, run_dir, hist)
+            watch = Watch(run_dir / "procs")
+            nemesis = Nemesis(
+                events,
+                hist,
+                run_dir,
+                pids=cluster.pids,
+                busy=watch.busy,
+                seed=seed,
+                toxi=svc.toxi,
+                proxies=svc.proxies,
+                server=svc.server,
+            )
+            try:
+                if storm is not None:
+                    phase = "storm"
+                    _storm(storm, limit, cluster, watch, report)
+                else:
+                    phase = "workload"
+                    _workload(names, work["writers"], limit, cluster, watch, nemesis, report)
+                    phase = "healing"
+                    nemesis.heal()
+                    done = _heal(scenario.heal_seconds, svc.spec, workflows, cluster, watch, report)
+                    hist.event("fault", fault="heal", phase="stop", finished=done)
+            finally:
+                cluster.stop()
+                nemesis.heal()
+            phase = "checking"
+            report()
+            final = asyncio.run(read_final(svc.spec, workflows))
+    except BaseException as exc:
+        # Ctrl-C, a server that would not start, a crashed storm: say so in the folder, keep the
+        # per-process histories for a post-mortem, and let the caller report it
+        (run_dir / "INTERRUPTED").write_text(f"{type(exc).__name__}: {exc}\n")
+        hist.close()
+        raise
+    (run_dir / "final.json").write_text(json.dumps(final, indent=1, default=str))
+    hist.close()
+    history.merge(sorted((run_dir / "procs").glob("*.jsonl")), run_dir / "history.jsonl")
+    shutil.rmtree(run_dir / "procs")
+    shutil.rmtree(run_dir / "armed", ignore_errors=True)
+    meta = {
+        "scenario": scenario.name,
+        "store": opts.store,
+        "seed": seed,
+        "time_limit": limit,
+        "workers": n_workers,
+        "workflows": n_wf,
+        "schedule": events,
+        "checkpointer_class": opts.checkpointer_class,
+        "mutant": opts.mutant,
+        "client": work.get("client", "harness"),
+        "wall_seconds": round(time.monotonic() - started, 2),
+        "versions": _versions(),
+    }
+    (run_dir / "run.json").write_text(json.dumps(meta, indent=2))
+    return analyze(run_dir)
+
+
+def analyze(run_dir: Path) -> Outcome:
+    """Re-run the checkers on a stored run (history.jsonl, final.json, scenario.json) and rewrite
+    its summary.json and report.html."""
+    from .report import write_report
+
+    scenario = Scenario.model_validate_json((run_dir / "scenario.json").read_text())
+    meta = json.loads((run_dir / "run.json").read_text())
+    ops = history.load(run_dir / "history.jsonl")
+    final = json.loads((run_dir / "final.json").read_text())
+    verdicts = checkers.check(ops, final, scenario.checks, scenario.bite)
+    valid = checkers.overall(verdicts)
+    counts = Counter(f"{o['f']}:{o['outcome']}" for o in ops if o["type"] == "complete")
+    summary = {
+        **meta,
+        "valid": valid,
+        "exit_code": checkers.exit_code(valid),
+        "verdicts": [v.as_dict() for v in verdicts],
+        "counts": dict(sorted(counts.items())),
+        "faults": [o for o in ops if o["type"] == "fault"],
+        "analyzed_at": datetime.now(UTC).isoformat(),
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    write_report(run_dir, summary, ops, final)
+    return Outcome(run_dir, verdicts, valid, summary)

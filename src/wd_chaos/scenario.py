@@ -1,0 +1,321 @@
+"""Scenario files: ``scenarios/NAME.toml``, validated by pydantic, refused with file, field and the
+expected form.
+
+A scenario is a workload (workflows, workers, leases, outside writers), a fault schedule (each
+fault at a time after the start, for a duration, optionally repeated), the checks to run, the
+evidence that the fault bit, and a seed. The seed fixes the workload and the schedule: ``plan``
+turns the file into concrete fault events with a seeded ``random.Random``, so the same seed gives
+the same schedule.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+STORES = ("sqlite", "postgres", "redis")
+CHECKS = (
+    "fencing",
+    "first-writer-wins",
+    "order",
+    "exactly-once",
+    "at-least-once",
+    "liveness",
+    "take-exclusive",
+)
+BITES = (
+    "stall-fenced",
+    "kill-between",
+    "partition-refused",
+    "restart-survived",
+    "storm",
+    "budget-fenced",
+    "none",
+)
+FAILPOINTS = ("after-effect-before-record", "inside-transact", "after-claim")
+
+StoreName = Literal["sqlite", "postgres", "redis"]
+CheckName = Literal[
+    "fencing",
+    "first-writer-wins",
+    "order",
+    "exactly-once",
+    "at-least-once",
+    "liveness",
+    "take-exclusive",
+]
+
+
+def _all_stores() -> list[StoreName]:
+    return ["sqlite", "postgres", "redis"]
+
+
+def _default_checks() -> list[CheckName]:
+    return ["fencing", "first-writer-wins", "order", "exactly-once", "at-least-once", "liveness"]
+
+
+SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message names the file, the field and the form
+    expected."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Seconds = Annotated[float, Field(gt=0, description="a number of seconds > 0")]
+
+
+class Lease(_Strict):
+    """The worker's lease settings, in seconds."""
+
+    alive: Seconds = 1.0
+    budget: Seconds = 4.0
+    visibility: Seconds = 1.5
+    poll_interval: Seconds = 0.05
+
+    @model_validator(mode="after")
+    def _budget_covers_alive(self) -> Lease:
+        if self.budget < self.alive:
+            raise ValueError(f"budget ({self.budget}) must be at least alive ({self.alive})")
+        return self
+
+
+class Workload(_Strict):
+    """The test workflow and the outside writers."""
+
+    workflows: Annotated[int, Field(ge=1, le=10000)] = 12
+    workers: Annotated[int, Field(ge=1, le=64)] = 4
+    messages: Annotated[int, Field(ge=0, le=100)] = 3
+    writers: Annotated[int, Field(ge=1, le=16)] = 2
+    step_seconds: Annotated[float, Field(ge=0)] = 0.3
+    nap_seconds: Annotated[float, Field(ge=0)] = 0.5
+    spread_seconds: Annotated[float, Field(ge=0)] = 8.0
+    """Outside writers spread their arrivals over this many seconds from the start."""
+    transact_seconds: Annotated[float, Field(ge=0)] = 0.0
+    """How long a transact's effect takes inside its open transaction (Postgres only: SQLite
+    holds its one write lock there, a Redis effect is a script)."""
+    slow_first_seconds: Annotated[float, Field(ge=0)] = 0.0
+    """When set, the first pass to run each workflow's ``charge`` step takes this long (longer
+    than the budget: renewals must not carry it past the budget)."""
+    client: Literal["harness", "worker"] = "harness"
+    """Who runs the workflow: the harness's own explicit loop, or the library's ``Worker``."""
+
+
+class _Fault(_Strict):
+    at: Annotated[float, Field(ge=0, description="seconds after the start")]
+    every: Annotated[float | None, Field(gt=0)] = None
+    count: Annotated[int, Field(ge=1, le=1000)] = 1
+    jitter: Annotated[float, Field(ge=0)] = 0.0
+
+
+class StallFault(_Fault):
+    """SIGSTOP a worker that is inside a step's effect, for ``duration`` seconds (or ``over`` the
+    lease: alive or budget plus ``margin``), then SIGCONT."""
+
+    kind: Literal["stall"]
+    inside: Literal["step", "transact"] = "step"
+    """Which effect the stalled worker must be inside: a step's, or a transact's (Postgres)."""
+    duration: Seconds | None = None
+    over: Literal["alive", "budget"] | None = None
+    margin: Seconds = 1.5
+
+    @model_validator(mode="after")
+    def _one_length(self) -> StallFault:
+        if (self.duration is None) == (self.over is None):
+            raise ValueError("give exactly one of duration (seconds) or over ('alive' | 'budget')")
+        return self
+
+
+class KillFault(_Fault):
+    """Arm a failpoint in one worker: the worker SIGKILLs itself there; the harness restarts it."""
+
+    kind: Literal["kill"]
+    failpoint: Literal["after-effect-before-record", "inside-transact", "after-claim"]
+
+
+class PartitionFault(_Fault):
+    """Cut one worker from the store through its toxiproxy proxy for ``duration`` seconds."""
+
+    kind: Literal["partition"]
+    mode: Literal["down", "timeout", "latency", "reset_peer"] = "down"
+    duration: Seconds = 3.0
+
+
+class RestartFault(_Fault):
+    """Restart the store server (SIGKILL, then start it on the same data)."""
+
+    kind: Literal["restart"]
+
+
+Fault = Annotated[StallFault | KillFault | PartitionFault | RestartFault, Field(discriminator="kind")]
+
+
+class Storm(_Strict):
+    """Locust load instead of the worker workload: ``take`` users answering deliveries, or
+    ``append`` users delivering to a few workflows."""
+
+    kind: Literal["take", "append"]
+    users: Annotated[int, Field(ge=1, le=1000)] = 8
+    spawn_rate: Annotated[float, Field(gt=0)] = 8.0
+    seconds: Seconds = 8.0
+    workflows: Annotated[int, Field(ge=1, le=100000)] = 4
+    visits: Annotated[int, Field(ge=1, le=100000)] = 25
+    """take: passes each workflow needs before a user finishes it (liveness checks they all did)."""
+
+
+class Scenario(_Strict):
+    """One named scenario (see the module docstring)."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
+    description: str = ""
+    seed: int = 1
+    stores: list[StoreName] = Field(default_factory=_all_stores, min_length=1)
+    time_limit: Seconds = 30.0
+    """The workload phase: faults happen inside it; then everything is healed."""
+    heal_seconds: Seconds = 30.0
+    """After the final heal, how long every workflow has to finish (liveness)."""
+    lease: Lease = Lease()
+    workload: Workload = Workload()
+    faults: list[Fault] = Field(default_factory=list)
+    storm: Storm | None = None
+    checks: list[CheckName] = Field(default_factory=_default_checks, min_length=1)
+    bite: Literal[
+        "stall-fenced",
+        "kill-between",
+        "partition-refused",
+        "restart-survived",
+        "storm",
+        "budget-fenced",
+        "none",
+    ] = "none"
+
+
+def _expected(error: dict[str, object]) -> str:
+    kind = str(error.get("type", ""))
+    ctx = error.get("ctx") or {}
+    if kind == "literal_error" and isinstance(ctx, dict):
+        return f"one of {ctx.get('expected')}"
+    if kind == "extra_forbidden":
+        return "no such field (check the spelling)"
+    if kind == "missing":
+        return "a value (this field is required)"
+    if kind in ("greater_than", "greater_than_equal", "less_than_equal") and isinstance(ctx, dict):
+        return str(error.get("msg", "")).lower().replace("input should be", "a number")
+    if kind.startswith(("float", "int")):
+        return "a number"
+    if kind.startswith("string"):
+        return "a string" + (
+            " matching " + str(ctx.get("pattern")) if isinstance(ctx, dict) and ctx.get("pattern") else ""
+        )
+    if kind == "union_tag_invalid" and isinstance(ctx, dict):
+        return f"kind = one of {ctx.get('expected_tags')}"
+    if kind == "union_tag_not_found":
+        return "a 'kind' field: stall, kill, partition or restart"
+    return str(error.get("msg", "")).removeprefix("Value error, ")
+
+
+def _where(loc: tuple[object, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("stall", "kill", "partition", "restart"):
+            continue  # the discriminator's branch name is noise in a field path
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def parse(text: str, source: str) -> Scenario:
+    """Validate scenario TOML ``text``; ``source`` names it in errors."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{source}: not valid TOML: {exc}") from exc
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            got = err.get("input")
+            shown = "" if err["type"] == "missing" else f", got {got!r}"
+            lines.append(f"{source}: {_where(tuple(err['loc']))}: expected {_expected(dict(err))}{shown}")
+        raise ScenarioError("\n".join(lines)) from exc
+
+
+def load_file(path: Path) -> Scenario:
+    """Read and validate one scenario file."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc}") from exc
+    scenario = parse(text, str(path))
+    if scenario.name != path.stem:
+        raise ScenarioError(f"{path}: name: expected {path.stem!r} (the file's name), got {scenario.name!r}")
+    return scenario
+
+
+def available(directory: Path = SCENARIO_DIR) -> dict[str, Path]:
+    """Scenario names and their files."""
+    return {p.stem: p for p in sorted(directory.glob("*.toml"))}
+
+
+def find(name: str, directory: Path = SCENARIO_DIR) -> Scenario:
+    """Load the scenario called ``name`` (or a path to a .toml file)."""
+    as_path = Path(name)
+    if as_path.suffix == ".toml" and as_path.exists():
+        return load_file(as_path)
+    files = available(directory)
+    if name not in files:
+        raise ScenarioError(f"no scenario {name!r}; available: {', '.join(files) or 'none'} (in {directory})")
+    return load_file(files[name])
+
+
+def plan(scenario: Scenario, seed: int, workers: int, time_limit: float) -> list[dict[str, object]]:
+    """The concrete fault schedule: one event per fault occurrence, sorted by start time, with the
+    target worker chosen by the seed. Faults starting after ``time_limit`` are dropped; a
+    repeating fault (``every``) repeats ``count`` times per the scenario's own time limit, so a
+    longer ``time_limit`` repeats it for longer."""
+    rng = random.Random(f"{seed}:faults")
+    events: list[dict[str, object]] = []
+    # a longer run repeats its repeating faults for longer: "longer" also means "harder"
+    stretch = max(1.0, time_limit / scenario.time_limit)
+    for number, fault in enumerate(scenario.faults):
+        count = fault.count if fault.every is None else math.ceil(fault.count * stretch)
+        for i in range(count):
+            start = fault.at + (fault.every or 0.0) * i + rng.uniform(0, fault.jitter)
+            if start >= time_limit:
+                break
+            event: dict[str, object] = {
+                "fault": fault.kind,
+                "index": number,
+                "at": round(start, 3),
+                "target": f"worker-{rng.randrange(workers)}",
+            }
+            if isinstance(fault, StallFault):
+                event["inside"] = fault.inside
+                if fault.duration is not None:
+                    event["duration"] = fault.duration
+                else:
+                    base = scenario.lease.alive if fault.over == "alive" else scenario.lease.budget
+                    event["duration"] = round(base + fault.margin, 3)
+                    event["over"] = fault.over
+            elif isinstance(fault, KillFault):
+                event["failpoint"] = fault.failpoint
+            elif isinstance(fault, PartitionFault):
+                event["mode"] = fault.mode
+                event["duration"] = fault.duration
+            else:
+                event["target"] = "store"
+            events.append(event)
+    events.sort(key=lambda e: float(str(e["at"])))
+    return events

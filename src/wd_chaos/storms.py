@@ -1,0 +1,155 @@
+"""The storm locustfile: locust users that flood a store with takes or appends (no HTTP).
+
+Run by ``wd-chaos run take-storm|append-storm`` as ``locust -f <this file> --headless ...`` with
+``WD_CHAOS_CONFIG`` naming the run's config.json; scale it out with locust's own distributed mode
+(``--master`` / ``--worker`` on more machines, each given the same config and run folder) and
+analyse the folder with ``wd-chaos analyze`` afterwards.
+
+Locust runs users as gevent greenlets; the stores are asyncio. So locust's monkey-patching is
+switched off (``LOCUST_SKIP_MONKEY_PATCH=1``, which the harness sets) and each user owns one real
+OS thread (a gevent ``ThreadPool`` of one) holding its own event loop, store connection and
+history file: the greenlet waits on its thread cooperatively, and users run truly concurrently.
+Every store call is also reported to locust as a request, so its own statistics describe the storm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import gevent
+from gevent.threadpool import ThreadPool
+from locust import User, constant, task
+
+from wd_chaos.history import HistoryWriter
+from wd_chaos.stores import Opened, open_store
+from wd_chaos.workload import Recorder
+from without_durability import Contended, Fenced
+
+T = TypeVar("T")
+_COUNTER = itertools.count()
+
+
+def _config() -> dict[str, Any]:
+    path = os.environ.get("WD_CHAOS_CONFIG")
+    if not path:
+        raise RuntimeError("WD_CHAOS_CONFIG must name a wd-chaos run's config.json")
+    return dict(json.loads(Path(path).read_text()))
+
+
+class _StoreUser(User):
+    """A locust user with its own thread, event loop, store and history file."""
+
+    abstract = True
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        self.cfg = _config()
+        self.n = next(_COUNTER)
+        self.name = f"locust-{os.getpid()}-u{self.n}"
+        self.rng = random.Random(f"{self.cfg['seed']}:{self.name}")
+        self.thread = ThreadPool(1)
+        self.loop = asyncio.new_event_loop()
+        hist = HistoryWriter(Path(self.cfg["run_dir"]) / "procs" / f"{self.name}.jsonl", self.name)
+        self.hist = hist
+        self.opened: Opened = self._run(open_store(self.cfg["store"]))
+        self.rec = Recorder(self.opened.durable, hist)
+        lease = self.cfg["lease"]
+        self.alive = timedelta(seconds=lease["alive"])
+        self.budget = timedelta(seconds=lease["budget"])
+        self.visibility = timedelta(seconds=lease["visibility"])
+        self.poll = float(lease["poll_interval"])
+
+    def on_stop(self) -> None:
+        self._run(self.opened.close())
+        self.loop.close()
+        self.thread.kill()
+
+    def _run(self, coro: Awaitable[T]) -> T:
+        async def wrapped() -> T:
+            return await coro
+
+        return self.thread.apply(self.loop.run_until_complete, (wrapped(),))  # type: ignore[no-any-return]
+
+    def _timed(self, name: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Run a store call and report it to locust's statistics."""
+        started = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            return self._run(call())
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self.environment.events.request.fire(
+                request_type="store",
+                name=name,
+                response_time=(time.perf_counter() - started) * 1e3,
+                response_length=0,
+                exception=error,
+                context={},
+            )
+
+
+class AppendUser(_StoreUser):
+    """Delivers numbered messages to a few workflows, as fast as the store takes them."""
+
+    @task
+    def deliver(self) -> None:
+        wf = self.rng.choice(self.cfg["workflows"])
+        self.sent = getattr(self, "sent", 0) + 1
+        try:
+            self._timed("deliver", lambda: self.rec.deliver(wf, {"user": self.name, "n": self.sent}))
+        except Exception:
+            gevent.sleep(0.05)
+
+
+class TakeUser(_StoreUser):
+    """Takes deliveries and answers them: claim, load, record a visit, make the workflow visible
+    again at once (or finish it after ``visits`` visits), release."""
+
+    @task
+    def take(self) -> None:
+        try:
+            d = self._timed("take", lambda: self.rec.take(self.visibility))
+        except Exception:
+            gevent.sleep(self.poll)
+            return
+        if d is None:
+            gevent.sleep(self.poll)
+            return
+        try:
+            p = self._timed("claim", lambda: self.rec.claim(d.workflow, self.alive, self.budget))
+        except Contended:
+            # still held by a pass that is finishing: look again shortly, not after the visibility
+            with contextlib.suppress(Exception):
+                soon = self._run(self.rec.now()) + timedelta(seconds=self.poll)
+                self._timed("wake_at", lambda: self.rec.wake_at(d, soon))
+            return
+        except Exception:
+            return
+        try:
+            recs = self._timed("load", lambda: self.rec.load(p))
+            visits = sum(1 for k in recs if k.startswith("visit-"))
+            self._timed(
+                "record",
+                lambda: self.rec.record(p, f"visit-{p.token}", {"by": self.name, "token": p.token}),
+            )
+            done = visits + 1 >= int(self.cfg["storm"]["visits"])
+            if done:
+                self._timed("record", lambda: self.rec.record(p, "done", {"token": p.token}))
+            # release first, so whoever takes it next can claim it at once
+            self._timed("release", lambda: self.rec.release(p))
+            now = self._run(self.rec.now())
+            self._timed("wake_at", lambda: self.rec.wake_at(d, None if done else now))
+        except (Fenced, Exception):
+            return

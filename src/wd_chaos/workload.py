@@ -1,0 +1,620 @@
+"""The workload: worker and writer processes, and the recording proxy every store call goes
+through.
+
+Each worker is its own OS process (``python -m wd_chaos.workload worker ...``) so SIGSTOP and
+SIGKILL are real. It runs a test workflow through the store's Durable, wrapped in ``Recorder``,
+which writes an invoke line before and a complete line after every call. The workflow:
+
+1. ``charge``: a step. Its external effect takes ``step_seconds`` and is logged as an ``effect``
+   line (the world outside the store, durable before the record is attempted); then it is recorded.
+2. ``ledger``: a transact whose effect inserts a ledger row inside the store's own commit.
+3. waits for ``approval-<w>`` from every outside writer (an ``arrive`` each writer makes after
+   delivering its share of the ``messages``, so all approvals in means every message in; each
+   writer later submits its approval again with other content, which must lose and move nothing);
+4. ``nap``: a sleep, recorded as an ISO time, answered with ``wake_at``;
+5. ``seen``: a step recording the inbox keys it saw; 6. ``done``: finished.
+
+Two clients run it. ``harness`` (the default) is the harness's own loop, deliberately simple and
+explicit (take, claim, load, one step at a time, renew between steps, wake_at, release), so a fault
+lands on a known call and a stalled pass's first call on waking is its record. ``worker`` runs the
+same workflow as a ``Run`` body under the library's own ``Worker`` (renewal tick, resume, waits),
+its Durable wrapped in ``RecordingDurable``, so the library's worker loop is under the faults too.
+Failpoints (``after-effect-before-record``, ``inside-transact``, ``after-claim``) are armed by the
+nemesis through files in the run's ``armed/`` folder; the first worker to reach an armed point
+takes the file and SIGKILLs itself there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+from without_durability import Contended, Delivery, Fenced, InvalidInput, Pass
+
+from .history import HistoryWriter
+from .stores import Opened, open_store
+
+T = TypeVar("T")
+
+READS = ("load", "history", "now")
+
+
+def classify(exc: BaseException, f: str) -> str:
+    """The history outcome of a call that raised ``exc``."""
+    if isinstance(exc, Fenced):
+        return "fenced"
+    if isinstance(exc, Contended):
+        return "contended"
+    if isinstance(exc, InvalidInput) or f in READS:
+        return "failed"
+    return "unknown"  # a lost connection or a timeout: the write may or may not have landed
+
+
+class Recorder:
+    """Wraps a Durable: every call is an invoke line, the call, and a complete line."""
+
+    def __init__(self, durable: Any, hist: HistoryWriter) -> None:
+        self.durable = durable
+        self.cp = durable.checkpointer
+        self.sch = durable.scheduler
+        self.hist = hist
+        self.on_claim: Callable[[Pass], None] = lambda p: None
+
+    async def _call(
+        self,
+        f: str,
+        fields: dict[str, Any],
+        call: Callable[[], Awaitable[T]],
+        done: Callable[[T], dict[str, Any]],
+    ) -> T:
+        op = self.hist.invoke(f, **fields)
+        try:
+            result = await call()
+        except BaseException as exc:
+            self.hist.complete(op, f, classify(exc, f), error=f"{type(exc).__name__}: {exc}"[:300])
+            raise
+        self.hist.complete(op, f, "ok", **done(result))
+        return result
+
+    async def claim(self, workflow: str, alive: timedelta, budget: timedelta) -> Pass:
+        p: Pass = await self._call(
+            "claim",
+            {
+                "workflow": workflow,
+                "alive": alive.total_seconds(),
+                "budget": budget.total_seconds(),
+            },
+            lambda: self.cp.claim(workflow, alive=alive, budget=budget),
+            lambda p: {"token": p.token},
+        )
+        self.on_claim(p)
+        return p
+
+    async def renew(self, p: Pass) -> None:
+        await self._call(
+            "renew",
+            {"workflow": p.workflow, "token": p.token},
+            lambda: self.cp.renew(p),
+            lambda _: {},
+        )
+
+    async def release(self, p: Pass) -> None:
+        await self._call(
+            "release",
+            {"workflow": p.workflow, "token": p.token},
+            lambda: self.cp.release(p),
+            lambda _: {},
+        )
+
+    async def record(self, p: Pass, key: str, value: object) -> Any:
+        return await self._call(
+            "record",
+            {"workflow": p.workflow, "token": p.token, "key": key, "value": value},
+            lambda: self.cp.record(p, key, value),
+            lambda r: {"value": r.value, "won": r.won},
+        )
+
+    async def transact(self, p: Pass, key: str, effect: Any) -> Any:
+        return await self._call(
+            "transact",
+            {"workflow": p.workflow, "token": p.token, "key": key},
+            lambda: self.cp.transact(p, key, effect),
+            lambda r: {"value": r.value, "won": r.won},
+        )
+
+    async def load(self, p: Pass) -> dict[str, object]:
+        return await self._call(
+            "load",
+            {"workflow": p.workflow, "token": p.token},
+            lambda: self.cp.load(p.workflow),
+            lambda r: {"keys": list(r)},
+        )
+
+    async def arrive(self, workflow: str, key: str, value: object) -> Any:
+        return await self._call(
+            "supply",
+            {"workflow": workflow, "key": key, "value": value, "via": "arrive"},
+            lambda: self.durable.arrive(workflow, key, value),
+            lambda r: {"value": r.value, "won": r.won},
+        )
+
+    async def supply(self, workflow: str, key: str, value: object) -> Any:
+        return await self._call(
+            "supply",
+            {"workflow": workflow, "key": key, "value": value},
+            lambda: self.cp.supply(workflow, key, value),
+            lambda r: {"value": r.value, "won": r.won},
+        )
+
+    async def deliver(self, workflow: str, value: object) -> str:
+        return await self._call(
+            "append",
+            {"workflow": workflow, "value": value, "via": "deliver"},
+            lambda: self.durable.deliver(workflow, value),
+            lambda k: {"key": k},
+        )
+
+    async def append(self, workflow: str, value: object) -> str:
+        return await self._call(
+            "append",
+            {"workflow": workflow, "value": value},
+            lambda: self.cp.append(workflow, value),
+            lambda k: {"key": k},
+        )
+
+    async def schedule(self, workflow: str, at: datetime | None = None) -> None:
+        await self._call(
+            "schedule",
+            {"workflow": workflow, "at": at and at.isoformat()},
+            lambda: self.sch.schedule(workflow, at),
+            lambda _: {},
+        )
+
+    async def take(self, visibility: timedelta) -> Delivery | None:
+        return await self._call(
+            "take",
+            {"visibility": visibility.total_seconds()},
+            lambda: self.sch.take(visibility),
+            lambda d: {"workflow": d and d.workflow},
+        )
+
+    async def wake_at(self, d: Delivery, at: datetime | None) -> None:
+        await self._call(
+            "wake_at",
+            {"workflow": d.workflow, "at": at and at.isoformat()},
+            lambda: self.sch.wake_at(d, at),
+            lambda _: {},
+        )
+
+    async def now(self) -> datetime:
+        return await self.sch.now()  # type: ignore[no-any-return]
+
+
+class _RecordingCheckpointer:
+    """The checkpointer half of ``RecordingDurable``: the protocol's signatures, every call
+    recorded. ``load`` is stamped with the token this process last claimed for the workflow."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+        self.tokens: dict[str, int] = {}
+
+    async def claim(self, workflow: str, *, alive: timedelta, budget: timedelta) -> Pass:
+        p = await self.rec.claim(workflow, alive, budget)
+        self.tokens[workflow] = p.token
+        return p
+
+    async def renew(self, pass_: Pass) -> None:
+        await self.rec.renew(pass_)
+
+    async def release(self, pass_: Pass) -> None:
+        await self.rec.release(pass_)
+
+    async def record(self, pass_: Pass, key: str, value: object) -> Any:
+        return await self.rec.record(pass_, key, value)
+
+    async def transact(self, pass_: Pass, key: str, effect: Any) -> Any:
+        return await self.rec.transact(pass_, key, effect)
+
+    async def load(self, workflow: str) -> dict[str, object]:
+        token = self.tokens.get(workflow)
+        return await self.rec._call(
+            "load", {"workflow": workflow, "token": token},
+            lambda: self.rec.cp.load(workflow), lambda r: {"keys": list(r)},
+        )  # fmt: skip
+
+    async def supply(self, workflow: str, key: str, value: object) -> Any:
+        return await self.rec._call(
+            "supply", {"workflow": workflow, "key": key, "value": value},
+            lambda: self.rec.cp.supply(workflow, key, value),
+            lambda r: {"value": r.value, "won": r.won},
+        )  # fmt: skip
+
+    async def append(self, workflow: str, value: object) -> str:
+        return await self.rec.append(workflow, value)
+
+    async def history(self, workflow: str) -> Any:
+        return await self.rec.cp.history(workflow)
+
+    async def discard(self, workflow: str) -> None:
+        await self.rec._call(
+            "discard", {"workflow": workflow}, lambda: self.rec.cp.discard(workflow), lambda _: {}
+        )
+
+
+class _RecordingScheduler:
+    """The scheduler half of ``RecordingDurable``."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+
+    async def now(self) -> datetime:
+        return await self.rec.now()
+
+    async def schedule(self, workflow: str, at: datetime | None = None) -> None:
+        await self.rec.schedule(workflow, at)
+
+    async def take(self, visibility: timedelta) -> Delivery | None:
+        return await self.rec.take(visibility)
+
+    async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
+        await self.rec.wake_at(delivery, at)
+
+    async def cancel(self, workflow: str) -> None:
+        await self.rec._call(
+            "cancel", {"workflow": workflow}, lambda: self.rec.sch.cancel(workflow), lambda _: {}
+        )
+
+
+class RecordingDurable:
+    """A Durable whose every call is written to the history; what the library ``Worker`` is
+    given in the ``worker`` client mode."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+        self.checkpointer = _RecordingCheckpointer(rec)
+        self.scheduler = _RecordingScheduler(rec)
+
+    async def arrive(self, workflow: str, key: str, value: object) -> Any:
+        return await self.rec.arrive(workflow, key, value)
+
+    async def deliver(self, workflow: str, message: object) -> str:
+        return await self.rec.deliver(workflow, message)
+
+    async def discard(self, workflow: str) -> None:
+        await self.checkpointer.discard(workflow)
+
+
+# -- failpoints -----------------------------------------------------------------------------------
+
+
+class Failpoints:
+    """Armed by the nemesis as files ``armed/<point>.<n>``; the first process to rename one to
+    itself owns it and dies there."""
+
+    def __init__(self, run_dir: Path, hist: HistoryWriter) -> None:
+        self.folder = run_dir / "armed"
+        self.hist = hist
+
+    def hit(self, point: str, **where: Any) -> None:
+        """If ``point`` is armed, take it and SIGKILL this process (after writing why)."""
+        try:
+            names = [n for n in os.listdir(self.folder) if n.startswith(point + ".")]
+        except FileNotFoundError:
+            return
+        for name in names:
+            try:  # the rename is the claim: exactly one process gets each armed file
+                os.rename(self.folder / name, self.folder / "taken" / f"{name}.{os.getpid()}")
+            except FileNotFoundError:
+                continue  # another worker took it first
+            self.hist.event("fault", fault="kill", phase="start", failpoint=point, id=name, **where)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+# -- the worker -----------------------------------------------------------------------------------
+
+
+class Worker:
+    """One worker process's loop (see the module docstring)."""
+
+    def __init__(self, cfg: dict[str, Any], name: str, opened: Opened, hist: HistoryWriter) -> None:
+        self.cfg = cfg
+        self.name = name
+        self.opened = opened
+        self.rec = Recorder(opened.durable, hist)
+        self.hist = hist
+        self.fail = Failpoints(Path(cfg["run_dir"]), hist)
+        self.rec.on_claim = lambda p: self.fail.hit("after-claim", workflow=p.workflow, token=p.token)
+        lease = cfg["lease"]
+        self.alive = timedelta(seconds=lease["alive"])
+        self.budget = timedelta(seconds=lease["budget"])
+        self.visibility = timedelta(seconds=lease["visibility"])
+        self.poll = float(lease["poll_interval"])
+        self.work = cfg["workload"]
+        self.stopping = False
+        self.nonce = 0
+        if float(self.work.get("transact_seconds", 0)) > 0:
+            opened.pause = self.transact_pause
+
+    async def retrying(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Retry a call that failed with a store error (a partition, a restart) for as long as
+        the lease budget and then some: a partitioned pass comes back and tries its write, which
+        is what lets the fence refuse it after the heal."""
+        deadline = time.monotonic() + float(self.cfg["retry_seconds"])
+        while True:
+            try:
+                return await call()
+            except (Fenced, Contended, InvalidInput):
+                raise
+            except Exception:
+                if time.monotonic() > deadline or self.stopping:
+                    raise
+                await asyncio.sleep(0.2)
+
+    async def transact_pause(self, workflow: str, token: int) -> None:
+        """Inside a transact's effect (its row written, its transaction open): take
+        ``transact_seconds``, announced like a step's effect so a stall can target it."""
+        op = self.hist.invoke("effect", workflow=workflow, key="ledger", token=token)
+        await asyncio.sleep(float(self.work["transact_seconds"]))
+        self.hist.complete(op, "effect", "ok")
+
+    def effect_seconds(self, workflow: str, key: str) -> float:
+        """How long this run of a step's effect takes: ``step_seconds``, except that the first
+        pass (of any worker) to run a workflow's ``charge`` takes ``slow_first_seconds`` when set:
+        the step that outlives its whole budget."""
+        slow = float(self.work.get("slow_first_seconds", 0))
+        if slow <= 0 or key != "charge":
+            return float(self.work["step_seconds"])
+        folder = Path(self.cfg["run_dir"]) / "slow"
+        folder.mkdir(exist_ok=True)
+        try:  # O_EXCL: exactly one pass per workflow is the slow one
+            os.close(os.open(folder / workflow.replace("/", "_"), os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return float(self.work["step_seconds"])
+        return slow
+
+    async def step(self, p: Pass, key: str, value: Callable[[], dict[str, Any]]) -> None:
+        await self.retrying(lambda: self.rec.renew(p))
+        self.nonce += 1
+        nonce = f"{self.name}:{os.getpid()}:{p.token}:{self.nonce}"
+        op = self.hist.invoke("effect", workflow=p.workflow, key=key, token=p.token)
+        await asyncio.sleep(self.effect_seconds(p.workflow, key))  # the outside world is slow
+        self.hist.event("effect", workflow=p.workflow, key=key, token=p.token, nonce=nonce)
+        self.hist.complete(op, "effect", "ok", nonce=nonce)
+        self.fail.hit("after-effect-before-record", workflow=p.workflow, key=key, token=p.token)
+        await self.retrying(lambda: self.rec.record(p, key, {"nonce": nonce, "token": p.token, **value()}))
+
+    async def run_pass(self, p: Pass) -> datetime | str | None:
+        """One pass; returns when to wake it next (None: only an outside event wakes it;
+        ``"finished"``)."""
+        recs = await self.retrying(lambda: self.rec.load(p))
+        if "charge" not in recs:
+            await self.step(p, "charge", lambda: {})
+        if "ledger" not in recs:
+            effect = self.opened.ledger_effect(
+                p.workflow,
+                "ledger",
+                p.token,
+                lambda: self.fail.hit("inside-transact", workflow=p.workflow, key="ledger", token=p.token),
+            )
+            await self.retrying(lambda: self.rec.transact(p, "ledger", effect))
+        inbox = [k for k in recs if k.startswith("inbox/")]
+        approvals = [f"approval-{w}" for w in range(int(self.work["writers"]))]
+        if any(a not in recs for a in approvals) or len(inbox) < int(self.work["messages"]):
+            return None
+        now = await self.rec.now()
+        if "nap" not in recs:
+            until = now + timedelta(seconds=float(self.work["nap_seconds"]))
+            await self.retrying(lambda: self.rec.record(p, "nap", until.isoformat()))
+            return until
+        nap = datetime.fromisoformat(str(recs["nap"]))
+        if now < nap:
+            return nap
+        if "seen" not in recs:
+            await self.step(p, "seen", lambda: {"inbox": inbox})
+        await self.retrying(lambda: self.rec.record(p, "done", {"token": p.token}))
+        return "finished"
+
+    async def one(self) -> bool:
+        """Take and run one delivery; False when there was nothing to take."""
+        try:
+            d = await self.rec.take(self.visibility)
+        except Exception:
+            await asyncio.sleep(0.2)
+            return False
+        if d is None:
+            return False
+        try:
+            p = await self.rec.claim(d.workflow, self.alive, self.budget)
+        except Contended:
+            with contextlib.suppress(Exception):
+                await self.rec.wake_at(d, await self.rec.now() + self.alive)
+            return True
+        except Exception:
+            return True  # the delivery reappears after its visibility
+        try:
+            wake = await self.run_pass(p)
+        except Fenced:
+            return True  # a newer pass holds it: stop at once, touch nothing
+        except Exception as exc:
+            self.hist.event(
+                "info",
+                what="pass abandoned",
+                workflow=p.workflow,
+                token=p.token,
+                error=f"{type(exc).__name__}: {exc}"[:300],
+            )
+            return True
+        with contextlib.suppress(Exception):
+            await self.rec.wake_at(d, None if wake in (None, "finished") else wake)  # type: ignore[arg-type]
+            await self.rec.release(p)
+        return True
+
+    async def run(self) -> None:
+        while not self.stopping:
+            if not await self.one():
+                await asyncio.sleep(self.poll)
+
+
+class LibraryClient:
+    """The same workflow as a ``Run`` body, run by the library's ``Worker`` (``worker`` mode)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.w = worker
+
+    def body(self) -> Callable[[Any], Awaitable[object]]:
+        w = self.w
+        work = w.work
+
+        def as_dict(value: object) -> dict[str, Any]:
+            if not isinstance(value, dict):
+                raise TypeError(f"expected a mapping, got {value!r}")
+            return value
+
+        def external(run: Any, key: str, **extra: Any) -> Callable[[], Awaitable[object]]:
+            async def effect() -> object:
+                token = run.pass_.token
+                w.nonce += 1
+                nonce = f"{w.name}:{os.getpid()}:{token}:{w.nonce}"
+                op = w.hist.invoke("effect", workflow=run.workflow, key=key, token=token)
+                await asyncio.sleep(w.effect_seconds(run.workflow, key))
+                w.hist.event("effect", workflow=run.workflow, key=key, token=token, nonce=nonce)
+                w.hist.complete(op, "effect", "ok", nonce=nonce)
+                w.fail.hit("after-effect-before-record", workflow=run.workflow, key=key, token=token)
+                return {"nonce": nonce, "token": token, **extra}
+
+            return effect
+
+        async def body(run: Any) -> object:
+            await run.step("charge", external(run, "charge"), as_dict)
+            token = run.pass_.token
+            effect = w.opened.ledger_effect(
+                run.workflow, "ledger", token,
+                lambda: w.fail.hit("inside-transact", workflow=run.workflow, key="ledger",
+                                   token=token),
+            )  # fmt: skip
+            await run.transact("ledger", effect, as_dict)
+            for writer in range(int(work["writers"])):
+                await run.awaiting(f"approval-{writer}", as_dict)
+            await run.sleep("nap", timedelta(seconds=float(work["nap_seconds"])))
+            inbox = [k for k, _ in run.inbox()]
+            await run.step("seen", external(run, "seen", inbox=inbox), as_dict)
+            await run.step("done", _done(run.pass_.token), as_dict)
+            return None
+
+        return body
+
+    async def run(self) -> None:
+        from without_durability import Worker as LibraryWorker
+
+        w = self.w
+        lease = w.cfg["lease"]
+        worker: Any = LibraryWorker(
+            RecordingDurable(w.rec),
+            self.body(),
+            alive=w.alive,
+            budget=w.budget,
+            visibility=w.visibility,
+            poll_interval=timedelta(seconds=float(lease["poll_interval"])),
+            retry_contended=w.alive,
+        )
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, worker.stop)
+        await worker.run()
+
+
+def _done(token: int) -> Callable[[], Awaitable[object]]:
+    async def effect() -> object:
+        return {"token": token}
+
+    return effect
+
+
+# -- the outside writers --------------------------------------------------------------------------
+
+
+async def write_outside(cfg: dict[str, Any], index: int, rec: Recorder) -> None:
+    """Deliver this writer's share of each workflow's messages and arrive its approvals, at
+    times the seed fixes, spread from the start of the run."""
+    work = cfg["workload"]
+    writers = int(work["writers"])
+    rng = random.Random(f"{cfg['seed']}:writer:{index}")
+    plan: list[tuple[float, str, str, int]] = []
+    for n, wf in enumerate(cfg["workflows"]):
+        base = float(cfg["starts"][n])
+        for m in range(int(work["messages"])):
+            if m % writers == index:
+                plan.append((base + rng.uniform(0, 1.0), wf, "message", m))
+        # each writer approves after its own messages, so all approvals in means every message in
+        plan.append((base + 1.0 + rng.uniform(0, 0.5), wf, "approval", index))
+        # the same approval submitted again later with other content, as a retrying client does:
+        # it must lose (first writer wins) and move nothing (not the order, not written_at)
+        plan.append((base + 2.5 + rng.uniform(0, 1.5), wf, "approval-again", index))
+    plan.sort()
+    t0 = float(cfg["t0"])
+    for at, wf, what, m in plan:
+        delay = t0 + at - time.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        for _attempt in range(100):
+            try:
+                if what == "message":
+                    await rec.deliver(wf, {"from": index, "n": m})
+                elif what == "approval":
+                    await rec.arrive(wf, f"approval-{index}", {"by": index})
+                else:  # straight to the checkpointer: the value is there, no wakeup is needed
+                    await rec.supply(wf, f"approval-{index}", {"by": index, "again": True})
+                break
+            except (Exception, Contended, Fenced):  # a refusal is the checkers' to judge
+                await asyncio.sleep(0.3)  # a store error: ask again (arrive is first-writer-wins)
+
+
+# -- process entry --------------------------------------------------------------------------------
+
+
+async def _main(role: str, cfg: dict[str, Any], name: str) -> None:
+    run_dir = Path(cfg["run_dir"])
+    hist = HistoryWriter(run_dir / "procs" / f"{name}.{os.getpid()}.jsonl", name)
+    hist.event("info", what="start", role=role)
+    spec = dict(cfg["store"])
+    if role == "worker" and cfg.get("worker_urls"):
+        spec["url"] = cfg["worker_urls"][name]  # through this worker's own toxiproxy proxy
+    opened = await open_store(spec)
+    try:
+        if role == "worker":
+            worker = Worker(cfg, name, opened, hist)
+            if cfg["workload"].get("client") == "worker":
+                await LibraryClient(worker).run()
+            else:
+                loop = asyncio.get_running_loop()
+                loop.add_signal_handler(signal.SIGTERM, lambda: setattr(worker, "stopping", True))
+                await worker.run()
+        else:
+            await write_outside(cfg, int(name.rsplit("-", 1)[1]), Recorder(opened.durable, hist))
+    finally:
+        hist.event("info", what="exit", role=role)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(opened.close(), 5)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m wd_chaos.workload worker|writer CONFIG NAME``."""
+    parser = argparse.ArgumentParser(prog="wd_chaos.workload")
+    parser.add_argument("role", choices=["worker", "writer"])
+    parser.add_argument("config")
+    parser.add_argument("name")
+    args = parser.parse_args(argv)
+    cfg = json.loads(Path(args.config).read_text())
+    asyncio.run(_main(args.role, cfg, args.name))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,483 @@
+"""The chaos checkers on hand-made histories: each must say yes to a correct history and no to
+one that breaks its guarantee (a checker that cannot say no is a defect)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from wd_chaos import checkers
+from wd_chaos.history import Op
+
+
+class H:
+    """Builds a history: ``call`` writes an invoke and (unless ``outcome`` is None) a complete,
+    one tick apart; ``begin``/``end`` split them for overlapping operations."""
+
+    def __init__(self) -> None:
+        self.lines: list[Op] = []
+        self.t = 0
+        self.n = 0
+
+    def _tick(self) -> int:
+        self.t += 1000
+        return self.t
+
+    def begin(self, f: str, proc: str = "w1", pid: int = 1, **inv: Any) -> str:
+        self.n += 1
+        op = f"{proc}:{pid}:{self.n}"
+        self.lines.append(
+            {"type": "invoke", "op": op, "f": f, "process": proc, "pid": pid, "mono": self._tick(), **inv}
+        )
+        return op
+
+    def end(self, op: str, f: str, outcome: str = "ok", **res: Any) -> None:
+        proc, pid, _ = op.split(":")
+        self.lines.append(
+            {
+                "type": "complete",
+                "op": op,
+                "f": f,
+                "outcome": outcome,
+                "process": proc,
+                "pid": int(pid),
+                "mono": self._tick(),
+                **res,
+            }
+        )
+
+    def call(
+        self,
+        f: str,
+        proc: str = "w1",
+        pid: int = 1,
+        outcome: str | None = "ok",
+        res: dict[str, Any] | None = None,
+        **inv: Any,
+    ) -> str:
+        op = self.begin(f, proc, pid, **inv)
+        if outcome is not None:
+            self.end(op, f, outcome, **(res or {}))
+        return op
+
+    def event(self, kind: str, proc: str = "w1", pid: int = 1, **fields: Any) -> None:
+        self.lines.append({"type": kind, "process": proc, "pid": pid, "mono": self._tick(), **fields})
+
+
+WF = "wf"
+
+
+def final(
+    records: list[tuple[str, Any]],
+    *,
+    ledger: list[dict[str, Any]] | None = None,
+    workflows: list[str] | None = None,
+) -> dict[str, Any]:
+    hist = [[k, v, f"2030-01-01T00:00:{i:02d}+00:00"] for i, (k, v) in enumerate(records)]
+    return {
+        "workflows": {WF: {"history": hist, "load_keys": [k for k, _ in records]}},
+        "ledger": ledger or [],
+        "expected_workflows": workflows or [WF],
+    }
+
+
+def stale_write(h: H, *, outcome: str) -> str:
+    """A claims (token 1), B claims (token 2), then A writes with token 1."""
+    h.call("claim", "A", 1, workflow=WF, res={"token": 1})
+    h.call("claim", "B", 2, workflow=WF, res={"token": 2})
+    return h.call(
+        "record",
+        "A",
+        1,
+        outcome,
+        workflow=WF,
+        token=1,
+        key="k",
+        value=1,
+        res={"value": 1, "won": True} if outcome == "ok" else {},
+    )
+
+
+# -- fencing --------------------------------------------------------------------------------
+
+
+def test_fencing_accepts_a_refused_stale_write() -> None:
+    h = H()
+    stale_write(h, outcome="fenced")
+    v = checkers.fencing(h.lines, final([]))
+    assert v.valid is True, v
+    assert v.counts["refused_fenced"] == 1
+
+
+def test_fencing_refuses_an_accepted_stale_write_and_names_it() -> None:
+    h = H()
+    op = stale_write(h, outcome="ok")
+    v = checkers.fencing(h.lines, final([("k", 1)]))
+    assert v.valid is False, v
+    assert v.evidence[0]["op"] == op, v.evidence
+
+
+def test_fencing_refuses_a_token_issued_twice() -> None:
+    h = H()
+    h.call("claim", "A", 1, workflow=WF, res={"token": 3})
+    h.call("claim", "B", 2, workflow=WF, res={"token": 3})
+    assert checkers.fencing(h.lines, final([])).valid is False
+
+
+def test_fencing_refuses_a_fence_with_no_newer_claim() -> None:
+    h = H()
+    h.call("claim", "A", 1, workflow=WF, res={"token": 1})
+    h.call("record", "A", 1, "fenced", workflow=WF, token=1, key="k", value=1)
+    assert checkers.fencing(h.lines, final([])).valid is False
+
+
+def test_fencing_lets_an_indeterminate_claim_explain_a_fence() -> None:
+    h = H()
+    h.call("claim", "A", 1, workflow=WF, res={"token": 1})
+    h.call("claim", "B", 2, None, workflow=WF)  # B was killed mid-claim: it may hold token 2
+    h.call("record", "A", 1, "fenced", workflow=WF, token=1, key="k", value=1)
+    assert checkers.fencing(h.lines, final([])).valid is True
+
+
+def test_fencing_allows_overlapping_writes_of_the_old_pass() -> None:
+    h = H()
+    h.call("claim", "A", 1, workflow=WF, res={"token": 1})
+    w = h.begin("record", "A", 1, workflow=WF, token=1, key="k", value=1)
+    h.call("claim", "B", 2, workflow=WF, res={"token": 2})  # concurrent with A's write
+    h.end(w, "record", "ok", value=1, won=True)
+    assert checkers.fencing(h.lines, final([("k", 1)])).valid is True
+
+
+# -- first writer wins ------------------------------------------------------------------------
+
+
+def test_fww_accepts_a_loser_handed_the_winner() -> None:
+    h = H()
+    h.call("record", "A", 1, workflow=WF, token=1, key="k", value="a", res={"value": "a", "won": True})
+    h.call("record", "B", 2, workflow=WF, token=2, key="k", value="b", res={"value": "a", "won": False})
+    assert checkers.first_writer_wins(h.lines, final([("k", "a")])).valid is True
+
+
+def test_fww_refuses_two_winners() -> None:
+    h = H()
+    h.call("record", "A", 1, workflow=WF, token=1, key="k", value="a", res={"value": "a", "won": True})
+    h.call("record", "B", 2, workflow=WF, token=2, key="k", value="b", res={"value": "b", "won": True})
+    v = checkers.first_writer_wins(h.lines, final([("k", "a")]))
+    assert v.valid is False
+    assert any(e.get("process") == "B" for e in v.evidence)
+
+
+def test_fww_refuses_a_wrong_won_flag() -> None:
+    h = H()
+    h.call("supply", "A", 1, workflow=WF, key="k", value="a", res={"value": "a", "won": False})
+    assert checkers.first_writer_wins(h.lines, final([("k", "a")])).valid is False
+
+
+def test_fww_refuses_a_lost_acknowledged_write() -> None:
+    h = H()
+    h.call("supply", "A", 1, workflow=WF, key="k", value="a", res={"value": "a", "won": True})
+    assert checkers.first_writer_wins(h.lines, final([])).valid is False
+
+
+def test_fww_refuses_a_value_nobody_offered() -> None:
+    h = H()
+    h.call("supply", "A", 1, "fenced", workflow=WF, key="k", value="a")
+    assert checkers.first_writer_wins(h.lines, final([("k", "zzz")])).valid is False
+
+
+def test_fww_refuses_two_winning_transacts() -> None:
+    h = H()
+    for proc in ("A", "B"):
+        h.call("transact", proc, 1, workflow=WF, token=1, key="t", res={"value": {"row": 1}, "won": True})
+    assert checkers.first_writer_wins(h.lines, final([("t", {"row": 1})])).valid is False
+
+
+# -- order -----------------------------------------------------------------------------------
+
+
+def _appends(h: H, keys: list[str]) -> None:
+    for i, key in enumerate(keys):
+        h.call("append", f"W{i}", i, workflow=WF, value={"n": i}, res={"key": key})
+
+
+def test_order_accepts_appends_in_order() -> None:
+    h = H()
+    keys = ["inbox/01", "inbox/02"]
+    _appends(h, keys)
+    v = checkers.order(h.lines, final([(keys[0], {"n": 0}), (keys[1], {"n": 1})]))
+    assert v.valid is True, v
+
+
+def test_order_refuses_a_key_handed_out_twice() -> None:
+    h = H()
+    _appends(h, ["inbox/01", "inbox/01"])
+    assert checkers.order(h.lines, final([("inbox/01", {"n": 0})])).valid is False
+
+
+def test_order_refuses_keys_against_real_time() -> None:
+    h = H()
+    _appends(h, ["inbox/02", "inbox/01"])
+    f = final([("inbox/01", {"n": 1}), ("inbox/02", {"n": 0})])
+    assert checkers.order(h.lines, f).valid is False
+
+
+def test_order_refuses_a_lost_append() -> None:
+    h = H()
+    _appends(h, ["inbox/01"])
+    assert checkers.order(h.lines, final([])).valid is False
+
+
+def test_order_refuses_load_disagreeing_with_history() -> None:
+    f = final([("a", 1), ("b", 2)])
+    f["workflows"][WF]["load_keys"] = ["b", "a"]
+    assert checkers.order([], f).valid is False
+
+
+def test_order_refuses_written_at_going_backward_between_ordered_writes() -> None:
+    h = H()
+    h.call("supply", "A", 1, workflow=WF, key="a", value=1, res={"value": 1, "won": True})
+    h.call("supply", "B", 2, workflow=WF, key="b", value=2, res={"value": 2, "won": True})
+    f = final([("a", 1), ("b", 2)])
+    f["workflows"][WF]["history"][1][2] = "2029-01-01T00:00:00+00:00"
+    assert checkers.order(h.lines, f).valid is False
+
+
+def test_order_lets_concurrent_writes_be_stamped_either_way() -> None:
+    h = H()
+    a = h.begin("append", "A", 1, workflow=WF, value=1)
+    b = h.begin("append", "B", 2, workflow=WF, value=2)
+    h.end(a, "append", key="inbox/1")
+    h.end(b, "append", key="inbox/2")
+    f = final([("inbox/1", 1), ("inbox/2", 2)])
+    f["workflows"][WF]["history"][1][2] = "2029-01-01T00:00:00+00:00"
+    v = checkers.order(h.lines, f)
+    assert v.valid is True, v
+    assert v.counts["written_at inversions between concurrent writes"] == 1
+
+
+def test_order_refuses_a_later_write_loading_first() -> None:
+    h = H()
+    h.call("supply", "A", 1, workflow=WF, key="a", value=1, res={"value": 1, "won": True})
+    h.call("supply", "A", 1, workflow=WF, key="b", value=2, res={"value": 2, "won": True})
+    assert checkers.order(h.lines, final([("b", 2), ("a", 1)])).valid is False
+
+
+# -- exactly once ------------------------------------------------------------------------------
+
+
+def _transact(h: H, outcome: str = "ok") -> None:
+    h.call(
+        "transact",
+        "A",
+        1,
+        outcome,
+        workflow=WF,
+        token=1,
+        key="t",
+        res={"value": {"row": 7}, "won": True} if outcome == "ok" else {},
+    )
+
+
+def test_exactly_once_accepts_one_row_per_recorded_key() -> None:
+    h = H()
+    _transact(h)
+    f = final([("t", {"row": 7})], ledger=[{"workflow": WF, "key": "t", "token": 1, "row": 7}])
+    assert checkers.exactly_once(h.lines, f).valid is True
+
+
+def test_exactly_once_refuses_two_rows() -> None:
+    h = H()
+    _transact(h)
+    rows = [{"workflow": WF, "key": "t", "token": t, "row": r} for t, r in ((1, 7), (2, 8))]
+    assert checkers.exactly_once(h.lines, final([("t", {"row": 7})], ledger=rows)).valid is False
+
+
+def test_exactly_once_refuses_a_row_for_an_unrecorded_key() -> None:
+    h = H()
+    _transact(h, "fenced")
+    f = final([], ledger=[{"workflow": WF, "key": "t", "token": 1, "row": 7}])
+    assert checkers.exactly_once(h.lines, f).valid is False
+
+
+def test_exactly_once_refuses_a_record_naming_another_row() -> None:
+    h = H()
+    _transact(h)
+    f = final([("t", {"row": 7})], ledger=[{"workflow": WF, "key": "t", "token": 1, "row": 9}])
+    assert checkers.exactly_once(h.lines, f).valid is False
+
+
+# -- at least once -----------------------------------------------------------------------------
+
+
+def _pass(h: H, proc: str, pid: int, token: int, nonce: str, outcome: str | None) -> None:
+    h.call("claim", proc, pid, workflow=WF, res={"token": token})
+    h.call("load", proc, pid, workflow=WF, token=token, res={"keys": []})
+    h.event("effect", proc, pid, workflow=WF, key="s", token=token, nonce=nonce)
+    if outcome is not None:
+        value = {"nonce": nonce}
+        res = {"value": value, "won": True} if outcome == "ok" else {}
+        h.call("record", proc, pid, outcome, workflow=WF, token=token, key="s", value=value, res=res)
+
+
+def test_at_least_once_accepts_a_repeat_after_a_fence() -> None:
+    h = H()
+    _pass(h, "A", 1, 1, "n1", "fenced")
+    _pass(h, "B", 2, 2, "n2", "ok")
+    v = checkers.at_least_once(h.lines, final([("s", {"nonce": "n2"})]))
+    assert v.valid is True, v
+    assert v.counts["repeat: fence"] == 1
+
+
+def test_at_least_once_accepts_a_repeat_after_a_kill() -> None:
+    h = H()
+    _pass(h, "A", 1, 1, "n1", None)
+    h.event("fault", "A", 1, fault="kill", phase="start", failpoint="after-effect-before-record")
+    _pass(h, "B", 2, 2, "n2", "ok")
+    v = checkers.at_least_once(h.lines, final([("s", {"nonce": "n2"})]))
+    assert v.valid is True, v
+    assert v.counts["repeat: kill"] == 1
+
+
+def test_at_least_once_refuses_a_record_whose_effect_never_ran() -> None:
+    assert checkers.at_least_once([], final([("s", {"nonce": "ghost"})])).valid is False
+
+
+def test_at_least_once_refuses_a_rerun_after_an_acknowledged_record() -> None:
+    h = H()
+    _pass(h, "A", 1, 1, "n1", "ok")
+    _pass(h, "B", 2, 2, "n2", None)  # loaded after A's record was acknowledged, ran it again
+    assert checkers.at_least_once(h.lines, final([("s", {"nonce": "n1"})])).valid is False
+
+
+def test_at_least_once_refuses_an_unexplained_repeat() -> None:
+    h = H()
+    h.call("claim", "A", 1, workflow=WF, res={"token": 1})
+    h.event("effect", "A", 1, workflow=WF, key="s", token=1, nonce="n1")  # then nothing at all
+    _pass(h, "B", 2, 2, "n2", "ok")
+    assert checkers.at_least_once(h.lines, final([("s", {"nonce": "n2"})])).valid is False
+
+
+# -- liveness, take exclusivity, bite, crashes ---------------------------------------------------
+
+
+def test_liveness() -> None:
+    assert checkers.liveness([], final([("done", 1)])).valid is True
+    v = checkers.liveness([], final([("charge", 1)]))
+    assert v.valid is False
+    assert v.evidence[0]["workflow"] == WF
+
+
+def test_take_exclusive_refuses_a_double_delivery() -> None:
+    h = H()
+    h.call("take", "A", 1, visibility=30.0, res={"workflow": WF})
+    h.call("take", "B", 2, visibility=30.0, res={"workflow": WF})
+    assert checkers.take_exclusive(h.lines, final([])).valid is False
+    h2 = H()
+    h2.call("take", "A", 1, visibility=30.0, res={"workflow": WF})
+    h2.call("wake_at", "A", 1, workflow=WF)
+    h2.call("take", "B", 2, visibility=30.0, res={"workflow": WF})
+    assert checkers.take_exclusive(h2.lines, final([])).valid is True
+
+
+def _stall(h: H, refused: bool) -> None:
+    h.call("claim", "A", 1, workflow=WF, res={"token": 1})
+    h.event("fault", "controller", 9, fault="stall", phase="start", id="s0", target_pid=1, duration=3)
+    h.call("claim", "B", 2, workflow=WF, res={"token": 2})
+    h.event("fault", "controller", 9, fault="stall", phase="stop", id="s0", target_pid=1)
+    h.call(
+        "record",
+        "A",
+        1,
+        "fenced" if refused else "ok",
+        workflow=WF,
+        token=1,
+        key="k",
+        value=1,
+        res={} if refused else {"value": 1, "won": True},
+    )
+
+
+def test_stall_bite() -> None:
+    h = H()
+    _stall(h, refused=True)
+    assert checkers.bite("stall-fenced")(h.lines, final([])).valid is True
+    h2 = H()
+    _stall(h2, refused=False)
+    v = checkers.bite("stall-fenced")(h2.lines, final([]))
+    assert v.valid is False
+    assert "none was refused" in v.summary
+
+
+def test_a_crashing_checker_is_unknown_never_valid() -> None:
+    v = checkers.run_checker("liveness", checkers.liveness, [], {"expected_workflows": 5})
+    assert v.valid == checkers.UNKNOWN
+    assert "traceback" in v.evidence[0]
+
+
+@pytest.mark.parametrize(("valid", "code"), [(True, 0), (False, 1), ("unknown", 2)])
+def test_exit_codes(valid: checkers.Valid, code: int) -> None:
+    assert checkers.exit_code(valid) == code
+
+
+def test_overall_prefers_invalid_then_unknown() -> None:
+    v = [checkers.Verdict("a", True, ""), checkers.Verdict("b", "unknown", "")]
+    assert checkers.overall(v) == "unknown"
+    assert checkers.overall([*v, checkers.Verdict("c", False, "")]) is False
+
+
+def test_kill_bite_counts_only_kills_between_effect_and_record() -> None:
+    h = H()
+    h.event("fault", "controller", 9, fault="kill", phase="armed", failpoint="inside-transact")
+    h.event("fault", "A", 1, fault="kill", phase="start", failpoint="after-claim")
+    assert checkers.bite("kill-between")(h.lines, final([])).valid is False
+    h.event("effect", "B", 2, workflow=WF, key="s", token=1, nonce="n")
+    h.event("fault", "B", 2, fault="kill", phase="start", failpoint="after-effect-before-record", key="s")
+    assert checkers.bite("kill-between")(h.lines, final([])).valid is True
+
+
+def _claim(h: H, proc: str, pid: int, token: int) -> None:
+    h.call("claim", proc, pid, workflow=WF, alive=1.0, budget=4.0, res={"token": token})
+
+
+def test_fencing_refuses_a_claim_granted_while_another_pass_is_alive() -> None:
+    h = H()  # ticks are 1 µs: everything below happens well inside one 1 s liveness window
+    _claim(h, "A", 1, 1)
+    h.call("record", "A", 1, workflow=WF, token=1, key="k", value=1, res={"value": 1, "won": True})
+    _claim(h, "B", 2, 2)
+    v = checkers.fencing(h.lines, final([("k", 1)]))
+    assert v.valid is False, v
+    assert "while token 1 was alive" in v.evidence[0]["why"]
+
+
+def test_fencing_allows_a_claim_after_release_or_after_the_window() -> None:
+    h = H()
+    _claim(h, "A", 1, 1)
+    h.call("release", "A", 1, workflow=WF, token=1)
+    _claim(h, "B", 2, 2)
+    assert checkers.fencing(h.lines, final([])).valid is True
+    h2 = H()
+    _claim(h2, "A", 1, 1)
+    h2.t += 2_000_000_000  # two seconds of silence: the 1 s window has lapsed
+    _claim(h2, "B", 2, 2)
+    assert checkers.fencing(h2.lines, final([])).valid is True
+
+
+def test_fencing_refuses_contended_after_the_holders_budget() -> None:
+    h = H()
+    _claim(h, "A", 1, 1)
+    h.t += 5_000_000_000  # five seconds: past A's four-second budget, whatever it renewed
+    h.call("claim", "B", 2, "contended", workflow=WF, alive=1.0, budget=4.0)
+    v = checkers.fencing(h.lines, final([]))
+    assert v.valid is False, v
+    h2 = H()
+    _claim(h2, "A", 1, 1)
+    h2.t += 2_000_000_000  # within the budget: a renewing holder may still be alive
+    h2.call("claim", "B", 2, "contended", workflow=WF, alive=1.0, budget=4.0)
+    assert checkers.fencing(h2.lines, final([])).valid is True
+
+
+def test_fww_refuses_a_supply_gated_on_the_claim() -> None:
+    h = H()
+    h.call("supply", "W", 1, "contended", workflow=WF, key="k", value=1)
+    assert checkers.first_writer_wins(h.lines, final([])).valid is False
