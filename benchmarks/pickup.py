@@ -101,6 +101,7 @@ async def measure(kind: str, wakeup: bool, poll: timedelta, samples: int, urls: 
         return None
 
     gaps: list[float] = []
+    commits: list[float] = []  # the arrive call alone (its commit), part of every gap
     async with store(kind, wakeup, urls) as (durable, waker):
         worker = Worker(durable, body, alive=LONG, budget=LONG, visibility=LONG, poll_interval=poll,
                         wakeup=waker)
@@ -111,16 +112,20 @@ async def measure(kind: str, wakeup: bool, poll: timedelta, samples: int, urls: 
                 w = f"pickup-{i}"
                 t0 = time.perf_counter()
                 await durable.arrive(w, "go", i)
+                t1 = time.perf_counter()
                 async with asyncio.timeout(poll.total_seconds() + 30), seen:
                     await seen.wait_for(lambda w=w: w in started)
                 gaps.append(started[w] - t0)
+                commits.append(t1 - t0)
         finally:
             worker.stop()
             await asyncio.gather(task, return_exceptions=True)
     ms = [g * 1000 for g in gaps]
     return {"store": kind, "wakeup": wakeup, "poll_ms": poll.total_seconds() * 1000, "samples": len(ms),
             "p50_ms": quantile(ms, 0.5), "p99_ms": quantile(ms, 0.99), "mean_ms": statistics.fmean(ms),
-            "max_ms": max(ms), "lost": samples - len(ms)}
+            "max_ms": max(ms), "lost": samples - len(ms),
+            "arrive_call_p50_ms": quantile([c * 1000 for c in commits], 0.5),
+            "after_arrive_p50_ms": quantile([(g - c) * 1000 for g, c in zip(gaps, commits, strict=True)], 0.5)}
 
 
 CONFIGS: tuple[tuple[str, bool], ...] = (
@@ -159,9 +164,11 @@ async def main(folder: Path, quick: bool) -> dict[str, Any]:
         series[f"{name} p99"] = ([r["poll_ms"] for r in pts], [r["p99_ms"] for r in pts])
     plot(folder, "pickup", "Pickup latency (arrive -> pass start)", "poll interval (ms)", "latency (ms)",
          series, logx=True, logy=True)
-    text_table = table(["store", "wakeup", "poll ms", "samples", "p50 ms", "p99 ms", "max ms"],
+    text_table = table(["store", "wakeup", "poll ms", "samples", "p50 ms", "p99 ms", "max ms",
+                        "arrive call p50 ms", "after arrive p50 ms"],
                        [[r["store"], r["wakeup"], r["poll_ms"], r.get("samples"), r.get("p50_ms"),
-                         r.get("p99_ms"), r.get("max_ms", r.get("error"))] for r in rows])
+                         r.get("p99_ms"), r.get("max_ms", r.get("error")), r.get("arrive_call_p50_ms"),
+                         r.get("after_arrive_p50_ms")] for r in rows])
     result = {"benchmark": "pickup", "machine": machine(), "postgres_settings": settings, "rows": rows}
     save_json(folder, "pickup", result)
     write_summary(folder, "pickup", f"# Pickup latency\n\nFrom the arrive call to the pass starting; one "
