@@ -2,6 +2,9 @@
 
     python -m benchmarks.run_all [--quick] [--soak-minutes 10] [--out DIR]
 
+``--only pickup --out reports/bench/<time>`` re-runs one part into an existing report and rebuilds
+its summary from the parts' JSON files (each keeps its own time and machine load).
+
 Runs, in order: take throughput, append throughput, pickup latency, locust load, then the worker
 memory soak (last and alone, so its load does not disturb the other figures; ``--soak-minutes 0``
 skips it). Writes ``summary.md`` (the headline table, then each benchmark's own summary), the JSON,
@@ -94,13 +97,18 @@ def headline(results: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     return text, rows
 
 
-async def main(folder: Path, quick: bool, soak_minutes: float) -> dict[str, Any]:
+async def main(folder: Path, quick: bool, soak_minutes: float, only: set[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {"machine_at_start": machine()}
     steps = [("take", lambda: take.main(folder, quick)), ("append", lambda: append.main(folder, quick)),
              ("pickup", lambda: pickup.main(folder, quick)), ("load", lambda: load.main(folder, quick))]
     if soak_minutes > 0:
         steps.append(("memory_soak", lambda: memory_soak.main(folder, soak_minutes, 8, 300.0)))
     for name, step in steps:
+        if only and name not in only:
+            saved = folder / f"{name}.json"
+            if saved.exists():  # a part kept from an earlier run into this folder (its own time inside)
+                results[name] = json.loads(saved.read_text())
+            continue
         print(f"== {name}", flush=True)
         t0 = time.perf_counter()
         results[name] = await step()
@@ -125,7 +133,10 @@ async def main(folder: Path, quick: bool, soak_minutes: float) -> dict[str, Any]
 if __name__ == "__main__":
     p = parser(__doc__ or "")
     p.add_argument("--soak-minutes", type=float, default=10.0)
+    p.add_argument("--only", help="comma-separated parts to (re)run into --out; the others are read "
+                   "from their JSON already there (take, append, pickup, load, memory_soak)")
     args = p.parse_args()
     out = report_dir(args.out)
-    asyncio.run(main(out, args.quick, 0.5 if args.quick and args.soak_minutes > 0 else args.soak_minutes))
+    only = set(args.only.split(",")) if args.only else None
+    asyncio.run(main(out, args.quick, 0.5 if args.quick and args.soak_minutes > 0 else args.soak_minutes, only))
     print(f"\nreport: {out}/summary.md")
