@@ -136,10 +136,12 @@ def plot(folder: Path, name: str, title: str, xlabel: str, ylabel: str,
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for label, (xs, ys) in series.items():
+    colors = plt.get_cmap("tab20").colors
+    for i, (label, (xs, ys)) in enumerate(series.items()):
         pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        if pts:  # 20 colours, and a second line style past them, so no two series look alike
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label,
+                    color=colors[i % 20], linestyle="-" if i < 20 else "--")
     if logx:
         ax.set_xscale("log", base=2)
     if logy:
