@@ -37,7 +37,7 @@ from .sqlite import (
     SqliteScheduler,
     sqlite_connect,
 )
-from .worker import Worker
+from .worker import Wakeup, Worker
 
 __all__ = [
     "Blocked",
@@ -45,6 +45,7 @@ __all__ = [
     "Outcome",
     "Run",
     "Sleeping",
+    "Wakeup",
     "Worker",
     "resume",
     "CheckpointCodec",

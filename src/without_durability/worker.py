@@ -12,7 +12,7 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Generic, Never
+from typing import Generic, Never, Protocol
 
 from typing_extensions import TypeVar
 
@@ -24,6 +24,16 @@ from .run import Blocked, Finished, Run, Sleeping, resume
 E = TypeVar("E", default=Never)
 
 log = logging.getLogger("without_durability.worker")
+
+
+class Wakeup(Protocol):
+    """A way to hear that work may be due, so an idle worker need not sleep out its poll interval
+    (``PostgresWakeup``, ``RedisStreamScheduler``). A wakeup is a hint, never a guarantee: the
+    worker still takes after every ``poll_interval``, so a lost wakeup costs latency, not work."""
+
+    async def wait(self, at_most: timedelta) -> None:
+        """Return once work may be due, or after ``at_most`` at the latest (early is fine)."""
+        ...
 
 
 class Worker(Generic[E]):
@@ -43,6 +53,9 @@ class Worker(Generic[E]):
     - A body that fails (an ordinary exception, ``Swallowed`` included) is logged and its claim
       released; its delivery is left unanswered, so it reappears once ``visibility`` lapses.
     - Store errors outside a pass are logged and retried after ``poll_interval``.
+    - When nothing is due, the worker waits ``poll_interval``; with a ``wakeup`` it waits on
+      ``wakeup.wait(poll_interval)`` instead, so it takes as soon as the wakeup fires and polls
+      anyway if it never does (a wakeup that raises is logged and the interval slept out).
 
     ``visibility`` should exceed ``budget``, or a delivery can reappear while its pass still runs
     (the second pass is then ``Contended``, which is safe but wasteful).
@@ -59,6 +72,7 @@ class Worker(Generic[E]):
         poll_interval: timedelta,
         retry_contended: timedelta = timedelta(seconds=1),
         renew_every: timedelta | None = None,
+        wakeup: Wakeup | None = None,
     ) -> None:
         renew_every = alive / 3 if renew_every is None else renew_every
         for name, value in (
@@ -79,6 +93,7 @@ class Worker(Generic[E]):
         self.poll_interval = poll_interval
         self.retry_contended = retry_contended
         self.renew_every = renew_every
+        self.wakeup = wakeup
         self.passes = 0
         """Deliveries this worker has handled (claimed or contended) since it was made."""
         self._stopping = asyncio.Event()
@@ -106,8 +121,28 @@ class Worker(Generic[E]):
                 log.exception("worker: taking or claiming failed; retrying after the poll interval")
                 handled = False
             if not handled:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), self.poll_interval.total_seconds())
+                await self._idle()
+
+    async def _idle(self) -> None:
+        """Wait out the poll interval, or less if the wakeup fires or ``stop`` is called."""
+        timeout = self.poll_interval.total_seconds()
+        if self.wakeup is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout)
+            return
+        woken = asyncio.ensure_future(self.wakeup.wait(self.poll_interval))
+        stopped = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait((woken, stopped), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in (woken, stopped):
+                waiter.cancel()
+            await asyncio.gather(woken, stopped, return_exceptions=True)
+        failed = None if woken.cancelled() else woken.exception()
+        if failed is not None:  # the wakeup is broken: poll as if there were none
+            log.warning("worker: the wakeup failed (%s); sleeping out the poll interval", failed)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), timeout)
 
     async def serve(self) -> None:
         """``run`` in a process: SIGTERM and SIGINT finish the current pass and return."""

@@ -14,12 +14,14 @@ from .durable import PostgresDurable
 from .scheduler import PostgresScheduler
 from .schema import migrate
 from .sweep import sweep
+from .wakeup import PostgresWakeup
 
 __all__ = [
     "PostgresCheckpointer",
     "PostgresDurable",
     "PostgresEffect",
     "PostgresScheduler",
+    "PostgresWakeup",
     "migrate",
     "sweep",
 ]

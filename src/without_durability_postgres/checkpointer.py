@@ -26,7 +26,7 @@ from without_durability.rules import (
     encode_value,
 )
 
-from ._boundary import Pool, check_codec, check_encoded, check_text, connect
+from ._boundary import Pool, check_codec, check_encoded, check_text, connect, statement
 
 PostgresEffect = Callable[[psycopg.AsyncCursor[Any]], Awaitable[object]]
 """A Postgres transact effect: given a cursor inside the open transaction, do the application's
@@ -238,7 +238,7 @@ class PostgresCheckpointer:
         self._workflow(workflow)
         check_lease(workflow, alive, budget)
         params = {"workflow": workflow, "alive": alive, "budget": budget}
-        async with connect(self.pool, f"claiming {workflow!r}", workflow) as conn:
+        async with statement(self.pool, f"claiming {workflow!r}", workflow) as conn:  # one statement: autocommit
             row = await (await conn.execute(self.CLAIM, params)).fetchone()
         if row is None:
             raise Contended(workflow)
@@ -307,7 +307,8 @@ class PostgresCheckpointer:
         they have gaps and sort within a workflow, and each key's number is its load position."""
         self._workflow(workflow)
         encoded = self._encode(workflow, INBOX_PREFIX, value)
-        async with connect(self.pool, f"appending to {workflow!r}", workflow, INBOX_PREFIX) as conn:
+        # One statement: autocommit makes it its own transaction in one round trip.
+        async with statement(self.pool, f"appending to {workflow!r}", workflow, INBOX_PREFIX) as conn:
             return await self._append_on(conn, workflow, encoded)
 
     async def _append_on(self, conn: psycopg.AsyncConnection[Any], workflow: str, encoded: str) -> str:
@@ -318,7 +319,7 @@ class PostgresCheckpointer:
 
     async def _rows(self, workflow: str) -> list[tuple[str, object, datetime]]:
         self._workflow(workflow)
-        async with connect(self.pool, f"loading {workflow!r}", workflow) as conn:
+        async with statement(self.pool, f"loading {workflow!r}", workflow) as conn:  # one statement: autocommit
             rows = await (await conn.execute(self.LOAD, {"workflow": workflow})).fetchall()
         # The session's TimeZone decides the tzinfo psycopg attaches; callers get UTC either way.
         return [(str(k), self.codec.decode(v), at.astimezone(UTC)) for k, v, at in rows]

@@ -56,6 +56,7 @@ class PostgresDurable:
         async with connect(self.pool, f"arriving at {workflow!r}/{key!r}", workflow, key) as conn:
             recorded = await cp._supply_on(conn, workflow, key, encoded)
             await self._scheduler._schedule_on(conn, workflow)
+        self._scheduler._due_now(None)  # after the commit: NOTIFY never holds up this transaction
         return recorded
 
     async def deliver(self, workflow: str, message: object) -> str:
@@ -67,6 +68,7 @@ class PostgresDurable:
         async with connect(self.pool, where, workflow, INBOX_PREFIX) as conn:
             key = await cp._append_on(conn, workflow, encoded)
             await self._scheduler._schedule_on(conn, workflow)
+        self._scheduler._due_now(None)
         return key
 
     async def discard(self, workflow: str) -> None:

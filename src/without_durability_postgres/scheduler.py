@@ -13,7 +13,8 @@ from without_durability.errors import InvalidInput
 from without_durability.protocols import Scheduler
 from without_durability.rules import check_time, check_visibility, check_workflow
 
-from ._boundary import Pool, check_text, connect
+from ._boundary import Pool, check_text, statement
+from .wakeup import Notifier
 
 NOW = "SELECT clock_timestamp()"
 
@@ -42,6 +43,9 @@ UPDATE workflow_queue AS q
 RETURNING q.workflow, q.visibility
 """
 
+# TAKE for up to %(limit)s rows at once: the same statement, so each row is still handed out once.
+TAKE_MANY = TAKE.replace("LIMIT 1", "LIMIT %(limit)s")
+
 # Each answer acts only if the row still holds the visibility this delivery's take set: a wakeup
 # moved it (that one stands), a cancel removed it (not reinstated), a later take reset it (this
 # answer is stale). The comparison and the write are one statement.
@@ -54,6 +58,14 @@ DELETE FROM workflow_queue
  WHERE namespace = %(namespace)s AND workflow = %(workflow)s AND visibility = %(receipt)s
 """
 
+# FINISH for many deliveries in one statement: each row is compared with its own receipt, exactly as
+# one FINISH per delivery would, so batching changes the number of commits and nothing else.
+FINISH_MANY = """
+DELETE FROM workflow_queue AS q
+ USING unnest(%(workflows)s::text[], %(receipts)s::timestamptz[]) AS a(workflow, receipt)
+ WHERE q.namespace = %(namespace)s AND q.workflow = a.workflow AND q.visibility = a.receipt
+"""
+
 CANCEL = "DELETE FROM workflow_queue WHERE namespace = %(namespace)s AND workflow = %(workflow)s"
 
 
@@ -64,26 +76,37 @@ class _Receipt:
 
 
 class PostgresScheduler:
-    """``Scheduler`` over ``workflow_queue`` in one namespace, through ``pool``. It polls: there
-    is no blocking take. ``now`` and every visibility are the server's clock."""
+    """``Scheduler`` over ``workflow_queue`` in one namespace, through ``pool``. ``take`` does not
+    block: a worker polls, and may also wait on a ``PostgresWakeup``, which this scheduler feeds
+    when built with ``notify=True`` (one coalesced NOTIFY after each commit that made a workflow due
+    now; see ``wakeup``). ``now`` and every visibility are the server's clock."""
 
     # The statements, as class attributes so a variant is a one-line subclass.
     NOW = NOW
     SCHEDULE = SCHEDULE
     TAKE = TAKE
+    TAKE_MANY = TAKE_MANY
     WAKE_AT = WAKE_AT
     FINISH = FINISH
+    FINISH_MANY = FINISH_MANY
     CANCEL = CANCEL
 
-    def __init__(self, pool: Pool, *, namespace: str = "default") -> None:
+    def __init__(self, pool: Pool, *, namespace: str = "default", notify: bool = False) -> None:
         if not isinstance(namespace, str) or not namespace or "\x00" in namespace:
             raise InvalidInput(f"namespace must be a non-empty string without NUL, got {namespace!r}")
         self.pool = pool
         self.namespace = namespace
+        self.notifier = Notifier(pool, namespace) if notify else None
+        """Sends the wakeup NOTIFYs when ``notify`` was asked for, else None."""
+
+    def _due_now(self, at: datetime | None) -> None:
+        """After a commit that queued a workflow: wake listeners if it may be due already."""
+        if self.notifier is not None and (at is None or at <= datetime.now(UTC)):
+            self.notifier.poke()
 
     async def now(self) -> datetime:
         """See ``Scheduler.now``: the server's clock_timestamp()."""
-        async with connect(self.pool, "reading the server clock") as conn:
+        async with statement(self.pool, "reading the server clock") as conn:
             row = await (await conn.execute(self.NOW)).fetchone()
         assert row is not None
         at: datetime = row[0]
@@ -94,8 +117,9 @@ class PostgresScheduler:
         check_workflow(workflow)
         check_text(workflow)
         check_time("schedule at", at)
-        async with connect(self.pool, f"scheduling {workflow!r}", workflow) as conn:
+        async with statement(self.pool, f"scheduling {workflow!r}", workflow) as conn:
             await self._schedule_on(conn, workflow, at)
+        self._due_now(at)
 
     async def _schedule_on(
         self, conn: psycopg.AsyncConnection[Any], workflow: str, at: datetime | None = None
@@ -107,34 +131,61 @@ class PostgresScheduler:
         """See ``Scheduler.take``: the earliest visible workflow of this namespace."""
         check_visibility(visibility)
         params = {"namespace": self.namespace, "visibility": visibility}
-        async with connect(self.pool, f"taking from namespace {self.namespace!r}") as conn:
+        async with statement(self.pool, f"taking from namespace {self.namespace!r}") as conn:
             row = await (await conn.execute(self.TAKE, params)).fetchone()
         if row is None:
             return None
         return Delivery(str(row[0]), _Receipt(self.namespace, row[1]))
 
-    async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
-        """See ``Scheduler.wake_at``."""
-        check_time("wake_at at", at)
+    async def take_many(self, visibility: timedelta, limit: int) -> list[Delivery]:
+        """Batching option: up to ``limit`` visible workflows in one statement, each hidden for
+        ``visibility`` exactly as ``take`` hides one (same guarantees, one round trip). Keep
+        ``limit`` to what will be answered well within ``visibility``."""
+        check_visibility(visibility)
+        if not isinstance(limit, int) or limit < 1:
+            raise InvalidInput(f"take_many limit must be a positive int, got {limit!r}")
+        params = {"namespace": self.namespace, "visibility": visibility, "limit": limit}
+        async with statement(self.pool, f"taking from namespace {self.namespace!r}") as conn:
+            rows = await (await conn.execute(self.TAKE_MANY, params)).fetchall()
+        return [Delivery(str(w), _Receipt(self.namespace, at)) for w, at in rows]
+
+    async def finish_many(self, deliveries: list[Delivery]) -> None:
+        """Batching option: ``wake_at(d, None)`` for every delivery, in one statement; each is
+        removed only if it is still the delivery that was taken (as ``wake_at`` decides)."""
+        receipts = [self._receipt(d) for d in deliveries]
+        if not deliveries:
+            return
+        params = {"namespace": self.namespace, "workflows": [d.workflow for d in deliveries],
+                  "receipts": [r.visible_at for r in receipts]}
+        async with statement(self.pool, f"answering {len(deliveries)} deliveries") as conn:
+            await conn.execute(self.FINISH_MANY, params)
+
+    def _receipt(self, delivery: Delivery) -> _Receipt:
         receipt = delivery.receipt
         if not isinstance(receipt, _Receipt) or receipt.namespace != self.namespace:
             raise InvalidInput(
                 f"{delivery!r} was not handed out by a PostgresScheduler of namespace {self.namespace!r}"
             )
+        return receipt
+
+    async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
+        """See ``Scheduler.wake_at``."""
+        check_time("wake_at at", at)
+        receipt = self._receipt(delivery)
         params = {
             "namespace": self.namespace,
             "workflow": delivery.workflow,
             "receipt": receipt.visible_at,
             "at": at,
         }
-        async with connect(self.pool, f"answering for {delivery.workflow!r}") as conn:
+        async with statement(self.pool, f"answering for {delivery.workflow!r}") as conn:
             await conn.execute(self.FINISH if at is None else self.WAKE_AT, params)
 
     async def cancel(self, workflow: str) -> None:
         """See ``Scheduler.cancel``."""
         check_workflow(workflow)
         check_text(workflow)
-        async with connect(self.pool, f"cancelling {workflow!r}", workflow) as conn:
+        async with statement(self.pool, f"cancelling {workflow!r}", workflow) as conn:
             await self._cancel_on(conn, workflow)
 
     async def _cancel_on(self, conn: psycopg.AsyncConnection[Any], workflow: str) -> None:

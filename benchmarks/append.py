@@ -1,0 +1,247 @@
+"""Append throughput: concurrent appends spread over 1, 10 and 1,000 workflows, every store, with
+pgbench running PostgresCheckpointer's own APPEND statement as the Postgres ceiling; then a check
+that nothing was lost (every returned key loads back with its value, keys distinct, none extra).
+
+    python -m benchmarks.append [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import re
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from ._common import (
+    machine,
+    parser,
+    plot,
+    postgres_settings,
+    ratio,
+    report_dir,
+    save_json,
+    servers,
+    table,
+    write_summary,
+)
+from .take import pgbench_statement
+
+CONCURRENCY = 16
+TARGETS = (1, 10, 1000)
+STORES = ("memory", "sqlite", "postgres", "redis")
+
+
+@contextlib.asynccontextmanager
+async def checkpointer(kind: str, urls: dict[str, str]) -> AsyncIterator[Any]:
+    if kind == "memory":
+        from without_durability import MemoryCheckpointer
+
+        yield MemoryCheckpointer()
+    elif kind == "sqlite":
+        from without_durability import SqliteDurable
+
+        with tempfile.TemporaryDirectory(prefix="wd-append-") as tmp:
+            async with await SqliteDurable.open(Path(tmp) / "append.db") as durable:
+                yield durable.checkpointer
+    elif kind == "postgres":
+        from without_durability.testing.stores.postgres import fresh_schema
+        from without_durability_postgres import PostgresCheckpointer
+
+        async with fresh_schema(urls["postgres"], min_size=CONCURRENCY, max_size=CONCURRENCY) as (pool, _):
+            yield PostgresCheckpointer(pool=pool)
+    else:
+        from redis.asyncio import Redis
+
+        from without_durability_redis import RedisCheckpointer
+
+        client = Redis.from_url(urls["redis"], max_connections=CONCURRENCY * 2)
+        try:
+            await client.flushdb()
+            yield RedisCheckpointer(client)
+        finally:
+            await client.aclose()
+
+
+async def run_ours(kind: str, k: int, m: int, urls: dict[str, str], seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    plan = [(str(rng.randrange(1, k + 1)), {"n": i}) for i in range(m)]
+    got: list[tuple[str, str, object]] = []
+    async with checkpointer(kind, urls) as cp:
+        queue = iter(plan)
+
+        async def appender() -> None:
+            for workflow, value in queue:
+                got.append((workflow, await cp.append(workflow, value), value))
+
+        start = time.perf_counter()
+        await asyncio.gather(*(appender() for _ in range(CONCURRENCY)))
+        seconds = time.perf_counter() - start
+        # The check: every acknowledged append loads back under its key, with its value; keys are
+        # distinct; and a workflow holds nothing that was not acknowledged.
+        by_wf: dict[str, dict[str, object]] = {}
+        for workflow, key, value in got:
+            by_wf.setdefault(workflow, {})[key] = value
+        lost = wrong = extra = dup = 0
+        order_broken = 0
+        for workflow, want in by_wf.items():
+            loaded = await cp.load(workflow)
+            dup += sum(1 for w, _, _ in got if w == workflow) - len(want) if k == 1 else 0
+            lost += sum(1 for key in want if key not in loaded)
+            wrong += sum(1 for key, v in want.items() if key in loaded and loaded[key] != v)
+            extra += sum(1 for key in loaded if key not in want)
+            keys = list(loaded)
+            order_broken += keys != sorted(keys)
+    if k != 1:
+        dup = len(got) - sum(len(v) for v in by_wf.values())
+    return {"store": kind, "targets": k, "appends": m, "seconds": seconds, "rate": len(got) / seconds,
+            "lost": lost, "duplicated_keys": dup, "wrong_value": wrong, "unacknowledged_extra": extra,
+            "order_broken_workflows": order_broken}
+
+
+async def run_deliver(url: str, mode: str, m: int, seed: int) -> dict[str, Any]:
+    """``PostgresDurable.deliver`` (append + schedule, one commit) to 1,000 workflows, with the wakeup
+    NOTIFY ``off``, ``after`` the commit and coalesced (what ships), or ``inside`` the transaction
+    (the naive way, which takes a database-wide lock at every commit)."""
+    from without_durability.testing.stores.postgres import fresh_schema
+    from without_durability_postgres import PostgresCheckpointer, PostgresDurable, PostgresScheduler
+    from without_durability_postgres._boundary import connect
+    from without_durability_postgres.wakeup import CHANNEL, NOTIFY
+
+    class NotifyInside(PostgresDurable):
+        async def deliver(self, workflow: str, message: object) -> str:
+            cp = self.checkpointer
+            encoded = cp._encode(workflow, "inbox/", message)
+            async with connect(self.pool, "deliver") as conn:
+                key = await cp._append_on(conn, workflow, encoded)
+                await self.scheduler._schedule_on(conn, workflow)
+                await conn.execute(NOTIFY, {"channel": CHANNEL, "namespace": self.scheduler.namespace})
+            return key
+
+    rng = random.Random(seed)
+    plan = [(f"d-{rng.randrange(1000)}", {"n": i}) for i in range(m)]
+    async with fresh_schema(url, min_size=CONCURRENCY + 1, max_size=CONCURRENCY + 2) as (pool, schema):
+        sched = PostgresScheduler(pool, namespace=schema, notify=(mode == "after"))
+        cls = NotifyInside if mode == "inside" else PostgresDurable
+        durable = cls(PostgresCheckpointer(pool=pool), sched)
+        queue = iter(plan)
+        acked = 0
+
+        async def one() -> None:
+            nonlocal acked
+            for workflow, value in queue:
+                await durable.deliver(workflow, value)
+                acked += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(CONCURRENCY)))
+        seconds = time.perf_counter() - start
+        if sched.notifier is not None:
+            await sched.notifier.flush()
+        async with pool.connection() as conn:
+            rows = (await (await conn.execute("SELECT count(*) FROM workflow_checkpoint")).fetchone() or [0])[0]
+    return {"store": f"postgres-deliver-notify-{mode}", "targets": 1000, "appends": m, "seconds": seconds,
+            "rate": acked / seconds, "lost": acked - rows,
+            "notifies_sent": None if sched.notifier is None else sched.notifier.sent}
+
+
+async def run_pgbench(url: str, k: int, m: int, folder: Path) -> dict[str, Any]:
+    from without_durability.testing.stores.postgres import fresh_schema
+    from without_durability_postgres import PostgresCheckpointer
+
+    script = folder / "pgbench_append.sql"
+    script.write_text(f"\\set k random(1, {k})\n"
+                      + pgbench_statement(PostgresCheckpointer.APPEND, {"workflow": "k"}) + ";\n")
+    match = re.match(r"postgresql://(\w+)@([\d.]+):(\d+)/(\w+)", url)
+    assert match, url
+    user, host, port, db = match.groups()
+    per = m // CONCURRENCY
+    async with fresh_schema(url, min_size=1, max_size=2) as (pool, schema):
+        env = {**os.environ, "PGOPTIONS": f"-c search_path={schema}"}
+        cmd = ["pgbench", "-n", "-M", "prepared", "-h", host, "-p", port, "-U", user, "-c", str(CONCURRENCY),
+               "-j", "2", "-t", str(per), "-D", 'value={"n": 1}', "-f", str(script), db]
+        out = await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, env=env, timeout=600)
+        async with pool.connection() as conn:
+            rows = (await (await conn.execute("SELECT count(*) FROM workflow_checkpoint")).fetchone() or [0])[0]
+    tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out.stdout)
+    return {"store": "pgbench", "targets": k, "appends": per * CONCURRENCY, "rate": float(tps[1]) if tps else None,
+            "lost": per * CONCURRENCY - rows, "returncode": out.returncode,
+            "stderr": out.stderr.strip()[-400:] if out.returncode else ""}
+
+
+async def main(folder: Path, quick: bool) -> dict[str, Any]:
+    m = 800 if quick else 4000
+    rows: list[dict[str, Any]] = []
+    with servers("postgres", "redis") as srv:
+        urls = {"postgres": srv["postgres"].url, "redis": srv["redis"].url}
+        settings = await postgres_settings(urls["postgres"])
+        for kind in STORES:
+            for k in TARGETS:
+                t0 = time.perf_counter()
+                try:
+                    rows.append(await run_ours(kind, k, m, urls, seed=k))
+                except Exception as exc:
+                    rows.append({"store": kind, "targets": k, "error": f"{type(exc).__name__}: {exc}"})
+                print(f"  {kind} targets={k}: {time.perf_counter() - t0:.1f}s", flush=True)
+        for k in TARGETS:
+            rows.append(await run_pgbench(urls["postgres"], k, m, folder))
+        for mode in ("off", "after", "inside", "off", "after", "inside"):
+            rows.append(await run_deliver(urls["postgres"], mode, m, seed=7))
+
+    def rate(store: str, k: int) -> float | None:
+        return next((r.get("rate") for r in rows if r["store"] == store and r["targets"] == k), None)
+
+    ratios = [{"targets": k, "postgres/pgbench": ratio(rate("postgres", k), rate("pgbench", k))} for k in TARGETS]
+
+    def deliver_rate(mode: str) -> float | None:
+        got = [r["rate"] for r in rows if r["store"] == f"postgres-deliver-notify-{mode}"]
+        return statistics.median(got) if got else None
+
+    deliver = {"off": deliver_rate("off"), "after (ships)": deliver_rate("after"),
+               "inside the transaction": deliver_rate("inside")}
+    notify_ratios = {"after/off": ratio(deliver["after (ships)"], deliver["off"]),
+                     "inside/off": ratio(deliver["inside the transaction"], deliver["off"])}
+    names = [*STORES, "pgbench"]
+    plot(folder, "append", f"Append throughput ({CONCURRENCY} concurrent appenders)", "workflows appended to",
+         "appends/s", {s: (list(TARGETS), [rate(s, k) for k in TARGETS]) for s in names}, logy=True)
+    losses = {s: sum(int(r.get("lost", 0) or 0) + int(r.get("duplicated_keys", 0) or 0)
+                     + int(r.get("wrong_value", 0) or 0) + int(r.get("unacknowledged_extra", 0) or 0)
+                     for r in rows if r["store"] == s) for s in names}
+    t = table(["store", *[f"{k} wf" for k in TARGETS], "lost/dup/wrong"],
+              [[s, *[rate(s, k) for k in TARGETS], losses[s]] for s in names])
+    rt = table(list(ratios[0]), [list(r.values()) for r in ratios])
+    dt = table(["deliver with NOTIFY", "deliveries/s (median of 2)"], [[k, v] for k, v in deliver.items()])
+    result = {"benchmark": "append", "appends": m, "concurrency": CONCURRENCY, "machine": machine(),
+              "postgres_settings": settings, "rows": rows, "ratios": ratios, "deliver": deliver,
+              "notify_ratios": notify_ratios}
+    save_json(folder, "append", result)
+    errors = [r for r in rows if "error" in r]
+    text = (f"# Append throughput\n\n{m} appends per point by {CONCURRENCY} concurrent appenders, "
+            f"appends/s.\n\n{t}\n\n## Ratios\n\n{rt}\n\n## What the wakeup NOTIFY costs a writer\n\n"
+            f"PostgresDurable.deliver to 1,000 workflows, {CONCURRENCY} concurrent.\n\n{dt}\n\n"
+            f"Ratios: {notify_ratios}\n")
+    if errors:
+        text += "\n## Errors\n\n" + "\n".join(f"- {e['store']} {e['targets']}: {e['error']}" for e in errors)
+    write_summary(folder, "append", text)
+    print(t)
+    print()
+    print(rt)
+    print()
+    print(dt)
+    for e in errors:
+        print("ERROR", e)
+    return result
+
+
+if __name__ == "__main__":
+    args = parser(__doc__ or "").parse_args()
+    out = report_dir(args.out)
+    asyncio.run(main(out, args.quick))
+    print(f"\nreport: {out}")

@@ -1,0 +1,144 @@
+"""Every benchmark in one run, into one report folder, with the headline table the README quotes.
+
+    python -m benchmarks.run_all [--quick] [--soak-minutes 10] [--out DIR]
+
+``--only pickup --out reports/bench/<time>`` re-runs one part into an existing report and rebuilds
+its summary from the parts' JSON files (each keeps its own time and machine load).
+
+Runs, in order: take throughput, append throughput, pickup latency, locust load, then the worker
+memory soak (last and alone, so its load does not disturb the other figures; ``--soak-minutes 0``
+skips it). Writes ``summary.md`` (the headline table, then each benchmark's own summary), the JSON,
+PNG and CSV files of each, and prints the headline table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from . import append, load, memory_soak, pickup, take
+from ._common import fmt, machine, parser, report_dir, table
+
+
+def headline(results: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    """The summary table: each ratio or figure, what it is measured against, and the target."""
+    rows: list[dict[str, Any]] = []
+
+    def add(figure: str, value: Any, target: str = "", met: bool | None = None, context: str = "") -> None:
+        rows.append({"figure": figure, "value": value, "target": target,
+                     "met": "-" if met is None else ("yes" if met else "NO"), "context": context})
+
+    t = results.get("take")
+    if t:
+        r8 = next((r for r in t["ratios"] if r["workers"] == 8), {})
+        rate = {(r["system"], r.get("workers")): r.get("rate") for r in t["rows"] if "rate" in r}
+        pg8, bench8 = rate.get(("postgres", 8)), rate.get(("pgbench", 8))
+        v = r8.get("pg/pgbench")
+        add("Postgres take / pgbench on the same statements, 8 workers", v, ">= 0.7",
+            None if v is None else v >= 0.7, f"{fmt(pg8)} vs {fmt(bench8)} deliveries/s")
+        add("psycopg alone (same statements, no library) / pgbench, 8 workers", r8.get("psycopg-raw/pgbench"),
+            "", None, "the Python driver's own share of the gap")
+        add("Postgres take / psycopg alone, 8 workers", r8.get("pg/psycopg-raw"), "", None,
+            "this library's share of the gap")
+        for b in ("b1", "b10"):
+            v = r8.get(f"pg/pgqueuer-{b}")
+            add(f"Postgres take (unbatched) / PgQueuer (batch {b[1:]}), 8 workers", v, "> 1",
+                None if v is None else v > 1, f"PgQueuer {fmt(rate.get((f'pgqueuer-{b}', 8)))}/s")
+        v = r8.get("pg-batch10/pgqueuer-b10")
+        add("Postgres batched take (take_many/finish_many 10) / PgQueuer (batch 10), 8 workers", v, "> 1",
+            None if v is None else v > 1, f"batched {fmt(rate.get(('postgres-batch10', 8)))}/s")
+        add("Postgres take / naive FOR UPDATE (no SKIP LOCKED), 8 workers", r8.get("pg/naive"), "",
+            None, f"naive {fmt(rate.get(('postgres-naive', 8)))}/s")
+        add("Postgres batched take_many+finish_many(10) / unbatched, 8 workers", r8.get("pg-batch10/pg"),
+            "", None, f"batched {fmt(rate.get(('postgres-batch10', 8)))}/s")
+        for kind in ("set", "stream"):
+            add(f"Redis {kind} TAKE / redis-benchmark on the same script, 8 workers",
+                r8.get(f"{kind}-take/redis-benchmark"), "", None,
+                f"ours take+answer {fmt(rate.get((f'redis-{kind}', 8)))}/s")
+        add("redis-py alone (same set TAKE script) / redis-benchmark, 8 workers",
+            r8.get("redis-py-raw/redis-benchmark"), "", None, "the Python driver's own share of the gap")
+        add("SQLite take+answer, 8 workers (deliveries/s)", rate.get(("sqlite", 8)))
+        lost = sum(int(r.get("lost", 0)) + int(r.get("duplicated", 0)) for r in t["rows"])
+        add("Take: deliveries lost or duplicated (every run)", lost, "0", lost == 0)
+    a = results.get("append")
+    if a:
+        for r in a["ratios"]:
+            add(f"Postgres append / pgbench APPEND, {r['targets']} workflows", r["postgres/pgbench"])
+        bad = sum(int(r.get(k, 0) or 0) for r in a["rows"]
+                  for k in ("lost", "duplicated_keys", "wrong_value", "unacknowledged_extra"))
+        add("Append: lost, duplicated or wrong (every store)", bad, "0", bad == 0)
+    p = results.get("pickup")
+    if p:
+        for r in p["rows"]:
+            if r.get("wakeup") and "p50_ms" in r:
+                ok = r["p50_ms"] < 10 if r["store"] == "postgres" else None
+                add(f"Pickup p50 ms, {r['store']} + wakeup, poll {fmt(r['poll_ms'])} ms", r["p50_ms"],
+                    "< 10" if r["store"] == "postgres" else "", ok,
+                    f"p99 {fmt(r['p99_ms'])} ms; the arrive call alone {fmt(r.get('arrive_call_p50_ms'))} ms, "
+                    f"its commit to the pass {fmt(r.get('after_arrive_p50_ms'))} ms")
+        for r in p["rows"]:
+            if not r.get("wakeup") and r["store"] == "postgres" and "p50_ms" in r:
+                add(f"Pickup p50 ms, postgres polling, poll {fmt(r['poll_ms'])} ms", r["p50_ms"], "", None,
+                    f"p99 {fmt(r['p99_ms'])} ms")
+    lo = results.get("load")
+    if lo:
+        for r in lo["rows"]:
+            c = r["check"]
+            bad = int(c.get("duplicates", 0)) + sum(int(c.get(k, 0)) for k in ("lost", "wrong", "unacknowledged_extra"))
+            add(f"Locust {r['locustfile']} on {r['store']}: ops/s ({r['users']} users)", r["ops_per_s"], "",
+                None, f"p99 {r['p99_ms']} ms, failures {r['failures']}, lost/dup {bad}")
+    m = results.get("memory_soak")
+    if m:
+        add(f"Worker RSS change over {fmt(m['minutes'])} min take run", f"{m['change']:+.1%}", "within 10%",
+            m["flat_within_10pct"], f"{fmt(m['rss_after_warmup_mb'])} -> {fmt(m['rss_last_minute_mb'])} MiB, "
+            f"{m['passes']} passes")
+    text = table(["figure", "value", "target", "met", "context"], [list(r.values()) for r in rows])
+    return text, rows
+
+
+async def main(folder: Path, quick: bool, soak_minutes: float, only: set[str] | None = None) -> dict[str, Any]:
+    results: dict[str, Any] = {"machine_at_start": machine()}
+    steps = [("take", lambda: take.main(folder, quick)), ("append", lambda: append.main(folder, quick)),
+             ("pickup", lambda: pickup.main(folder, quick)), ("load", lambda: load.main(folder, quick))]
+    if soak_minutes > 0:
+        steps.append(("memory_soak", lambda: memory_soak.main(folder, soak_minutes, 8, 300.0)))
+    for name, step in steps:
+        if only and name not in only:
+            saved = folder / f"{name}.json"
+            if saved.exists():  # a part kept from an earlier run into this folder (its own time inside)
+                results[name] = json.loads(saved.read_text())
+            continue
+        print(f"== {name}", flush=True)
+        t0 = time.perf_counter()
+        results[name] = await step()
+        print(f"== {name} done in {time.perf_counter() - t0:.0f}s\n", flush=True)
+    results["machine_at_end"] = machine()
+    text, rows = headline(results)
+    parts = [f"# Benchmarks, {results['machine_at_start']['when']}\n",
+             "Ratios are the figures to read (this machine is shared and noisy); absolute rates are "
+             "context.\n", text, "",
+             f"Machine at start: {json.dumps(results['machine_at_start'])}  ",
+             f"Machine at end: {json.dumps(results['machine_at_end'])}", ""]
+    for name in ("take", "append", "pickup", "load", "memory_soak"):
+        path = folder / f"{name}.md"
+        if path.exists():
+            parts.append(path.read_text().replace("\n# ", "\n## ", 1).replace("# ", "## ", 1))
+    (folder / "summary.md").write_text("\n".join(parts))
+    (folder / "headline.json").write_text(json.dumps(rows, indent=2, default=str) + "\n")
+    print(text)
+    return results
+
+
+if __name__ == "__main__":
+    p = parser(__doc__ or "")
+    p.add_argument("--soak-minutes", type=float, default=10.0)
+    p.add_argument("--only", help="comma-separated parts to (re)run into --out; the others are read "
+                   "from their JSON already there (take, append, pickup, load, memory_soak)")
+    args = p.parse_args()
+    out = report_dir(args.out)
+    only = set(args.only.split(",")) if args.only else None
+    asyncio.run(main(out, args.quick, 0.5 if args.quick and args.soak_minutes > 0 else args.soak_minutes, only))
+    print(f"\nreport: {out}/summary.md")

@@ -1,0 +1,572 @@
+"""Take throughput: deliveries taken and answered per second against worker count, on a pre-filled
+queue, for every scheduler; beside it, in the same run, the ceilings (pgbench running
+PostgresScheduler's own TAKE and FINISH statements, redis-benchmark running the shipped TAKE
+scripts), a naive FOR UPDATE without SKIP LOCKED, and PgQueuer draining the same number of jobs.
+
+    python -m benchmarks.take [--quick] [--out DIR]
+
+A "worker" here is one asyncio task looping take -> wake_at(None) on its own pooled connection: the
+scheduler's part of a Worker, without a workflow body. Every run checks that each pre-filled
+workflow was handed out exactly once (nothing lost, nothing duplicated) and the queue is empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import csv
+import io
+import os
+import re
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from ._common import (
+    WORKERS,
+    check_exactly_once,
+    machine,
+    parser,
+    plot,
+    postgres_settings,
+    ratio,
+    report_dir,
+    save_json,
+    servers,
+    table,
+    write_summary,
+)
+
+VISIBILITY = timedelta(minutes=10)
+NAMESPACE = "bench"
+PARAM = re.compile(r"%\((\w+)\)s")
+
+
+# -- rendering our own statements for pgbench -------------------------------------------------
+
+
+def pgbench_statement(statement: str, rename: dict[str, str] | None = None) -> str:
+    """A psycopg statement (``%(name)s`` parameters) as pgbench SQL (``:name`` variables), renamed
+    where the variable holds another statement's result. Nothing else in the text changes."""
+    rename = rename or {}
+    out = PARAM.sub(lambda m: ":" + rename.get(m[1], m[1]), statement.strip())
+    return out.replace("%%", "%")
+
+
+def pgbench_script() -> str:
+    """One pgbench transaction = one delivery: PostgresScheduler.TAKE (its row kept with \\gset),
+    then PostgresScheduler.FINISH with the receipt that take returned."""
+    from without_durability_postgres import PostgresScheduler
+
+    take = pgbench_statement(PostgresScheduler.TAKE)
+    finish = pgbench_statement(PostgresScheduler.FINISH,
+                               {"workflow": "take_workflow", "receipt": "take_visibility"})
+    return f"{take}\n\\gset take_\n{finish};\n"
+
+
+# -- Postgres ---------------------------------------------------------------------------------
+
+
+def workflow_ids(n: int) -> list[str]:
+    return [f"wf-{i:08d}" for i in range(n)]
+
+
+PREFILL = """
+INSERT INTO workflow_queue (namespace, workflow, visibility)
+SELECT %(namespace)s, 'wf-' || lpad(i::text, 8, '0'),
+       now() - interval '1 hour' + i * interval '1 microsecond'
+  FROM generate_series(0, %(n)s - 1) AS i
+"""
+
+
+async def drain(take: Callable[[], Awaitable[Any]], answer: Callable[[Any], Awaitable[None]] | None,
+                n: int, workers: int, limit: float = 300.0) -> dict[str, Any]:
+    """``workers`` tasks loop take (and answer, unless None) until all ``n`` were taken. A take that
+    finds nothing while some are still untaken counts as a spurious empty (a naive FOR UPDATE
+    does that) and is retried."""
+    got: list[str] = []
+    state = {"empty": 0}
+    deadline = time.monotonic() + limit
+
+    async def one() -> None:
+        while time.monotonic() < deadline:
+            d = await take()
+            if d is None:
+                if len(got) >= n:
+                    return
+                state["empty"] += 1
+                await asyncio.sleep(0)
+                continue
+            got.append(d.workflow)
+            if answer is not None:
+                await answer(d)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(workers)))
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "rate": len(got) / seconds, "taken": got, "empty_takes": state["empty"]}
+
+
+async def postgres_ours(url: str, n: int, counts: Sequence[int], naive: bool) -> list[dict[str, Any]]:
+    from without_durability.testing.stores.postgres import fresh_schema
+    from without_durability_postgres import PostgresScheduler
+
+    class NaiveScheduler(PostgresScheduler):
+        TAKE = PostgresScheduler.TAKE.replace("FOR UPDATE SKIP LOCKED", "FOR UPDATE")
+
+    assert NaiveScheduler.TAKE != PostgresScheduler.TAKE
+    cls = NaiveScheduler if naive else PostgresScheduler
+    rows = []
+    for w in counts:
+        async with fresh_schema(url, min_size=w, max_size=w) as (pool, _):
+            async with pool.connection() as conn:
+                await conn.execute(PREFILL, {"namespace": NAMESPACE, "n": n})
+            sched = cls(pool, namespace=NAMESPACE)
+            r = await drain(lambda s=sched: s.take(VISIBILITY),
+                            lambda d, s=sched: s.wake_at(d, None), n, w)
+            async with pool.connection() as conn:
+                left = (await (await conn.execute("SELECT count(*) FROM workflow_queue")).fetchone() or [0])[0]
+        check = check_exactly_once("pg", workflow_ids(n), r.pop("taken"))
+        rows.append({"system": "postgres-naive" if naive else "postgres", "workers": w, "n": n,
+                     **r, **check, "left_in_queue": left})
+    return rows
+
+
+async def postgres_batched(url: str, n: int, counts: Sequence[int], batch: int) -> list[dict[str, Any]]:
+    """The batching option: each worker loops take_many(batch) -> finish_many(those)."""
+    from without_durability.testing.stores.postgres import fresh_schema
+    from without_durability_postgres import PostgresScheduler
+
+    rows = []
+    for w in counts:
+        async with fresh_schema(url, min_size=w, max_size=w) as (pool, _):
+            async with pool.connection() as conn:
+                await conn.execute(PREFILL, {"namespace": NAMESPACE, "n": n})
+            sched = PostgresScheduler(pool, namespace=NAMESPACE)
+            got: list[str] = []
+
+            async def one(s: PostgresScheduler = sched, out: list[str] = got) -> None:
+                while ds := await s.take_many(VISIBILITY, batch):
+                    out.extend(d.workflow for d in ds)
+                    await s.finish_many(ds)
+
+            start = time.perf_counter()
+            await asyncio.gather(*(one() for _ in range(w)))
+            seconds = time.perf_counter() - start
+            async with pool.connection() as conn:
+                left = (await (await conn.execute("SELECT count(*) FROM workflow_queue")).fetchone() or [0])[0]
+        check = check_exactly_once("pg-batch", workflow_ids(n), got)
+        rows.append({"system": f"postgres-batch{batch}", "workers": w, "n": n, "seconds": seconds,
+                     "rate": len(got) / seconds, **check, "left_in_queue": left})
+    return rows
+
+
+async def psycopg_raw(url: str, n: int, counts: Sequence[int]) -> list[dict[str, Any]]:
+    """The same TAKE and FINISH through psycopg directly (one autocommit connection per worker, no
+    pool, none of this library's code): what the Python driver alone reaches, so the gap to pgbench
+    can be split into the driver's share and ours."""
+    import psycopg
+
+    from without_durability.testing.stores.postgres import fresh_schema
+    from without_durability_postgres import PostgresScheduler
+
+    rows = []
+    for w in counts:
+        async with fresh_schema(url, min_size=1, max_size=1) as (pool, schema):
+            async with pool.connection() as conn:
+                await conn.execute(PREFILL, {"namespace": NAMESPACE, "n": n})
+            conns = [await psycopg.AsyncConnection.connect(url, autocommit=True,
+                                                           options=f"-c search_path={schema}")
+                     for _ in range(w)]
+            got: list[str] = []
+
+            async def one(c: psycopg.AsyncConnection[Any], out: list[str] = got) -> None:
+                params: dict[str, Any] = {"namespace": NAMESPACE, "visibility": VISIBILITY}
+                while row := await (await c.execute(PostgresScheduler.TAKE, params)).fetchone():
+                    out.append(row[0])
+                    await c.execute(PostgresScheduler.FINISH,
+                                    {"namespace": NAMESPACE, "workflow": row[0], "receipt": row[1]})
+
+            try:
+                start = time.perf_counter()
+                await asyncio.gather(*(one(c) for c in conns))
+                seconds = time.perf_counter() - start
+            finally:
+                for c in conns:
+                    await c.close()
+            async with pool.connection() as conn:
+                left = (await (await conn.execute("SELECT count(*) FROM workflow_queue")).fetchone() or [0])[0]
+        check = check_exactly_once("raw", workflow_ids(n), got)
+        rows.append({"system": "psycopg-raw", "workers": w, "n": n, "seconds": seconds,
+                     "rate": len(got) / seconds, **check, "left_in_queue": left})
+    return rows
+
+
+async def pgbench(url: str, n: int, counts: Sequence[int], folder: Path) -> list[dict[str, Any]]:
+    import psycopg
+
+    from without_durability.testing.stores.postgres import fresh_schema
+
+    script = folder / "pgbench_take.sql"
+    script.write_text(pgbench_script())
+    m = re.match(r"postgresql://(\w+)@([\d.]+):(\d+)/(\w+)", url)
+    assert m, url
+    user, host, port, db = m.groups()
+    rows = []
+    for w in counts:
+        async with fresh_schema(url, min_size=1, max_size=2) as (pool, schema):
+            async with pool.connection() as conn:
+                await conn.execute(PREFILL, {"namespace": NAMESPACE, "n": n})
+            per_client = n // w
+            env = {**os.environ, "PGOPTIONS": f"-c search_path={schema}"}
+            cmd = ["pgbench", "-n", "-M", "prepared", "-h", host, "-p", port, "-U", user,
+                   "-c", str(w), "-j", str(min(w, 2)), "-t", str(per_client),
+                   "-D", f"namespace={NAMESPACE}", "-D", f"visibility={int(VISIBILITY.total_seconds())} seconds",
+                   "-f", str(script), db]
+            out = await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, env=env,
+                                          timeout=600)
+            tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out.stdout)
+            failed = re.search(r"number of failed transactions: (\d+)", out.stdout)
+            async with pool.connection() as conn:
+                left = (await (await conn.execute("SELECT count(*) FROM workflow_queue")).fetchone() or [0])[0]
+        done = per_client * w
+        rows.append({"system": "pgbench", "workers": w, "n": done,
+                     "rate": float(tps[1]) if tps else None,
+                     "failed": int(failed[1]) if failed else None,
+                     "left_in_queue": left - (n - done), "returncode": out.returncode,
+                     "stderr": out.stderr.strip()[-500:] if out.returncode else ""})
+    del psycopg
+    return rows
+
+
+def acknowledger(done: list[str], stamps: list[float]) -> Callable[[Any], Awaitable[None]]:
+    """A PgQueuer entrypoint that only notes the job and when (returning acknowledges it)."""
+    from pgqueuer.models import Job
+
+    async def job(j: Job) -> None:
+        done.append(str(j.id))
+        stamps.append(time.perf_counter())
+
+    return job
+
+
+async def pgqueuer_runs(url: str, n: int, counts: Sequence[int], batch: int) -> list[dict[str, Any]]:
+    """PgQueuer (its QueueManager, drain mode) on its own database: ``w`` managers, each on its own
+    connection, dequeue ``batch`` at a time and acknowledge ``n`` jobs."""
+    import psycopg
+    from pgqueuer import QueueManager
+    from pgqueuer.queries import Queries
+    from pgqueuer.types import QueueExecutionMode
+
+    base = url.rsplit("/", 1)[0]
+    dburl = f"{base}/pgqueuer_bench"
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
+        exists = await (await admin.execute(
+            "SELECT 1 FROM pg_database WHERE datname = 'pgqueuer_bench'")).fetchone()
+        if not exists:
+            await admin.execute("CREATE DATABASE pgqueuer_bench")
+    async with await psycopg.AsyncConnection.connect(dburl, autocommit=True) as conn:
+        q = Queries.from_psycopg_connection(conn)
+        if not await q.schema_is_installed():
+            await q.install()
+    rows = []
+    for w in counts:
+        async with await psycopg.AsyncConnection.connect(dburl, autocommit=True) as conn:
+            await conn.execute("TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics")
+            q = Queries.from_psycopg_connection(conn)
+            ids: list[int] = []
+            for start in range(0, n, 1000):
+                k = min(1000, n - start)
+                ids += [int(i) for i in await q.enqueue(["bench"] * k, [b"x"] * k, [0] * k)]
+        done: list[str] = []
+        stamps: list[float] = []
+        conns = [await psycopg.AsyncConnection.connect(dburl, autocommit=True) for _ in range(w)]
+        try:
+            managers = []
+            for c in conns:
+                qm = QueueManager(Queries.from_psycopg_connection(c))
+                qm.entrypoint("bench")(acknowledger(done, stamps))
+                managers.append(qm)
+            start = time.perf_counter()
+            await asyncio.wait_for(asyncio.gather(*(
+                qm.run(mode=QueueExecutionMode.drain, batch_size=batch,
+                       dequeue_timeout=timedelta(seconds=1), log_aggregation_interval=timedelta(0))
+                for qm in managers)), 600)
+            seconds = time.perf_counter() - start
+        finally:
+            for c in conns:
+                await c.close()
+        async with await psycopg.AsyncConnection.connect(dburl, autocommit=True) as conn:
+            left = (await (await conn.execute("SELECT count(*) FROM pgqueuer")).fetchone() or [0])[0]
+        check = check_exactly_once("pgq", [str(i) for i in ids], done)
+        # A QueueManager spends a few fixed seconds starting and draining (about 5 s here whatever
+        # the job count), so the rate is taken over the jobs themselves: first handled to last.
+        busy = max(stamps) - min(stamps) if len(stamps) > 1 else seconds
+        rows.append({"system": f"pgqueuer-b{batch}", "workers": w, "n": n, "seconds": busy,
+                     "wall_seconds_with_start_and_drain": seconds,
+                     "rate": (len(done) - 1) / busy, **check, "left_in_queue": left})
+    return rows
+
+
+# -- Redis ------------------------------------------------------------------------------------
+
+
+async def redis_runs(url: str, n: int, counts: Sequence[int]) -> list[dict[str, Any]]:
+    from redis.asyncio import Redis
+
+    from without_durability_redis import RedisSetScheduler, RedisStreamScheduler
+
+    rows = []
+    client = Redis.from_url(url, max_connections=64)
+    try:
+        for kind, cls in (("redis-set", RedisSetScheduler), ("redis-stream", RedisStreamScheduler)):
+            for w in counts:
+                for answered in (True, False):
+                    await client.flushdb()
+                    sched = cls(client, namespace=NAMESPACE)
+                    ids = workflow_ids(n)
+                    for i in range(0, n, 50):
+                        await asyncio.gather(*(sched.schedule(x) for x in ids[i:i + 50]))
+                    r = await drain(lambda s=sched: s.take(VISIBILITY),
+                                    (lambda d, s=sched: s.wake_at(d, None)) if answered else None, n, w)
+                    check = check_exactly_once(kind, ids, r.pop("taken"))
+                    rows.append({"system": kind if answered else f"{kind}-take-only", "workers": w,
+                                 "n": n, **r, **check})
+    finally:
+        await client.aclose()
+    return rows
+
+
+async def redis_py_raw(url: str, n: int, counts: Sequence[int]) -> list[dict[str, Any]]:
+    """The shipped set TAKE script through redis-py's EVALSHA directly (none of this library's code):
+    the Python driver's own rate, to split the gap to redis-benchmark."""
+    from redis.asyncio import Redis
+
+    from without_durability_redis import RedisSetScheduler, script_source
+    from without_durability_redis._scripts import span
+
+    rows = []
+    client = Redis.from_url(url, max_connections=64)
+    try:
+        for w in counts:
+            await client.flushdb()
+            sched = RedisSetScheduler(client, namespace=NAMESPACE)
+            ids = workflow_ids(n)
+            for i in range(0, n, 50):
+                await asyncio.gather(*(sched.schedule(x) for x in ids[i:i + 50]))
+            sha = await client.script_load(script_source("set_take"))
+            got: list[str] = []
+
+            async def one(out: list[str] = got, key: str = sched.key, sha: str = sha) -> None:
+                while reply := await client.evalsha(sha, 1, key, span(VISIBILITY)):
+                    out.append(reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0]))
+
+            start = time.perf_counter()
+            await asyncio.gather(*(one() for _ in range(w)))
+            seconds = time.perf_counter() - start
+            check = check_exactly_once("redis-py", ids, got)
+            rows.append({"system": "redis-py-raw-set-take-only", "workers": w, "n": n, "seconds": seconds,
+                         "rate": len(got) / seconds, **check})
+    finally:
+        await client.aclose()
+    return rows
+
+
+async def redis_benchmark(url: str, port: int, n: int, counts: Sequence[int]) -> list[dict[str, Any]]:
+    """redis-benchmark sending EVALSHA of the shipped TAKE scripts (the same text our client loads)."""
+    from redis.asyncio import Redis
+
+    from without_durability_redis import RedisSetScheduler, RedisStreamScheduler, script_source
+    from without_durability_redis._scripts import span
+
+    rows = []
+    client = Redis.from_url(url)
+    try:
+        for kind, cls, name in (("redis-set", RedisSetScheduler, "set_take"),
+                                ("redis-stream", RedisStreamScheduler, "stream_take")):
+            for w in counts:
+                await client.flushdb()
+                sched: Any = cls(client, namespace=NAMESPACE)
+                ids = workflow_ids(n)
+                for i in range(0, n, 50):
+                    await asyncio.gather(*(sched.schedule(x) for x in ids[i:i + 50]))
+                sha = await client.script_load(script_source(name))
+                if kind == "redis-set":
+                    args = ["1", sched.key, str(span(VISIBILITY))]
+                else:
+                    args = ["3", *sched._keys, str(span(VISIBILITY)), "bench-consumer", "1000"]
+                cmd = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(w), "-n", str(n),
+                       "--csv", "EVALSHA", sha, *args]
+                out = await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, timeout=600)
+                rps = None
+                for rec in csv.reader(io.StringIO(out.stdout)):
+                    if rec and rec[0] != "test":
+                        rps = float(rec[1])
+                if kind == "redis-set":
+                    hidden = await client.zcount(sched.key, f"({time.time() * 1e6:.0f}", "+inf")
+                else:
+                    hidden = await client.zcard(sched.timers_key)
+                rows.append({"system": f"redis-benchmark-{name}", "workers": w, "n": n, "rate": rps,
+                             "taken_exactly_n": hidden == n, "hidden_after": hidden})
+    finally:
+        await client.aclose()
+    return rows
+
+
+# -- SQLite -----------------------------------------------------------------------------------
+
+
+async def sqlite_runs(n: int, counts: Sequence[int]) -> list[dict[str, Any]]:
+    from datetime import UTC, datetime
+
+    from without_durability import SqliteDurable
+
+    async def once(w: int, folder: Path) -> dict[str, Any]:
+        durable = await SqliteDurable.open(folder / "bench.db", namespace=NAMESPACE)
+        try:
+            sched = durable.scheduler
+            ids = workflow_ids(n)
+            past = datetime.now(UTC) - timedelta(hours=1)
+            await durable.conn.write(lambda cur: [sched._schedule_in(cur, x, past) for x in ids])
+            r = await drain(lambda: sched.take(VISIBILITY), lambda d: sched.wake_at(d, None), n, w)
+        finally:
+            await durable.close()
+        check = check_exactly_once("sqlite", ids, r.pop("taken"))
+        return {"system": "sqlite", "workers": w, "n": n, **r, **check}
+
+    rows = []
+    for w in counts:
+        with tempfile.TemporaryDirectory(prefix="wd-bench-") as tmp:
+            rows.append(await once(w, Path(tmp)))
+    return rows
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+def pick(rows: list[dict[str, Any]], system: str, w: int) -> float | None:
+    for r in rows:
+        if r["system"] == system and r["workers"] == w:
+            return r.get("rate")
+    return None
+
+
+def aggregate(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (system, workers): the median rate of its rounds (all rounds kept in
+    ``rates``); loss and duplicate counts summed over every round."""
+    groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for r in raw:
+        groups.setdefault((r["system"], r.get("workers")), []).append(r)
+    out = []
+    for group in groups.values():
+        row = dict(group[-1])
+        rates = [g["rate"] for g in group if g.get("rate") is not None]
+        row["rate"] = statistics.median(rates) if rates else None
+        row["rates"] = rates
+        row["rounds"] = len(group)
+        for k in ("lost", "duplicated", "unexpected", "left_in_queue", "failed"):
+            if any(k in g for g in group):
+                row[k] = sum(int(g.get(k) or 0) for g in group)
+        if any("taken_exactly_n" in g for g in group):
+            row["taken_exactly_n"] = all(g.get("taken_exactly_n") for g in group)
+        row.pop("round", None)
+        out.append(row)
+    return out
+
+
+async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS) -> dict[str, Any]:
+    n = 960 if quick else 4800  # divisible by every worker count
+    rounds = int(os.environ.get("WD_BENCH_ROUNDS", 1 if quick else 3))
+    rows: list[dict[str, Any]] = []
+    with servers("postgres", "redis") as srv:
+        pg, rd = srv["postgres"], srv["redis"]
+        settings = await postgres_settings(pg.url)
+        # The pairs the ratios are made of run interleaved, ``rounds`` times, and each figure is the
+        # median of its rounds: on a shared machine a neighbour's burst then hits both sides.
+        paired: list[tuple[str, Callable[[], Awaitable[list[dict[str, Any]]]]]] = [
+            ("postgres (ours)", lambda: postgres_ours(pg.url, n, counts, naive=False)),
+            ("pgbench ceiling", lambda: pgbench(pg.url, n, counts, folder)),
+            ("psycopg alone (same statements)", lambda: psycopg_raw(pg.url, n, counts)),
+            ("redis (ours)", lambda: redis_runs(rd.url, n, counts)),
+            ("redis-benchmark ceiling", lambda: redis_benchmark(rd.url, rd.port, n, counts)),
+            ("redis-py alone (same TAKE script)", lambda: redis_py_raw(rd.url, n, counts)),
+        ]
+        once: list[tuple[str, Callable[[], Awaitable[list[dict[str, Any]]]]]] = [
+            ("postgres naive FOR UPDATE", lambda: postgres_ours(pg.url, n, counts, naive=True)),
+            ("postgres batched (take_many/finish_many, 10)", lambda: postgres_batched(pg.url, n, counts, 10)),
+            ("pgqueuer batch 1", lambda: pgqueuer_runs(pg.url, n, counts, 1)),
+            ("pgqueuer batch 10", lambda: pgqueuer_runs(pg.url, n, counts, 10)),
+            ("sqlite (ours)", lambda: sqlite_runs(n, counts)),
+        ]
+        schedule = [(r, label, step) for r in range(rounds) for label, step in paired]
+        schedule += [(0, label, step) for label, step in once]
+        for r, label, step in schedule:
+            t0 = time.perf_counter()
+            try:
+                got = await step()
+            except Exception as exc:  # one broken comparison must not hide the rest
+                got = [{"system": label, "error": f"{type(exc).__name__}: {exc}"}]
+            rows += [{**g, "round": r} for g in got]
+            print(f"  {label} (round {r + 1}): {time.perf_counter() - t0:.1f}s", flush=True)
+    raw = rows
+    rows = aggregate(raw)
+    ratios = []
+    for w in counts:
+        ratios.append({
+            "workers": w,
+            "pg/pgbench": ratio(pick(rows, "postgres", w), pick(rows, "pgbench", w)),
+            "psycopg-raw/pgbench": ratio(pick(rows, "psycopg-raw", w), pick(rows, "pgbench", w)),
+            "pg/psycopg-raw": ratio(pick(rows, "postgres", w), pick(rows, "psycopg-raw", w)),
+            "pg/pgqueuer-b1": ratio(pick(rows, "postgres", w), pick(rows, "pgqueuer-b1", w)),
+            "pg/pgqueuer-b10": ratio(pick(rows, "postgres", w), pick(rows, "pgqueuer-b10", w)),
+            "pg/naive": ratio(pick(rows, "postgres", w), pick(rows, "postgres-naive", w)),
+            "pg-batch10/pg": ratio(pick(rows, "postgres-batch10", w), pick(rows, "postgres", w)),
+            "pg-batch10/pgqueuer-b10": ratio(pick(rows, "postgres-batch10", w), pick(rows, "pgqueuer-b10", w)),
+            "set-take/redis-benchmark": ratio(pick(rows, "redis-set-take-only", w),
+                                              pick(rows, "redis-benchmark-set_take", w)),
+            "redis-py-raw/redis-benchmark": ratio(pick(rows, "redis-py-raw-set-take-only", w),
+                                                  pick(rows, "redis-benchmark-set_take", w)),
+            "stream-take/redis-benchmark": ratio(pick(rows, "redis-stream-take-only", w),
+                                                 pick(rows, "redis-benchmark-stream_take", w)),
+        })
+    result = {"benchmark": "take", "n": n, "rounds": rounds, "raw": raw,
+              "visibility_s": VISIBILITY.total_seconds(),
+              "machine": machine(), "postgres_settings": settings, "rows": rows, "ratios": ratios,
+              "pgbench_script": pgbench_script()}
+    save_json(folder, "take", result)
+    systems = sorted({r["system"] for r in rows if "error" not in r})
+    plot(folder, "take", "Take throughput (take + answer per second)", "workers", "deliveries/s",
+         {s: (list(counts), [pick(rows, s, w) for w in counts]) for s in systems}, logx=True, logy=True)
+    rate_table = table(["system", *[f"w={w}" for w in counts], "lost", "dup"],
+                       [[s, *[pick(rows, s, w) for w in counts],
+                         sum(r.get("lost", 0) for r in rows if r["system"] == s),
+                         sum(r.get("duplicated", 0) for r in rows if r["system"] == s)] for s in systems])
+    ratio_table = table(list(ratios[0]), [list(r.values()) for r in ratios])
+    errors = [r for r in rows if "error" in r]
+    text = (f"# Take throughput\n\n{n} pre-filled deliveries per point; ours, pgbench, and Redis against "
+            f"redis-benchmark: median of {rounds} interleaved rounds; deliveries/s (taken and "
+            f"answered; `-take-only` and redis-benchmark rows: takes/s).\n\n{rate_table}\n\n"
+            f"## Ratios\n\n{ratio_table}\n\nPostgres settings: {settings}\n\n"
+            f"Machine: {result['machine']}\n")
+    if errors:
+        text += "\n## Errors\n\n" + "\n".join(f"- {e['system']}: {e['error']}" for e in errors) + "\n"
+    write_summary(folder, "take", text)
+    print(rate_table)
+    print()
+    print(ratio_table)
+    for e in errors:
+        print("ERROR", e["system"], e["error"])
+    return result
+
+
+if __name__ == "__main__":
+    args = parser(__doc__ or "").parse_args()
+    out = report_dir(args.out)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main(out, args.quick))
+    print(f"\nreport: {out}")

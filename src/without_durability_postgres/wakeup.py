@@ -1,0 +1,210 @@
+"""An optional wakeup path for PostgresScheduler: LISTEN/NOTIFY, with polling kept as the safety net.
+
+Two halves. The writer side is ``PostgresScheduler(pool, notify=True)``: after a commit that made a
+workflow due now (``schedule``, ``PostgresDurable.arrive`` and ``deliver``), it sends one
+``pg_notify`` in its own tiny transaction, coalesced so that at most one is in flight per scheduler
+and any number of commits meanwhile cost one more. The NOTIFY is deliberately not inside the hot
+transaction: a transaction that notified takes a database-wide lock at commit, which would
+serialize every arrive behind every other.
+
+The reader side is ``PostgresWakeup``: one dedicated connection (not borrowed from the pool) that
+LISTENs and wakes whoever waits in ``wait(at_most)``. A notification can be lost (the listener was
+reconnecting, the notifier's connection failed, the server restarted): that costs only latency,
+because a waiter never waits longer than ``at_most`` (the worker's poll interval) and then takes
+again, exactly as without the wakeup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import timedelta
+from types import TracebackType
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from without_durability.errors import InvalidInput, StoreUnavailable
+
+from ._boundary import Pool, masked_dsn, statement
+
+CHANNEL = "without_durability_queue"
+"""The channel both halves use; the payload is the namespace."""
+
+NOTIFY = "SELECT pg_notify(%(channel)s, %(namespace)s)"
+
+log = logging.getLogger("without_durability_postgres.wakeup")
+
+
+class Notifier:
+    """The writer half: ``poke`` after a commit; a background task sends one NOTIFY for every burst
+    of pokes (at most one in flight, at most one more queued). Failures are logged, not raised: a
+    lost notification costs a waiter at most its poll interval."""
+
+    def __init__(self, pool: Pool, namespace: str, channel: str = CHANNEL) -> None:
+        self.pool = pool
+        self.namespace = namespace
+        self.channel = channel
+        self.sent = 0
+        """NOTIFYs sent so far (pokes coalesce, so usually fewer than commits)."""
+        self._pending = False
+        self._task: asyncio.Task[None] | None = None
+
+    def poke(self) -> None:
+        """Ask for a NOTIFY soon; returns at once (call it after the commit, never inside)."""
+        self._pending = True
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._send())
+
+    async def _send(self) -> None:
+        while self._pending:
+            self._pending = False
+            try:
+                async with statement(self.pool, "notifying") as conn:  # autocommit: one round trip
+                    await conn.execute(NOTIFY, {"channel": self.channel, "namespace": self.namespace})
+                self.sent += 1
+            except Exception:  # the pool is closed or the server is gone: pollers still find it
+                log.debug("notify for namespace %r failed; waiters fall back to polling",
+                          self.namespace, exc_info=True)
+                return
+
+    async def flush(self) -> None:
+        """Wait until any NOTIFY asked for has been sent (or has failed)."""
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+
+
+class PostgresWakeup:
+    """The reader half: LISTEN on one dedicated connection for work due in ``namespace``.
+
+    ``wait(at_most)`` returns as soon as a notification for the namespace has arrived since the
+    previous ``wait`` returned, or after ``at_most``, whichever is first; so it satisfies the
+    Worker's ``Wakeup``: ``Worker(..., wakeup=PostgresWakeup(pool))``. Several workers in one
+    process share one listener through ``subscribe()`` (each subscription remembers its own
+    notifications). The connection is opened with the pool's conninfo and kwargs on ``start`` (or
+    the first ``wait``); if it drops, it is reopened every ``reconnect_after`` while waiters keep
+    polling, and every waiter is woken once it is back, in case it missed something.
+    """
+
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        namespace: str = "default",
+        channel: str = CHANNEL,
+        reconnect_after: timedelta = timedelta(seconds=1),
+    ) -> None:
+        if not isinstance(namespace, str) or not namespace:
+            raise InvalidInput(f"namespace must be a non-empty string, got {namespace!r}")
+        self.pool = pool
+        self.namespace = namespace
+        self.channel = channel
+        self.reconnect_after = reconnect_after
+        self.received = 0
+        """Notifications for this namespace received so far."""
+        self._subscriptions: list[_Subscription] = []
+        self._default = self.subscribe()
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._closed = False
+
+    def subscribe(self) -> _Subscription:
+        """A waiter of its own for one more worker sharing this listener."""
+        sub = _Subscription(self)
+        self._subscriptions.append(sub)
+        return sub
+
+    @property
+    def backend_pid(self) -> int | None:
+        """The listening connection's server process id (None while disconnected)."""
+        return None if self._conn is None or self._conn.closed else self._conn.info.backend_pid
+
+    async def start(self) -> None:
+        """Connect and LISTEN (raising ``StoreUnavailable`` if that fails), then keep listening in
+        the background. Idempotent."""
+        if self._reader is not None:
+            return
+        if self._closed:
+            raise InvalidInput("this PostgresWakeup is closed")
+        await self._listen()
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def _listen(self) -> None:
+        kwargs = self.pool.kwargs if isinstance(self.pool.kwargs, dict) else {}
+        conninfo = self.pool.conninfo if isinstance(self.pool.conninfo, str) else ""
+        try:
+            conn = await psycopg.AsyncConnection.connect(conninfo, **{**kwargs, "autocommit": True})
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+        except psycopg.Error as exc:
+            raise StoreUnavailable(
+                f"Postgres at {masked_dsn(self.pool)}: could not LISTEN on {self.channel!r}: {exc}"
+            ) from exc
+        self._conn = conn
+
+    async def _read(self) -> None:
+        while not self._closed:
+            conn = self._conn
+            try:
+                if conn is None or conn.closed:
+                    await self._listen()
+                    self._wake_all()  # anything may have been missed while disconnected
+                    conn = self._conn
+                assert conn is not None
+                async for note in conn.notifies():
+                    if note.payload == self.namespace:
+                        self.received += 1
+                        self._wake_all()
+            except (psycopg.Error, StoreUnavailable) as exc:
+                log.warning("wakeup listener lost (%s); polling until it reconnects", exc)
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+                self._conn = None
+                await asyncio.sleep(self.reconnect_after.total_seconds())
+
+    def _wake_all(self) -> None:
+        for sub in self._subscriptions:
+            sub.event.set()
+
+    async def wait(self, at_most: timedelta) -> None:
+        """See the class: return on a notification since the last return, or after ``at_most``."""
+        await self._default.wait(at_most)
+
+    async def close(self) -> None:
+        """Stop listening and close the connection."""
+        self._closed = True
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        if self._conn is not None:
+            await self._conn.close()
+        self._wake_all()
+
+    async def __aenter__(self) -> PostgresWakeup:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class _Subscription:
+    """One waiter on a ``PostgresWakeup``: a Worker's ``Wakeup``."""
+
+    def __init__(self, owner: PostgresWakeup) -> None:
+        self.owner = owner
+        self.event = asyncio.Event()
+
+    async def wait(self, at_most: timedelta) -> None:
+        """Return on a notification since this subscription's last return, or after ``at_most``."""
+        if not self.owner._closed:
+            await self.owner.start()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.event.wait(), at_most.total_seconds())
+        self.event.clear()
