@@ -238,7 +238,9 @@ class PostgresCheckpointer:
         self._workflow(workflow)
         check_lease(workflow, alive, budget)
         params = {"workflow": workflow, "alive": alive, "budget": budget}
-        async with statement(self.pool, f"claiming {workflow!r}", workflow) as conn:  # one statement: autocommit
+        async with statement(
+            self.pool, f"claiming {workflow!r}", workflow
+        ) as conn:  # one statement: autocommit
             row = await (await conn.execute(self.CLAIM, params)).fetchone()
         if row is None:
             raise Contended(workflow)
@@ -319,7 +321,9 @@ class PostgresCheckpointer:
 
     async def _rows(self, workflow: str) -> list[tuple[str, object, datetime]]:
         self._workflow(workflow)
-        async with statement(self.pool, f"loading {workflow!r}", workflow) as conn:  # one statement: autocommit
+        async with statement(
+            self.pool, f"loading {workflow!r}", workflow
+        ) as conn:  # one statement: autocommit
             rows = await (await conn.execute(self.LOAD, {"workflow": workflow})).fetchall()
         # The session's TimeZone decides the tzinfo psycopg attaches; callers get UTC either way.
         return [(str(k), self.codec.decode(v), at.astimezone(UTC)) for k, v, at in rows]

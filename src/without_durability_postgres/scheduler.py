@@ -155,8 +155,11 @@ class PostgresScheduler:
         receipts = [self._receipt(d) for d in deliveries]
         if not deliveries:
             return
-        params = {"namespace": self.namespace, "workflows": [d.workflow for d in deliveries],
-                  "receipts": [r.visible_at for r in receipts]}
+        params = {
+            "namespace": self.namespace,
+            "workflows": [d.workflow for d in deliveries],
+            "receipts": [r.visible_at for r in receipts],
+        }
         async with statement(self.pool, f"answering {len(deliveries)} deliveries") as conn:
             await conn.execute(self.FINISH_MANY, params)
 

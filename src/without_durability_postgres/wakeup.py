@@ -66,8 +66,11 @@ class Notifier:
                     await conn.execute(NOTIFY, {"channel": self.channel, "namespace": self.namespace})
                 self.sent += 1
             except Exception:  # the pool is closed or the server is gone: pollers still find it
-                log.debug("notify for namespace %r failed; waiters fall back to polling",
-                          self.namespace, exc_info=True)
+                log.debug(
+                    "notify for namespace %r failed; waiters fall back to polling",
+                    self.namespace,
+                    exc_info=True,
+                )
                 return
 
     async def flush(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -120,33 +120,22 @@ def _unavailable(kind: str) -> Callable[[], str | None]:
     return lambda: _driver_missing() or why_unavailable(kind)
 
 
-_shared: dict[str, tuple[contextlib.ExitStack, Server, list[int]]] = {}
+def _standalone() -> contextlib.AbstractContextManager[Server]:
+    """The standalone server recipe. The set and stream factories pass this one function, and the
+    plugin keeps one server per recipe, so both run against the same redis-server."""
+    return provide("redis")
 
 
-@contextlib.contextmanager
-def _shared_server(kind: str) -> Iterator[Server]:
-    """One ``kind`` server for every factory that asks for it in a session (the set and stream
-    factories run against the same server), stopped when the last of them lets go."""
-    if kind not in _shared:
-        stack = contextlib.ExitStack()
-        server = stack.enter_context(provide(kind))
-        _shared[kind] = (stack, server, [0])
-    stack, server, users = _shared[kind]
-    users[0] += 1
-    try:
-        yield server
-    finally:
-        users[0] -= 1
-        if users[0] == 0:
-            del _shared[kind]
-            stack.close()
+def _cluster() -> contextlib.AbstractContextManager[Server]:
+    """The cluster recipe, shared the same way by both cluster factories."""
+    return provide("redis-cluster")
 
 
 REDIS_SET = register(
     StoreFactory(
         "redis-set",
         _opener("redis-set", "set", cluster=False),
-        lambda: _shared_server("redis"),
+        _standalone,
         _unavailable("redis"),
         "RedisCheckpointer + RedisSetScheduler on one redis-server",
     )
@@ -155,7 +144,7 @@ REDIS_STREAM = register(
     StoreFactory(
         "redis-stream",
         _opener("redis-stream", "stream", cluster=False),
-        lambda: _shared_server("redis"),
+        _standalone,
         _unavailable("redis"),
         "RedisCheckpointer + RedisStreamScheduler on one redis-server",
     )
@@ -164,7 +153,7 @@ REDIS_CLUSTER = register(
     StoreFactory(
         "redis-cluster",
         _opener("redis-cluster", "set", cluster=True),
-        lambda: _shared_server("redis-cluster"),
+        _cluster,
         _unavailable("redis-cluster"),
         "RedisCheckpointer + RedisSetScheduler on a 3-node Redis Cluster",
     )
@@ -173,7 +162,7 @@ REDIS_CLUSTER_STREAM = register(
     StoreFactory(
         "redis-cluster-stream",
         _opener("redis-cluster-stream", "stream", cluster=True),
-        lambda: _shared_server("redis-cluster"),
+        _cluster,
         _unavailable("redis-cluster"),
         "RedisCheckpointer + RedisStreamScheduler on a 3-node Redis Cluster",
     )
