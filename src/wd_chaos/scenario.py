@@ -14,30 +14,9 @@ import math
 import random
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-STORES = ("sqlite", "postgres", "redis")
-CHECKS = (
-    "fencing",
-    "first-writer-wins",
-    "order",
-    "exactly-once",
-    "at-least-once",
-    "liveness",
-    "take-exclusive",
-)
-BITES = (
-    "stall-fenced",
-    "kill-between",
-    "partition-refused",
-    "restart-survived",
-    "storm",
-    "budget-fenced",
-    "none",
-)
-FAILPOINTS = ("after-effect-before-record", "inside-transact", "after-claim")
 
 StoreName = Literal["sqlite", "postgres", "redis"]
 CheckName = Literal[
@@ -50,9 +29,23 @@ CheckName = Literal[
     "take-exclusive",
 ]
 
+# Read off the Literal types, so a name is added in one place.
+STORES: tuple[StoreName, ...] = get_args(StoreName)
+CHECKS: tuple[CheckName, ...] = get_args(CheckName)
+BITES = (
+    "stall-fenced",
+    "kill-between",
+    "partition-refused",
+    "restart-survived",
+    "storm",
+    "budget-fenced",
+    "none",
+)
+FAILPOINTS = ("after-effect-before-record", "inside-transact", "after-claim")
+
 
 def _all_stores() -> list[StoreName]:
-    return ["sqlite", "postgres", "redis"]
+    return list(STORES)
 
 
 def _default_checks() -> list[CheckName]:
