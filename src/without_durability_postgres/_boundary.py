@@ -53,12 +53,22 @@ def masked_dsn(pool: Pool) -> str:
     return make_conninfo("", **params) or "<libpq defaults>"
 
 
+# The server rolled the transaction back (a deadlock, a serialization failure): psycopg files
+# these under OperationalError, but the server was reached and nothing was committed.
+_ROLLED_BACK = (
+    pg_errors.TransactionRollback
+    | pg_errors.DeadlockDetected
+    | pg_errors.SerializationFailure
+    | pg_errors.TransactionIntegrityConstraintViolation
+)
+
+
 def wrap(exc: psycopg.Error, pool: Pool, what: str) -> StoreError:
     """The ``StoreError`` a caller sees for a driver error raised while doing ``what``."""
     if isinstance(exc, PoolClosed):
         return StoreError(f"the connection pool for {masked_dsn(pool)} is closed ({what})")
     if isinstance(exc, psycopg.OperationalError) and not isinstance(
-        exc, pg_errors.QueryCanceled | pg_errors.LockNotAvailable
+        exc, pg_errors.QueryCanceled | pg_errors.LockNotAvailable | _ROLLED_BACK
     ):
         return StoreUnavailable(
             f"Postgres at {masked_dsn(pool)} could not be reached, or the connection was lost, "
