@@ -27,7 +27,7 @@ from .errors import (
     WithoutDurabilityError,
 )
 from .memory import MemoryCheckpointer, MemoryDurable, MemoryEffect, MemoryScheduler
-from .protocols import Checkpointer, Durable, Effect, Scheduler
+from .protocols import AnswersAndTakes, Checkpointer, Durable, Effect, Scheduler
 from .run import Blocked, Finished, Outcome, Run, Sleeping, resume
 from .sqlite import (
     SqliteCheckpointer,
@@ -40,6 +40,7 @@ from .sqlite import (
 from .worker import Wakeup, Worker
 
 __all__ = [
+    "AnswersAndTakes",
     "Blocked",
     "Finished",
     "Outcome",

@@ -7,7 +7,7 @@ conformance suite (``without_durability.testing``) is what holds it to the contr
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Never, Protocol
+from typing import Never, Protocol, runtime_checkable
 
 from typing_extensions import TypeVar
 
@@ -114,6 +114,23 @@ class Scheduler(Protocol):
 
     async def cancel(self, workflow: str) -> None:
         """Remove ``workflow`` from the queue."""
+        ...
+
+
+@runtime_checkable
+class AnswersAndTakes(Protocol):
+    """An optional ``Scheduler`` capability: answer one delivery and take the next in one call,
+    which a store may do in one round trip and one commit. ``Worker`` uses it when its scheduler
+    has it; a store without it loses nothing (the worker makes the two calls)."""
+
+    async def answer_and_take(
+        self, delivery: Delivery, at: datetime | None, visibility: timedelta
+    ) -> Delivery | None:
+        """``wake_at(delivery, at)`` then ``take(visibility)``, with every guarantee of those two
+        calls made in that order, except that the take never hands back ``delivery``'s own
+        workflow (a workflow answered as due now is left for the next take). If it raises, the
+        answer may or may not have been applied: answering the same delivery again is harmless,
+        since an answer acts only while the queue still holds what this delivery's take set."""
         ...
 
 

@@ -1,0 +1,232 @@
+"""PostgresScheduler.answer_and_take: one statement that answers a delivery and takes the next, with
+the guarantees of ``wake_at`` then ``take``, and the Worker using it. Run with ``--wd-store postgres``."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from without_durability import AnswersAndTakes, Delivery, Run, Worker
+from without_durability.errors import InvalidInput
+from without_durability.testing.harness import StoreUnderTest
+from without_durability.testing.stores.postgres import fresh_schema
+from without_durability_postgres import (
+    PostgresCheckpointer,
+    PostgresDurable,
+    PostgresScheduler,
+)
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.wd_store("postgres")]
+
+Store = StoreUnderTest[Any]
+LONG = timedelta(hours=1)
+_ids = itertools.count()
+
+
+def scheduler(wd_store: Store) -> PostgresScheduler:
+    return PostgresScheduler(wd_store.extra["pool"], namespace=f"aat-{next(_ids)}")
+
+
+async def queued(sched: PostgresScheduler) -> dict[str, Any]:
+    """Every row of the scheduler's namespace: workflow -> visibility."""
+    async with sched.pool.connection() as conn:
+        rows = await (
+            await conn.execute(
+                "SELECT workflow, visibility FROM workflow_queue WHERE namespace = %s",
+                (sched.namespace,),
+            )
+        ).fetchall()
+    return dict(rows)
+
+
+async def test_it_is_offered_as_the_optional_capability(wd_store: Store) -> None:
+    assert isinstance(scheduler(wd_store), AnswersAndTakes)
+
+
+async def test_it_finishes_the_answered_delivery_and_hands_out_the_next(wd_store: Store) -> None:
+    sched = scheduler(wd_store)
+    await sched.schedule("a")
+    await sched.schedule("b", await sched.now() - timedelta(seconds=1))  # due first
+    first = await sched.take(LONG)
+    assert first is not None and first.workflow == "b"
+    second = await sched.answer_and_take(first, None, LONG)
+    assert second is not None and second.workflow == "a", f"expected 'a' next, got {second!r}"
+    assert set(await queued(sched)) == {"a"}, "the answered delivery must be gone, the taken one kept"
+    assert await sched.answer_and_take(second, None, LONG) is None
+    assert await queued(sched) == {}, "answering the last delivery must empty the queue"
+
+
+async def test_the_answer_acts_only_while_its_receipt_is_current(wd_store: Store) -> None:
+    sched = scheduler(wd_store)
+    for name in ("woken", "cancelled", "plain"):
+        await sched.schedule(name)
+    taken = {d.workflow: d for d in [await sched.take(LONG) for _ in range(3)] if d is not None}
+    assert set(taken) == {"woken", "cancelled", "plain"}
+    await sched.schedule("woken")  # a wakeup since the take: it stands
+    await sched.cancel("cancelled")  # cancelled since the take: not reinstated
+    later = await sched.now() + LONG
+    # "woken" is due again and is the workflow being answered: its sleep answer must not move it,
+    # and this call must not hand it back.
+    assert await sched.answer_and_take(taken["woken"], later, LONG) is None
+    assert (await queued(sched))["woken"] <= await sched.now(), "a wakeup since the take must stand"
+    assert await sched.answer_and_take(taken["cancelled"], later, LONG) is not None  # takes "woken"
+    rows = await queued(sched)
+    assert "cancelled" not in rows, "an answer must not reinstate a cancelled workflow"
+    assert set(rows) == {"woken", "plain"}
+    assert rows["plain"] == taken["plain"].receipt.visible_at  # type: ignore[attr-defined]
+
+
+async def test_a_stale_answer_leaves_the_newer_delivery_alone(wd_store: Store) -> None:
+    sched = scheduler(wd_store)
+    await sched.schedule("w")
+    short = timedelta(milliseconds=50)
+    old = await sched.take(short)
+    assert old is not None
+    newer: Delivery | None = None
+    deadline = time.monotonic() + 10
+    while newer is None:  # the server's clock decides when the short visibility has lapsed
+        assert time.monotonic() < deadline, "the delivery never reappeared after its visibility"
+        await asyncio.sleep(0.02)
+        newer = await sched.take(LONG)
+    assert newer.workflow == "w"
+    current = {"w": newer.receipt.visible_at}  # type: ignore[attr-defined]
+    assert await sched.answer_and_take(old, await sched.now(), LONG) is None
+    assert await queued(sched) == current, "a stale sleep answer must not move the newer delivery"
+    assert await sched.answer_and_take(old, None, LONG) is None
+    assert await queued(sched) == current, "a stale finish must not remove the newer delivery"
+    assert await sched.answer_and_take(newer, None, LONG) is None
+    assert await queued(sched) == {}
+
+
+async def test_a_sleep_answer_moves_the_delivery_and_never_hands_it_back(wd_store: Store) -> None:
+    sched = scheduler(wd_store)
+    await sched.schedule("sleeper")
+    d = await sched.take(LONG)
+    assert d is not None
+    past = await sched.now() - timedelta(seconds=5)
+    assert await sched.answer_and_take(d, past, LONG) is None, "it must not hand back its own workflow"
+    assert (await queued(sched))["sleeper"] == past
+    again = await sched.take(LONG)
+    assert again is not None and again.workflow == "sleeper", "a due sleep answer is left for the next take"
+
+
+async def test_a_delivery_from_elsewhere_is_refused_before_anything_is_written(wd_store: Store) -> None:
+    sched = scheduler(wd_store)
+    other = scheduler(wd_store)
+    await other.schedule("x")
+    d = await other.take(LONG)
+    assert d is not None
+    with pytest.raises(InvalidInput, match="namespace"):
+        await sched.answer_and_take(d, None, LONG)
+    assert set(await queued(other)) == {"x"}
+
+
+async def test_concurrent_chains_hand_out_every_workflow_exactly_once(wd_store: Store) -> None:
+    async with fresh_schema(wd_store.extra["url"], min_size=6, max_size=6) as (pool, _):
+        sched = PostgresScheduler(pool, namespace="chain")
+        names = [f"c-{i:03d}" for i in range(120)]
+        for n in names:
+            await sched.schedule(n)
+        got: list[str] = []
+
+        async def chain() -> None:
+            d = await sched.take(LONG)
+            while d is not None:
+                got.append(d.workflow)
+                await asyncio.sleep(0)  # let the chains interleave
+                d = await sched.answer_and_take(d, None, LONG)
+
+        await asyncio.gather(*(chain() for _ in range(6)))
+        assert sorted(got) == names, f"expected each of 120 once, got {len(got)} ({len(set(got))} distinct)"
+        assert await queued(sched) == {}
+
+
+async def test_the_answer_waits_for_a_row_lock_before_the_take_locks_anything(wd_store: Store) -> None:
+    """The lock a concurrent take can leave on a row it rechecked and skipped, held while that
+    transaction locks the row this call would take: were the take to lock first, the two would
+    deadlock (Postgres would fail one after deadlock_timeout). Answering first, nothing is held
+    while the answer waits, so both go through."""
+    async with fresh_schema(wd_store.extra["url"], min_size=3, max_size=3) as (pool, _):
+        sched = PostgresScheduler(pool, namespace="locks")
+        await sched.schedule("a", await sched.now() - timedelta(seconds=1))
+        await sched.schedule("x")
+        held = await sched.take(LONG)
+        assert held is not None and held.workflow == "a"
+        where = "SELECT 1 FROM workflow_queue WHERE namespace = %s AND workflow = %s FOR UPDATE"
+        async with pool.connection() as other, other.transaction():
+            await other.execute("SET LOCAL lock_timeout = '10s'")
+            await other.execute(where, (sched.namespace, "a"))  # the other transaction's lock on "a"
+            answering = asyncio.create_task(sched.answer_and_take(held, None, LONG))
+            deadline = time.monotonic() + 10
+            async with pool.connection() as watch:
+                while True:  # until the answer is waiting for that lock
+                    assert time.monotonic() < deadline, "answer_and_take never waited for the lock on 'a'"
+                    row = await (await watch.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND query LIKE %s", ("%answered%",))).fetchone()
+                    if row and row[0]:
+                        break
+                    await asyncio.sleep(0.01)
+            await other.execute(where, (sched.namespace, "x"))  # must not wait on answer_and_take
+        taken = await asyncio.wait_for(answering, 10)
+        assert taken is not None and taken.workflow == "x", f"expected 'x' taken after the wait, got {taken!r}"
+        assert set(await queued(sched)) == {"x"}, "the answer must have removed 'a'"
+
+
+async def test_a_transaction_the_server_rolled_back_is_not_called_unreachable(wd_store: Store) -> None:
+    from psycopg import errors as pg_errors
+
+    from without_durability.errors import StoreUnavailable
+    from without_durability_postgres._boundary import wrap
+
+    for exc in (pg_errors.DeadlockDetected("deadlock detected"), pg_errors.SerializationFailure("x")):
+        error = wrap(exc, wd_store.extra["pool"], "answering")
+        assert not isinstance(error, StoreUnavailable), f"{type(exc).__name__} became {error!r}"
+        assert type(exc).__name__ in str(error)
+
+
+class Counting(PostgresScheduler):
+    """Counts the calls a Worker makes, to see which path it takes."""
+
+    calls: dict[str, int]
+
+    async def take(self, visibility: timedelta) -> Delivery | None:
+        self.calls["take"] += 1
+        return await super().take(visibility)
+
+    async def wake_at(self, delivery: Delivery, at: Any) -> None:
+        self.calls["wake_at"] += 1
+        await super().wake_at(delivery, at)
+
+    async def answer_and_take(self, delivery: Delivery, at: Any, visibility: timedelta) -> Delivery | None:
+        self.calls["answer_and_take"] += 1
+        return await super().answer_and_take(delivery, at, visibility)
+
+
+async def test_the_worker_sends_each_answer_with_the_next_take(wd_store: Store) -> None:
+    pool = wd_store.extra["pool"]
+    sched = Counting(pool, namespace=f"aat-worker-{next(_ids)}")
+    sched.calls = {"take": 0, "wake_at": 0, "answer_and_take": 0}
+    durable = PostgresDurable(PostgresCheckpointer(pool=pool), sched)
+    names = [f"job-{i}" for i in range(8)]
+    for n in names:
+        await durable.arrive(n, "go", 1)
+    finished: list[str] = []
+
+    async def body(run: Run[Any]) -> object:
+        finished.append(run.workflow)
+        return None
+
+    worker = Worker(durable, body, alive=LONG, budget=LONG, visibility=LONG,
+                    poll_interval=timedelta(seconds=5))
+    await worker.run(max_passes=len(names))
+    assert sorted(finished) == names
+    # The first pass takes alone; each later take carries the previous answer; the last answer
+    # goes out on its own when run returns.
+    assert sched.calls == {"take": 1, "answer_and_take": len(names) - 1, "wake_at": 1}, sched.calls
+    assert await queued(sched) == {}, "every delivery must have been answered by the time run returns"
