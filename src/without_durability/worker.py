@@ -11,14 +11,14 @@ import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Generic, Never, Protocol
 
 from typing_extensions import TypeVar
 
 from ._values import Delivery, Pass
 from .errors import Contended, Fenced, InvalidInput
-from .protocols import Durable
+from .protocols import AnswersAndTakes, Durable
 from .run import Blocked, Finished, Run, Sleeping, resume
 
 E = TypeVar("E", default=Never)
@@ -44,7 +44,9 @@ class Worker(Generic[E]):
     ``alive`` but within ``budget`` keeps its claim, and a stalled process loses it after
     ``alive``); then release the claim and answer the delivery with ``wake_at``: the sleep's
     deadline for ``Sleeping``, nothing for ``Finished`` or ``Blocked`` (an arrival makes it
-    runnable again).
+    runnable again). The answer travels with the next take: in one call when the scheduler offers
+    ``answer_and_take`` (``AnswersAndTakes``; one round trip on Postgres), else as ``wake_at`` just
+    before it; and it is sent on its own when ``run`` returns.
 
     - A ``Contended`` claim answers its delivery for ``retry_contended`` later.
     - A fenced pass (``Fenced`` from a write or from the renewal tick) stops at once: the body is
@@ -97,6 +99,7 @@ class Worker(Generic[E]):
         self.passes = 0
         """Deliveries this worker has handled (claimed or contended) since it was made."""
         self._stopping = asyncio.Event()
+        self._answer: tuple[Delivery, datetime | None] | None = None
 
     def stop(self) -> None:
         """Ask ``run`` to return once the current pass (if any) has finished and been answered."""
@@ -109,19 +112,26 @@ class Worker(Generic[E]):
 
     async def run(self, *, until: Callable[[], bool] | None = None, max_passes: int | None = None) -> None:
         """Take and run passes until ``stop`` is called, ``until()`` is true (checked between
-        passes and on every poll), or ``max_passes`` deliveries have been handled."""
-        while not self._stopping.is_set():
-            if until is not None and until():
-                return
-            if max_passes is not None and self.passes >= max_passes:
-                return
+        passes and on every poll), or ``max_passes`` deliveries have been handled. Every pass's
+        answer has been sent (or its failure logged) by the time this returns."""
+        try:
+            while not self._stopping.is_set():
+                if until is not None and until():
+                    return
+                if max_passes is not None and self.passes >= max_passes:
+                    return
+                try:
+                    handled = await self._step()
+                except Exception:  # a store error outside a pass: log it, then poll again
+                    log.exception("worker: taking or claiming failed; retrying after the poll interval")
+                    handled = False
+                if not handled:
+                    await self._idle()
+        finally:
             try:
-                handled = await self.run_once()
-            except Exception:  # a store error outside a pass: log it, then poll again
-                log.exception("worker: taking or claiming failed; retrying after the poll interval")
-                handled = False
-            if not handled:
-                await self._idle()
+                await self._send_answer()
+            except Exception:
+                log.exception("worker: answering the last delivery failed; it reappears once its visibility lapses")
 
     async def _idle(self) -> None:
         """Wait out the poll interval, or less if the wakeup fires or ``stop`` is called."""
@@ -156,9 +166,16 @@ class Worker(Generic[E]):
                 loop.remove_signal_handler(sig)
 
     async def run_once(self) -> bool:
-        """Take one due workflow and handle it; False when nothing was due."""
+        """Take one due workflow, handle it and answer it; False when nothing was due."""
+        handled = await self._step()
+        await self._send_answer()
+        return handled
+
+    async def _step(self) -> bool:
+        """Take (carrying the previous pass's answer along) and handle one delivery, leaving its
+        answer in ``_answer`` for the next take or ``_send_answer``."""
         scheduler = self.durable.scheduler
-        delivery = await scheduler.take(self.visibility)
+        delivery = await self._take()
         if delivery is None:
             return False
         self.passes += 1
@@ -167,10 +184,33 @@ class Worker(Generic[E]):
                 delivery.workflow, alive=self.alive, budget=self.budget
             )
         except Contended:
-            await scheduler.wake_at(delivery, await scheduler.now() + self.retry_contended)
+            self._answer = (delivery, await scheduler.now() + self.retry_contended)
             return True
         await self._drive(delivery, pass_)
         return True
+
+    async def _take(self) -> Delivery | None:
+        """The next delivery; a pending answer goes first, in the same call when the scheduler
+        can answer and take at once. An answer that raised stays pending and is sent again (an
+        answer acts only on its own receipt, so a repeat is harmless)."""
+        scheduler = self.durable.scheduler
+        if self._answer is None:
+            return await scheduler.take(self.visibility)
+        delivery, at = self._answer
+        if isinstance(scheduler, AnswersAndTakes):
+            taken = await scheduler.answer_and_take(delivery, at, self.visibility)
+            self._answer = None
+            return taken
+        await scheduler.wake_at(delivery, at)
+        self._answer = None
+        return await scheduler.take(self.visibility)
+
+    async def _send_answer(self) -> None:
+        """Send the pending answer, if any, on its own."""
+        if self._answer is not None:
+            delivery, at = self._answer
+            await self.durable.scheduler.wake_at(delivery, at)
+            self._answer = None
 
     async def _drive(self, delivery: Delivery, pass_: Pass) -> None:
         fenced: list[Fenced] = []
@@ -204,10 +244,10 @@ class Worker(Generic[E]):
         # whoever takes it should find the claim free rather than Contended.
         await self.durable.checkpointer.release(pass_)
         if isinstance(outcome, Sleeping):
-            await self.durable.scheduler.wake_at(delivery, outcome.until)
+            self._answer = (delivery, outcome.until)
         else:
             assert isinstance(outcome, Finished | Blocked)
-            await self.durable.scheduler.wake_at(delivery, None)
+            self._answer = (delivery, None)
 
     async def _renew(
         self, pass_: Pass, task: asyncio.Task[Finished | Sleeping | Blocked], fenced: list[Fenced]
