@@ -1,13 +1,17 @@
 """Take throughput: deliveries taken and answered per second against worker count, on a pre-filled
 queue, for every scheduler; beside it, in the same run, the ceilings (pgbench running
-PostgresScheduler's own TAKE and FINISH statements, redis-benchmark running the shipped TAKE
-scripts), a naive FOR UPDATE without SKIP LOCKED, and PgQueuer draining the same number of jobs.
+PostgresScheduler's own statements, redis-benchmark running the shipped TAKE scripts), a naive FOR
+UPDATE without SKIP LOCKED, and PgQueuer draining the same number of jobs.
 
     python -m benchmarks.take [--quick] [--out DIR]
 
-A "worker" here is one asyncio task looping take -> wake_at(None) on its own pooled connection: the
-scheduler's part of a Worker, without a workflow body. Every run checks that each pre-filled
-workflow was handed out exactly once (nothing lost, nothing duplicated) and the queue is empty.
+A "worker" here is one asyncio task doing the scheduler's part of a Worker, without a workflow
+body. On Postgres that is measured two ways, each against pgbench running exactly its statements:
+``postgres`` answers each delivery and takes the next in one statement (``answer_and_take``, what
+``Worker`` does), against pgbench running FINISH_AND_TAKE; ``postgres-two-calls`` loops take ->
+wake_at(None) (the bare ``Scheduler`` calls), against pgbench running TAKE then FINISH. Every run
+checks that each pre-filled workflow was handed out exactly once (nothing lost, nothing duplicated)
+and the queue is empty.
 """
 
 from __future__ import annotations
@@ -58,15 +62,40 @@ def pgbench_statement(statement: str, rename: dict[str, str] | None = None) -> s
     return out.replace("%%", "%")
 
 
+def always_one_row(statement: str) -> str:
+    """``statement`` (``WITH ... UPDATE ... RETURNING``, a take of at most one row) reshaped so that
+    it always returns exactly one row: the taken row, or ``-`` and a time long past when the take
+    found nothing. pgbench aborts a client whose \\gset gets no row, and a SKIP LOCKED take can
+    come back empty while rows remain (every one it reached was locked); the next step then
+    answers nothing. The final UPDATE becomes one more CTE (Postgres allows a data-modifying CTE
+    only at the top level), its text unchanged; the empty transactions are counted and taken out
+    of the rate."""
+    head, sep, update = statement.rpartition("\nUPDATE workflow_queue AS q")
+    assert sep and head.lstrip().startswith("WITH "), statement
+    return (f"{head},\ntaken AS ({sep.lstrip()}{update})\nSELECT coalesce(min(workflow), '-') AS workflow,\n"
+            f"       coalesce(min(visibility), '2000-01-01T00:00:00Z') AS visibility FROM taken")
+
+
 def pgbench_script() -> str:
     """One pgbench transaction = one delivery: PostgresScheduler.TAKE (its row kept with \\gset),
     then PostgresScheduler.FINISH with the receipt that take returned."""
     from without_durability_postgres import PostgresScheduler
 
-    take = pgbench_statement(PostgresScheduler.TAKE)
+    take = always_one_row(pgbench_statement(PostgresScheduler.TAKE))
     finish = pgbench_statement(PostgresScheduler.FINISH,
                                {"workflow": "take_workflow", "receipt": "take_visibility"})
     return f"{take}\n\\gset take_\n{finish};\n"
+
+
+def pgbench_chain_script() -> str:
+    """One pgbench transaction = one delivery: PostgresScheduler.FINISH_AND_TAKE answering the
+    delivery the client's previous transaction took (kept with \\gset) and taking the next, as
+    ``answer_and_take`` does. The first answers nothing (pgbench -D sets a workflow no row has)."""
+    from without_durability_postgres import PostgresScheduler
+
+    chain = always_one_row(pgbench_statement(PostgresScheduler.FINISH_AND_TAKE,
+                                             {"workflow": "take_workflow", "receipt": "take_visibility"}))
+    return f"{chain}\n\\gset take_\n"
 
 
 # -- Postgres ---------------------------------------------------------------------------------
@@ -112,7 +141,34 @@ async def drain(take: Callable[[], Awaitable[Any]], answer: Callable[[Any], Awai
     return {"seconds": seconds, "rate": len(got) / seconds, "taken": got, "empty_takes": state["empty"]}
 
 
-async def postgres_ours(url: str, n: int, counts: Sequence[int], naive: bool) -> list[dict[str, Any]]:
+async def drain_chained(sched: Any, n: int, workers: int, limit: float = 300.0) -> dict[str, Any]:
+    """``workers`` tasks each take once, then loop ``answer_and_take`` (answering the delivery in
+    hand and taking the next in one call) until all ``n`` were taken; an empty take while some are
+    still untaken is counted as in ``drain`` and retried with a plain take."""
+    got: list[str] = []
+    state = {"empty": 0}
+    deadline = time.monotonic() + limit
+
+    async def one() -> None:
+        d = None
+        while time.monotonic() < deadline:
+            d = await (sched.take(VISIBILITY) if d is None else sched.answer_and_take(d, None, VISIBILITY))
+            if d is None:
+                if len(got) >= n:
+                    return
+                state["empty"] += 1
+                await asyncio.sleep(0)
+                continue
+            got.append(d.workflow)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(workers)))
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "rate": len(got) / seconds, "taken": got, "empty_takes": state["empty"]}
+
+
+async def postgres_ours(url: str, n: int, counts: Sequence[int], naive: bool,
+                        chain: bool = False) -> list[dict[str, Any]]:
     from without_durability.testing.stores.postgres import fresh_schema
     from without_durability_postgres import PostgresScheduler
 
@@ -127,13 +183,16 @@ async def postgres_ours(url: str, n: int, counts: Sequence[int], naive: bool) ->
             async with pool.connection() as conn:
                 await conn.execute(PREFILL, {"namespace": NAMESPACE, "n": n})
             sched = cls(pool, namespace=NAMESPACE)
-            r = await drain(lambda s=sched: s.take(VISIBILITY),
-                            lambda d, s=sched: s.wake_at(d, None), n, w)
+            if chain:
+                r = await drain_chained(sched, n, w)
+            else:
+                r = await drain(lambda s=sched: s.take(VISIBILITY),
+                                lambda d, s=sched: s.wake_at(d, None), n, w)
             async with pool.connection() as conn:
                 left = (await (await conn.execute("SELECT count(*) FROM workflow_queue")).fetchone() or [0])[0]
         check = check_exactly_once("pg", workflow_ids(n), r.pop("taken"))
-        rows.append({"system": "postgres-naive" if naive else "postgres", "workers": w, "n": n,
-                     **r, **check, "left_in_queue": left})
+        system = "postgres-naive" if naive else "postgres" if chain else "postgres-two-calls"
+        rows.append({"system": system, "workers": w, "n": n, **r, **check, "left_in_queue": left})
     return rows
 
 
@@ -166,10 +225,10 @@ async def postgres_batched(url: str, n: int, counts: Sequence[int], batch: int) 
     return rows
 
 
-async def psycopg_raw(url: str, n: int, counts: Sequence[int]) -> list[dict[str, Any]]:
-    """The same TAKE and FINISH through psycopg directly (one autocommit connection per worker, no
-    pool, none of this library's code): what the Python driver alone reaches, so the gap to pgbench
-    can be split into the driver's share and ours."""
+async def psycopg_raw(url: str, n: int, counts: Sequence[int], chain: bool) -> list[dict[str, Any]]:
+    """The same statements through psycopg directly (one autocommit connection per worker, no pool,
+    none of this library's code): what the Python driver alone reaches, so the gap to pgbench can
+    be split into the driver's share and ours. ``chain``: FINISH_AND_TAKE, else TAKE then FINISH."""
     import psycopg
 
     from without_durability.testing.stores.postgres import fresh_schema
@@ -187,6 +246,12 @@ async def psycopg_raw(url: str, n: int, counts: Sequence[int]) -> list[dict[str,
 
             async def one(c: psycopg.AsyncConnection[Any], out: list[str] = got) -> None:
                 params: dict[str, Any] = {"namespace": NAMESPACE, "visibility": VISIBILITY}
+                if chain:
+                    last = {**params, "workflow": "", "receipt": None}
+                    while row := await (await c.execute(PostgresScheduler.FINISH_AND_TAKE, last)).fetchone():
+                        out.append(row[0])
+                        last = {**params, "workflow": row[0], "receipt": row[1]}
+                    return
                 while row := await (await c.execute(PostgresScheduler.TAKE, params)).fetchone():
                     out.append(row[0])
                     await c.execute(PostgresScheduler.FINISH,
@@ -202,18 +267,21 @@ async def psycopg_raw(url: str, n: int, counts: Sequence[int]) -> list[dict[str,
             async with pool.connection() as conn:
                 left = (await (await conn.execute("SELECT count(*) FROM workflow_queue")).fetchone() or [0])[0]
         check = check_exactly_once("raw", workflow_ids(n), got)
-        rows.append({"system": "psycopg-raw", "workers": w, "n": n, "seconds": seconds,
+        rows.append({"system": "psycopg-raw" if chain else "psycopg-raw-two-statements", "workers": w,
+                     "n": n, "seconds": seconds,
                      "rate": len(got) / seconds, **check, "left_in_queue": left})
     return rows
 
 
-async def pgbench(url: str, n: int, counts: Sequence[int], folder: Path) -> list[dict[str, Any]]:
+async def pgbench(url: str, n: int, counts: Sequence[int], folder: Path, chain: bool) -> list[dict[str, Any]]:
+    """pgbench (prepared statements, -j 2) running ``pgbench_chain_script`` when ``chain``, else
+    ``pgbench_script``, ``n / w`` transactions per client."""
     import psycopg
 
     from without_durability.testing.stores.postgres import fresh_schema
 
-    script = folder / "pgbench_take.sql"
-    script.write_text(pgbench_script())
+    script = folder / ("pgbench_chain.sql" if chain else "pgbench_take.sql")
+    script.write_text(pgbench_chain_script() if chain else pgbench_script())
     m = re.match(r"postgresql://(\w+)@([\d.]+):(\d+)/(\w+)", url)
     assert m, url
     user, host, port, db = m.groups()
@@ -227,19 +295,28 @@ async def pgbench(url: str, n: int, counts: Sequence[int], folder: Path) -> list
             cmd = ["pgbench", "-n", "-M", "prepared", "-h", host, "-p", port, "-U", user,
                    "-c", str(w), "-j", str(min(w, 2)), "-t", str(per_client),
                    "-D", f"namespace={NAMESPACE}", "-D", f"visibility={int(VISIBILITY.total_seconds())} seconds",
+                   "-D", "take_workflow=-", "-D", "take_visibility=2000-01-01T00:00:00Z",
                    "-f", str(script), db]
             out = await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, env=env,
                                           timeout=600)
             tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out.stdout)
             failed = re.search(r"number of failed transactions: (\d+)", out.stdout)
             async with pool.connection() as conn:
-                left = (await (await conn.execute("SELECT count(*) FROM workflow_queue")).fetchone() or [0])[0]
+                untaken, hidden = (await (await conn.execute(
+                    "SELECT count(*) FILTER (WHERE visibility <= now()), count(*) FILTER (WHERE visibility > now())"
+                    " FROM workflow_queue")).fetchone() or (0, 0))
         done = per_client * w
-        rows.append({"system": "pgbench", "workers": w, "n": done,
-                     "rate": float(tps[1]) if tps else None,
-                     "failed": int(failed[1]) if failed else None,
-                     "left_in_queue": left - (n - done), "returncode": out.returncode,
-                     "stderr": out.stderr.strip()[-500:] if out.returncode else ""})
+        # Every transaction that found nothing left one prefilled row untaken: the deliveries made
+        # are done - untaken, and the rate counts only those. A chain leaves each client's last
+        # delivery taken and unanswered (pgbench has no last step), so up to w rows stay hidden.
+        taken = done - untaken
+        aborted = out.returncode != 0 or "aborted" in out.stdout + out.stderr
+        rate = float(tps[1]) * taken / done if tps and not aborted else None
+        rows.append({"system": "pgbench" if chain else "pgbench-two-statements", "workers": w, "n": done,
+                     "rate": rate, "transactions_per_s": float(tps[1]) if tps else None,
+                     "empty_takes": untaken, "failed": int(failed[1]) if failed else None,
+                     "left_in_queue": hidden - (w if chain else 0), "returncode": out.returncode,
+                     "stderr": out.stderr.strip()[-500:] if aborted else ""})
     del psycopg
     return rows
 
@@ -489,18 +566,21 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS) -> di
         # The pairs the ratios are made of run interleaved, ``rounds`` times, and each figure is the
         # median of its rounds: on a shared machine a neighbour's burst then hits both sides.
         paired: list[tuple[str, Callable[[], Awaitable[list[dict[str, Any]]]]]] = [
-            ("postgres (ours)", lambda: postgres_ours(pg.url, n, counts, naive=False)),
-            ("pgbench ceiling", lambda: pgbench(pg.url, n, counts, folder)),
-            ("psycopg alone (same statements)", lambda: psycopg_raw(pg.url, n, counts)),
+            ("postgres (ours, answer_and_take)", lambda: postgres_ours(pg.url, n, counts, naive=False, chain=True)),
+            ("pgbench ceiling (FINISH_AND_TAKE)", lambda: pgbench(pg.url, n, counts, folder, chain=True)),
+            ("postgres (ours, take + wake_at)", lambda: postgres_ours(pg.url, n, counts, naive=False)),
+            ("pgbench ceiling (TAKE; FINISH)", lambda: pgbench(pg.url, n, counts, folder, chain=False)),
+            ("psycopg alone (FINISH_AND_TAKE)", lambda: psycopg_raw(pg.url, n, counts, chain=True)),
+            ("pgqueuer batch 10", lambda: pgqueuer_runs(pg.url, n, counts, 10)),
             ("redis (ours)", lambda: redis_runs(rd.url, n, counts)),
             ("redis-benchmark ceiling", lambda: redis_benchmark(rd.url, rd.port, n, counts)),
             ("redis-py alone (same TAKE script)", lambda: redis_py_raw(rd.url, n, counts)),
         ]
         once: list[tuple[str, Callable[[], Awaitable[list[dict[str, Any]]]]]] = [
+            ("psycopg alone (TAKE; FINISH)", lambda: psycopg_raw(pg.url, n, counts, chain=False)),
             ("postgres naive FOR UPDATE", lambda: postgres_ours(pg.url, n, counts, naive=True)),
             ("postgres batched (take_many/finish_many, 10)", lambda: postgres_batched(pg.url, n, counts, 10)),
             ("pgqueuer batch 1", lambda: pgqueuer_runs(pg.url, n, counts, 1)),
-            ("pgqueuer batch 10", lambda: pgqueuer_runs(pg.url, n, counts, 10)),
             ("sqlite (ours)", lambda: sqlite_runs(n, counts)),
         ]
         schedule = [(r, label, step) for r in range(rounds) for label, step in paired]
@@ -520,11 +600,14 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS) -> di
         ratios.append({
             "workers": w,
             "pg/pgbench": ratio(pick(rows, "postgres", w), pick(rows, "pgbench", w)),
+            "pg-two-calls/pgbench-two-statements": ratio(pick(rows, "postgres-two-calls", w),
+                                                         pick(rows, "pgbench-two-statements", w)),
             "psycopg-raw/pgbench": ratio(pick(rows, "psycopg-raw", w), pick(rows, "pgbench", w)),
             "pg/psycopg-raw": ratio(pick(rows, "postgres", w), pick(rows, "psycopg-raw", w)),
+            "pg/pg-two-calls": ratio(pick(rows, "postgres", w), pick(rows, "postgres-two-calls", w)),
             "pg/pgqueuer-b1": ratio(pick(rows, "postgres", w), pick(rows, "pgqueuer-b1", w)),
             "pg/pgqueuer-b10": ratio(pick(rows, "postgres", w), pick(rows, "pgqueuer-b10", w)),
-            "pg/naive": ratio(pick(rows, "postgres", w), pick(rows, "postgres-naive", w)),
+            "pg-two-calls/naive": ratio(pick(rows, "postgres-two-calls", w), pick(rows, "postgres-naive", w)),
             "pg-batch10/pg": ratio(pick(rows, "postgres-batch10", w), pick(rows, "postgres", w)),
             "pg-batch10/pgqueuer-b10": ratio(pick(rows, "postgres-batch10", w), pick(rows, "pgqueuer-b10", w)),
             "set-take/redis-benchmark": ratio(pick(rows, "redis-set-take-only", w),
@@ -537,7 +620,7 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS) -> di
     result = {"benchmark": "take", "n": n, "rounds": rounds, "raw": raw,
               "visibility_s": VISIBILITY.total_seconds(),
               "machine": machine(), "postgres_settings": settings, "rows": rows, "ratios": ratios,
-              "pgbench_script": pgbench_script()}
+              "pgbench_script": pgbench_script(), "pgbench_chain_script": pgbench_chain_script()}
     save_json(folder, "take", result)
     systems = sorted({r["system"] for r in rows if "error" not in r})
     plot(folder, "take", "Take throughput (take + answer per second)", "workers", "deliveries/s",
@@ -548,9 +631,16 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS) -> di
                          sum(r.get("duplicated", 0) for r in rows if r["system"] == s)] for s in systems])
     ratio_table = table(list(ratios[0]), [list(r.values()) for r in ratios])
     errors = [r for r in rows if "error" in r]
-    text = (f"# Take throughput\n\n{n} pre-filled deliveries per point; ours, pgbench, and Redis against "
-            f"redis-benchmark: median of {rounds} interleaved rounds; deliveries/s (taken and "
-            f"answered; `-take-only` and redis-benchmark rows: takes/s).\n\n{rate_table}\n\n"
+    text = (f"# Take throughput\n\n{n} pre-filled deliveries per point; the paired systems (ours and "
+            f"pgbench both ways, psycopg alone, PgQueuer batch 10, Redis and redis-benchmark) are the "
+            f"median of {rounds} interleaved rounds; deliveries/s (taken and answered; `-take-only` "
+            f"and redis-benchmark rows: takes/s).\n\n"
+            f"- `postgres`: one `answer_and_take` per delivery (what `Worker` sends); `pgbench`: the "
+            f"same FINISH_AND_TAKE statement.\n"
+            f"- `postgres-two-calls`: `take` then `wake_at(None)` (the bare Scheduler calls); "
+            f"`pgbench-two-statements`: the same TAKE then FINISH.\n"
+            f"- `psycopg-raw*`: those statements through psycopg alone (no pool, none of our code).\n\n"
+            f"{rate_table}\n\n"
             f"## Ratios\n\n{ratio_table}\n\nPostgres settings: {settings}\n\n"
             f"Machine: {result['machine']}\n")
     if errors:
