@@ -37,12 +37,17 @@ def headline(results: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
         rate = {(r["system"], r.get("workers")): r.get("rate") for r in t["rows"] if "rate" in r}
         pg8, bench8 = rate.get(("postgres", 8)), rate.get(("pgbench", 8))
         v = r8.get("pg/pgbench")
-        add("Postgres take / pgbench on the same statements, 8 workers", v, ">= 0.7",
-            None if v is None else v >= 0.7, f"{fmt(pg8)} vs {fmt(bench8)} deliveries/s")
-        add("psycopg alone (same statements, no library) / pgbench, 8 workers", r8.get("psycopg-raw/pgbench"),
+        add("Postgres take (answer_and_take, as Worker) / pgbench on the same statement, 8 workers", v,
+            ">= 0.7", None if v is None else v >= 0.7, f"{fmt(pg8)} vs {fmt(bench8)} deliveries/s")
+        add("psycopg alone (same statement, no library) / pgbench, 8 workers", r8.get("psycopg-raw/pgbench"),
             "", None, "the Python driver's own share of the gap")
         add("Postgres take / psycopg alone, 8 workers", r8.get("pg/psycopg-raw"), "", None,
             "this library's share of the gap")
+        add("Postgres take + wake_at (two calls) / pgbench on TAKE; FINISH, 8 workers",
+            r8.get("pg-two-calls/pgbench-two-statements"), "", None,
+            f"{fmt(rate.get(('postgres-two-calls', 8)))} vs {fmt(rate.get(('pgbench-two-statements', 8)))} /s")
+        add("Postgres answer_and_take / two calls, 8 workers", r8.get("pg/pg-two-calls"), "", None,
+            "what one statement per delivery buys")
         for b in ("b1", "b10"):
             v = r8.get(f"pg/pgqueuer-{b}")
             add(f"Postgres take (unbatched) / PgQueuer (batch {b[1:]}), 8 workers", v, "> 1",
@@ -50,9 +55,9 @@ def headline(results: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
         v = r8.get("pg-batch10/pgqueuer-b10")
         add("Postgres batched take (take_many/finish_many 10) / PgQueuer (batch 10), 8 workers", v, "> 1",
             None if v is None else v > 1, f"batched {fmt(rate.get(('postgres-batch10', 8)))}/s")
-        add("Postgres take / naive FOR UPDATE (no SKIP LOCKED), 8 workers", r8.get("pg/naive"), "",
-            None, f"naive {fmt(rate.get(('postgres-naive', 8)))}/s")
-        add("Postgres batched take_many+finish_many(10) / unbatched, 8 workers", r8.get("pg-batch10/pg"),
+        add("Postgres take + wake_at / naive FOR UPDATE (no SKIP LOCKED), 8 workers",
+            r8.get("pg-two-calls/naive"), "", None, f"naive {fmt(rate.get(('postgres-naive', 8)))}/s")
+        add("Postgres batched take_many+finish_many(10) / answer_and_take, 8 workers", r8.get("pg-batch10/pg"),
             "", None, f"batched {fmt(rate.get(('postgres-batch10', 8)))}/s")
         for kind in ("set", "stream"):
             add(f"Redis {kind} TAKE / redis-benchmark on the same script, 8 workers",

@@ -9,6 +9,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 
 from without_durability import AnswersAndTakes, Delivery, Run, Worker
@@ -29,7 +30,10 @@ _ids = itertools.count()
 
 
 def scheduler(wd_store: Store) -> PostgresScheduler:
-    return PostgresScheduler(wd_store.extra["pool"], namespace=f"aat-{next(_ids)}")
+    """The store's own scheduler (a fresh schema per test), so a mutant swapped in is what runs."""
+    sched = wd_store.scheduler
+    assert isinstance(sched, PostgresScheduler)
+    return sched
 
 
 async def queued(sched: PostgresScheduler) -> dict[str, Any]:
@@ -117,7 +121,7 @@ async def test_a_sleep_answer_moves_the_delivery_and_never_hands_it_back(wd_stor
 
 async def test_a_delivery_from_elsewhere_is_refused_before_anything_is_written(wd_store: Store) -> None:
     sched = scheduler(wd_store)
-    other = scheduler(wd_store)
+    other = PostgresScheduler(sched.pool, namespace="elsewhere")
     await other.schedule("x")
     d = await other.take(LONG)
     assert d is not None
@@ -151,31 +155,32 @@ async def test_the_answer_waits_for_a_row_lock_before_the_take_locks_anything(wd
     transaction locks the row this call would take: were the take to lock first, the two would
     deadlock (Postgres would fail one after deadlock_timeout). Answering first, nothing is held
     while the answer waits, so both go through."""
-    async with fresh_schema(wd_store.extra["url"], min_size=3, max_size=3) as (pool, _):
-        sched = PostgresScheduler(pool, namespace="locks")
-        await sched.schedule("a", await sched.now() - timedelta(seconds=1))
-        await sched.schedule("x")
-        held = await sched.take(LONG)
-        assert held is not None and held.workflow == "a"
-        where = "SELECT 1 FROM workflow_queue WHERE namespace = %s AND workflow = %s FOR UPDATE"
-        async with pool.connection() as other, other.transaction():
-            await other.execute("SET LOCAL lock_timeout = '10s'")
-            await other.execute(where, (sched.namespace, "a"))  # the other transaction's lock on "a"
-            answering = asyncio.create_task(sched.answer_and_take(held, None, LONG))
-            deadline = time.monotonic() + 10
-            async with pool.connection() as watch:
-                while True:  # until the answer is waiting for that lock
-                    assert time.monotonic() < deadline, "answer_and_take never waited for the lock on 'a'"
-                    row = await (await watch.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                        " AND query LIKE %s", ("%answered%",))).fetchone()
-                    if row and row[0]:
-                        break
-                    await asyncio.sleep(0.01)
-            await other.execute(where, (sched.namespace, "x"))  # must not wait on answer_and_take
-        taken = await asyncio.wait_for(answering, 10)
-        assert taken is not None and taken.workflow == "x", f"expected 'x' taken after the wait, got {taken!r}"
-        assert set(await queued(sched)) == {"x"}, "the answer must have removed 'a'"
+    sched = scheduler(wd_store)
+    await sched.schedule("a", await sched.now() - timedelta(seconds=1))
+    await sched.schedule("x")
+    held = await sched.take(LONG)
+    assert held is not None and held.workflow == "a"
+    where = "SELECT 1 FROM workflow_queue WHERE namespace = %s AND workflow = %s FOR UPDATE"
+    url, options = wd_store.extra["url"], f"-c search_path={wd_store.extra['schema']}"
+    async with await psycopg.AsyncConnection.connect(url, options=options) as other, \
+            await psycopg.AsyncConnection.connect(url, autocommit=True) as watch:
+        await other.execute("SET lock_timeout = '10s'")
+        await other.execute(where, (sched.namespace, "a"))  # the other transaction's lock on "a"
+        answering = asyncio.create_task(sched.answer_and_take(held, None, LONG))
+        deadline = time.monotonic() + 10
+        while True:  # until the answer is waiting for that lock
+            assert time.monotonic() < deadline, "answer_and_take never waited for the lock on 'a'"
+            row = await (await watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND query LIKE %s", ("%answered%",))).fetchone()
+            if row and row[0]:
+                break
+            await asyncio.sleep(0.01)
+        await other.execute(where, (sched.namespace, "x"))  # must not wait on answer_and_take
+        await other.commit()
+    taken = await asyncio.wait_for(answering, 10)
+    assert taken is not None and taken.workflow == "x", f"expected 'x' taken after the wait, got {taken!r}"
+    assert set(await queued(sched)) == {"x"}, "the answer must have removed 'a'"
 
 
 async def test_a_transaction_the_server_rolled_back_is_not_called_unreachable(wd_store: Store) -> None:

@@ -19,6 +19,7 @@ from without_durability_postgres.checkpointer import PostgresEffect
 from . import Mutant, swap
 
 PG_TESTS = "tests/test_postgres.py"
+AAT_TESTS = "tests/test_postgres_answer_and_take.py"
 
 
 class RecordWithoutRowLock(PostgresCheckpointer):
@@ -188,6 +189,60 @@ RETURNING q.workflow, q.visibility
 """
 
 
+
+def _answer_and_take(answer: str, *, exclude_answered: bool = True, answer_first: bool = True) -> str:
+    """An answer_and_take statement with ``answer`` as its first CTE, written out the long way."""
+    return f"""
+WITH answered AS (
+{answer}
+    RETURNING 1
+), next AS (
+    SELECT workflow FROM workflow_queue
+     WHERE namespace = %(namespace)s AND visibility <= now()
+       {"AND workflow <> %(workflow)s" if exclude_answered else ""}
+       {"AND (SELECT count(*) FROM answered) >= 0" if answer_first else ""}
+     ORDER BY visibility, workflow
+     LIMIT 1
+     FOR UPDATE SKIP LOCKED
+)
+UPDATE workflow_queue AS q
+   SET visibility = now() + %(visibility)s
+  FROM next
+ WHERE q.namespace = %(namespace)s AND q.workflow = next.workflow
+RETURNING q.workflow, q.visibility
+"""
+
+
+_FINISH = """    DELETE FROM workflow_queue
+     WHERE namespace = %(namespace)s AND workflow = %(workflow)s AND visibility = %(receipt)s"""
+_WAKE_AT = """    UPDATE workflow_queue SET visibility = %(at)s
+     WHERE namespace = %(namespace)s AND workflow = %(workflow)s AND visibility = %(receipt)s"""
+
+
+class AnswerAndTakeIgnoresReceipt(PostgresScheduler):
+    """answer_and_take's answer acts on the workflow whatever its receipt: a stale answer removes or
+    moves a newer delivery."""
+
+    FINISH_AND_TAKE = _answer_and_take(_FINISH.replace(" AND visibility = %(receipt)s", ""))
+    WAKE_AT_AND_TAKE = _answer_and_take(_WAKE_AT.replace(" AND visibility = %(receipt)s", ""))
+
+
+class AnswerAndTakeHandsBackTheAnswered(PostgresScheduler):
+    """answer_and_take's take may pick the workflow it is answering (one statement then writes the
+    row twice, and the answer is lost)."""
+
+    FINISH_AND_TAKE = _answer_and_take(_FINISH, exclude_answered=False)
+    WAKE_AT_AND_TAKE = _answer_and_take(_WAKE_AT, exclude_answered=False)
+
+
+class AnswerAndTakeLocksFirst(PostgresScheduler):
+    """answer_and_take lets its take lock a row before its answer has finished waiting for one: two
+    workers can deadlock."""
+
+    FINISH_AND_TAKE = _answer_and_take(_FINISH, answer_first=False)
+    WAKE_AT_AND_TAKE = _answer_and_take(_WAKE_AT, answer_first=False)
+
+
 MUTANTS = [
     Mutant(
         "postgres-record-without-row-lock",
@@ -285,5 +340,29 @@ MUTANTS = [
         "take can hand one delivery to two takers (no FOR UPDATE SKIP LOCKED)",
         ("test_concurrent_takes_never_share_a_delivery",),
         swap("scheduler", TakeWithoutLock),
+    ),
+    Mutant(
+        "postgres-answer-and-take-ignores-receipt",
+        "postgres",
+        "wake-at-acts-on-its-own-receipt",
+        "answer_and_take answers whatever the row's receipt",
+        (f"{AAT_TESTS}::test_a_stale_answer_leaves_the_newer_delivery_alone",),
+        swap("scheduler", AnswerAndTakeIgnoresReceipt),
+    ),
+    Mutant(
+        "postgres-answer-and-take-hands-back-the-answered",
+        "postgres",
+        "answer-then-take",
+        "answer_and_take's take may pick the workflow it answers",
+        (f"{AAT_TESTS}::test_the_answer_acts_only_while_its_receipt_is_current",),
+        swap("scheduler", AnswerAndTakeHandsBackTheAnswered),
+    ),
+    Mutant(
+        "postgres-answer-and-take-locks-first",
+        "postgres",
+        "answer-and-take-never-deadlocks",
+        "answer_and_take's take locks a row before its answer has waited (deadlock)",
+        (f"{AAT_TESTS}::test_the_answer_waits_for_a_row_lock_before_the_take_locks_anything",),
+        swap("scheduler", AnswerAndTakeLocksFirst),
     ),
 ]
