@@ -180,7 +180,7 @@ async def measure(kind: str, wakeup: bool, poll: timedelta, samples: int, urls: 
             worker.stop()
             await asyncio.gather(task, return_exceptions=True)
     ms = [g * 1000 for g in gaps]
-    row = {"store": kind, "wakeup": wakeup, "poll_ms": poll.total_seconds() * 1000, "samples": len(ms),
+    row: dict[str, Any] = {"store": kind, "wakeup": wakeup, "poll_ms": poll.total_seconds() * 1000, "samples": len(ms),
            "p50_ms": quantile(ms, 0.5), "p99_ms": quantile(ms, 0.99), "mean_ms": statistics.fmean(ms),
            "max_ms": max(ms), "lost": samples - len(ms),
            "arrive_call_p50_ms": quantile([c * 1000 for c in commits], 0.5),
