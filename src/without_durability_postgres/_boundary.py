@@ -7,14 +7,17 @@ password masked) with the driver's own exception kept as ``__cause__``.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
@@ -29,6 +32,8 @@ from without_durability.errors import (
 )
 
 Pool = AsyncConnectionPool[Any]
+
+log = logging.getLogger("without_durability_postgres")
 
 # jsonb cannot hold the escape for NUL; an even run of backslashes before it means it is not one.
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -93,15 +98,69 @@ async def statement(
     path runs nothing else). The connection goes back to the pool as it came; errors are wrapped
     as in ``connect``."""
     try:
+        async with pool.connection() as conn, autocommit(conn):
+            yield conn
+    except PoolTimeout as exc:
+        raise (await _timed_out(exc, pool, what)) from exc
+    except psycopg.Error as exc:
+        raise (refused_value(exc, workflow, key) or wrap(exc, pool, what)) from exc
+
+
+@asynccontextmanager
+async def autocommit(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+    """``conn`` (idle, outside any transaction) in autocommit for the block, then as it was; the
+    switch itself costs no round trip."""
+    was = conn.autocommit
+    if not was:
+        await conn.set_autocommit(True)
+    try:
+        yield
+    finally:
+        if not was and not conn.closed:
+            await conn.set_autocommit(False)
+
+
+AfterCommit = Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]]
+
+
+@asynccontextmanager
+async def one_flight(
+    pool: Pool, what: str, workflow: str = "", key: str = "", *, then: AfterCommit | None = None
+) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """``connect``'s transaction, sent in pipeline mode: BEGIN, the statements the block executes
+    and COMMIT travel together and their results come back together, one round trip however many
+    statements. The block must only queue (``await conn.execute(...)``, keeping the cursors) and
+    read the cursors after it; fetching inside forces a round trip of its own.
+
+    The guarantees are ``connect``'s: all or nothing, and a failure of any statement (or of the
+    commit) rolls the whole transaction back and leaves as the ``StoreError`` / ``InvalidValue``
+    ``connect`` raises, the driver's first error (not the later "pipeline aborted") as
+    ``__cause__``. ``then``, if given, runs after a successful commit on the same, now warm,
+    connection before it goes back to the pool; the transaction has committed by then, so
+    ``then`` must not fail the caller (an exception from it is logged and dropped).
+    """
+    try:
         async with pool.connection() as conn:
-            was = conn.autocommit
-            if not was:
-                await conn.set_autocommit(True)
+            failed: psycopg.Error | None = None
             try:
-                yield conn
-            finally:
-                if not was and not conn.closed:
-                    await conn.set_autocommit(False)
+                async with conn.pipeline():
+                    try:
+                        async with conn.transaction():
+                            yield conn
+                    except psycopg.Error as exc:  # seen while queuing: the rollback is queued
+                        failed = exc
+            except psycopg.Error as exc:  # seen at the sync; after an earlier error, only its echo
+                failed = failed or exc
+            if failed is not None:
+                if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.rollback()
+                raise failed
+            if then is not None:
+                try:
+                    await then(conn)
+                except Exception:  # the transaction committed: the caller must hear success
+                    log.warning("after-commit step failed while %s", what, exc_info=True)
     except PoolTimeout as exc:
         raise (await _timed_out(exc, pool, what)) from exc
     except psycopg.Error as exc:

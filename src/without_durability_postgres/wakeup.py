@@ -3,7 +3,9 @@
 Two halves. The writer side is ``PostgresScheduler(pool, notify=True)``: after a commit that made a
 workflow due now (``schedule``, ``PostgresDurable.arrive`` and ``deliver``), it sends one
 ``pg_notify`` in its own tiny transaction, coalesced so that at most one is in flight per scheduler
-and any number of commits meanwhile cost one more. The NOTIFY is deliberately not inside the hot
+and any number of commits meanwhile cost one more. ``arrive`` and ``deliver`` send it on their own
+connection right after their commit (it is awake already; a pooled connection that sat idle costs
+a slow first round trip on some machines), ``schedule`` from a background task. The NOTIFY is deliberately not inside the hot
 transaction: a transaction that notified takes a database-wide lock at commit, which would
 serialize every arrive behind every other.
 
@@ -28,7 +30,7 @@ from psycopg import sql
 
 from without_durability.errors import InvalidInput, StoreUnavailable
 
-from ._boundary import Pool, masked_dsn, statement
+from ._boundary import Pool, autocommit, masked_dsn, statement
 
 CHANNEL = "without_durability_queue"
 """The channel both halves use; the payload is the namespace."""
@@ -39,9 +41,12 @@ log = logging.getLogger("without_durability_postgres.wakeup")
 
 
 class Notifier:
-    """The writer half: ``poke`` after a commit; a background task sends one NOTIFY for every burst
-    of pokes (at most one in flight, at most one more queued). Failures are logged, not raised: a
-    lost notification costs a waiter at most its poll interval."""
+    """The writer half. After a commit that made work due now, either ``poke`` (a background task
+    sends the NOTIFY on a pooled connection) or ``send_on`` (the committing caller sends it on its
+    own connection, still warm from the commit, before handing it back). Either way pokes coalesce:
+    at most one NOTIFY is in flight, and any number of commits while it is cost one more after it.
+    Failures are logged, not raised: a lost notification costs a waiter at most its poll interval.
+    """
 
     def __init__(self, pool: Pool, namespace: str, channel: str = CHANNEL) -> None:
         self.pool = pool
@@ -49,29 +54,58 @@ class Notifier:
         self.channel = channel
         self.sent = 0
         """NOTIFYs sent so far (pokes coalesce, so usually fewer than commits)."""
-        self._pending = False
+        self._pending = False  # a commit since the NOTIFY in flight was sent: one more is owed
+        self._busy = False  # a NOTIFY is in flight (the background task's or a send_on's)
         self._task: asyncio.Task[None] | None = None
 
     def poke(self) -> None:
         """Ask for a NOTIFY soon; returns at once (call it after the commit, never inside)."""
         self._pending = True
-        if self._task is None or self._task.done():
+        if not self._busy:
+            self._busy = True
             self._task = asyncio.get_running_loop().create_task(self._send())
 
+    async def send_on(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Right after a commit on ``conn`` (idle again, not yet back in the pool): send the NOTIFY
+        on it, in autocommit, one round trip on a connection that is already awake, instead of
+        waking a pooled one that has sat idle. If a NOTIFY is already in flight, send nothing now:
+        one more follows it, as after a ``poke``. Never raises (cancellation aside); if the send
+        fails, a background ``poke`` tries again on a pooled connection."""
+        if self._busy:
+            self._pending = True
+            return
+        self._busy = True
+        self._pending = False  # this NOTIFY goes out after every commit that poked so far
+        sent = False
+        try:
+            async with autocommit(conn):
+                await conn.execute(NOTIFY, {"channel": self.channel, "namespace": self.namespace})
+            sent = True
+            self.sent += 1
+        except Exception:
+            log.debug("notify on the committing connection failed; retrying on a pooled one", exc_info=True)
+        finally:
+            self._busy = False
+            if self._pending or not sent:
+                self.poke()
+
     async def _send(self) -> None:
-        while self._pending:
-            self._pending = False
-            try:
-                async with statement(self.pool, "notifying") as conn:  # autocommit: one round trip
-                    await conn.execute(NOTIFY, {"channel": self.channel, "namespace": self.namespace})
-                self.sent += 1
-            except Exception:  # the pool is closed or the server is gone: pollers still find it
-                log.debug(
-                    "notify for namespace %r failed; waiters fall back to polling",
-                    self.namespace,
-                    exc_info=True,
-                )
-                return
+        try:
+            while self._pending:
+                self._pending = False
+                try:
+                    async with statement(self.pool, "notifying") as conn:  # autocommit: one round trip
+                        await conn.execute(NOTIFY, {"channel": self.channel, "namespace": self.namespace})
+                    self.sent += 1
+                except Exception:  # the pool is closed or the server is gone: pollers still find it
+                    log.debug(
+                        "notify for namespace %r failed; waiters fall back to polling",
+                        self.namespace,
+                        exc_info=True,
+                    )
+                    return
+        finally:
+            self._busy = False
 
     async def flush(self) -> None:
         """Wait until any NOTIFY asked for has been sent (or has failed)."""
