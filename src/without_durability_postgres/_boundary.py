@@ -128,33 +128,45 @@ async def one_flight(
     pool: Pool, what: str, workflow: str = "", key: str = "", *, then: AfterCommit | None = None
 ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
     """``connect``'s transaction, sent in pipeline mode: BEGIN, the statements the block executes
-    and COMMIT travel together and their results come back together, one round trip however many
-    statements. The block must only queue (``await conn.execute(...)``, keeping the cursors) and
-    read the cursors after it; fetching inside forces a round trip of its own.
+    and COMMIT leave together, behind one Sync, and their results come back together: one round
+    trip however many statements. The block must only queue (``await conn.execute(...)``, keeping
+    the cursors) and read the cursors after it; fetching inside forces a round trip of its own.
 
-    The guarantees are ``connect``'s: all or nothing, and a failure of any statement (or of the
-    commit) rolls the whole transaction back and leaves as the ``StoreError`` / ``InvalidValue``
-    ``connect`` raises, the driver's first error (not the later "pipeline aborted") as
-    ``__cause__``. ``then``, if given, runs after a successful commit on the same, now warm,
+    The guarantees are ``connect``'s: all or nothing (an explicit BEGIN/COMMIT block, begun with
+    the connection's configured isolation level), and a failure of any statement or of the commit
+    rolls the whole transaction back and leaves as the ``StoreError`` / ``InvalidValue``
+    ``connect`` raises, with the driver's first error (not the "pipeline aborted" that follows
+    it) as ``__cause__``. ``then``, if given, runs after a successful commit on the same, now warm,
     connection before it goes back to the pool; the transaction has committed by then, so
     ``then`` must not fail the caller (an exception from it is logged and dropped).
     """
+    # psycopg syncs the pipeline (a round trip apiece) for conn.transaction(), conn.commit() and
+    # the BEGIN it sends by itself outside autocommit; so the connection is put in autocommit (no
+    # round trip) and BEGIN and COMMIT are queued as plain statements: the pipeline's closing
+    # Sync is the only wait.
     try:
         async with pool.connection() as conn:
+            was_autocommit = conn.autocommit
+            if not was_autocommit:
+                await conn.set_autocommit(True)  # client-side only: no round trip
             failed: psycopg.Error | None = None
             try:
                 async with conn.pipeline():
                     try:
-                        async with conn.transaction():
-                            yield conn
-                    except psycopg.Error as exc:  # seen while queuing: the rollback is queued
+                        await conn.execute(begin_statement(conn))
+                        yield conn
+                        await conn.execute("COMMIT")
+                    except psycopg.Error as exc:  # seen while queuing: what follows it is skipped
                         failed = exc
-            except psycopg.Error as exc:  # seen at the sync; after an earlier error, only its echo
+            except psycopg.Error as exc:  # seen at the Sync; after an earlier error, only its echo
                 failed = failed or exc
-            if failed is not None:
-                if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            finally:
+                if not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
                     with contextlib.suppress(psycopg.Error):
-                        await conn.rollback()
+                        await conn.rollback()  # a failed block stays open (aborted) past the Sync
+                if not was_autocommit and not conn.closed:
+                    await conn.set_autocommit(False)
+            if failed is not None:
                 raise failed
             if then is not None:
                 try:
@@ -165,6 +177,19 @@ async def one_flight(
         raise (await _timed_out(exc, pool, what)) from exc
     except psycopg.Error as exc:
         raise (refused_value(exc, workflow, key) or wrap(exc, pool, what)) from exc
+
+
+def begin_statement(conn: psycopg.AsyncConnection[Any]) -> str:
+    """The BEGIN that opens a transaction with ``conn``'s configured isolation level, read-only and
+    deferrable settings (those psycopg would apply to a transaction it opened itself)."""
+    parts = ["BEGIN"]
+    if conn.isolation_level is not None:
+        parts.append("ISOLATION LEVEL " + psycopg.IsolationLevel(conn.isolation_level).name.replace("_", " "))
+    if conn.read_only is not None:
+        parts.append("READ ONLY" if conn.read_only else "READ WRITE")
+    if conn.deferrable is not None:
+        parts.append("DEFERRABLE" if conn.deferrable else "NOT DEFERRABLE")
+    return " ".join(parts)
 
 
 async def _timed_out(exc: PoolTimeout, pool: Pool, what: str) -> StoreError:
