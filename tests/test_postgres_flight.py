@@ -135,6 +135,11 @@ class NotJsonForInts:
         return json.loads(encoded)
 
 
+async def backend_pid(pool: Pool) -> int:
+    async with pool.connection() as conn:
+        return conn.info.backend_pid
+
+
 def no_driver_warnings(caplog: pytest.LogCaptureFixture) -> None:
     noisy = [r for r in caplog.records if r.name.startswith("psycopg") and r.levelno >= logging.WARNING]
     assert not noisy, f"the driver warned about a connection left dirty: {[r.getMessage() for r in noisy]}"
@@ -147,6 +152,7 @@ async def test_a_statement_failing_after_the_first_rolls_back_the_whole_transact
     async with one_connection(wd_store) as (pool, schema):
         broken = durable_on(pool, schema, notify=True, scheduler=FailingSchedule)
         good = durable_on(pool, schema)
+        backend = await backend_pid(pool)
         for attempt in (lambda: broken.arrive("wf", "go", 1), lambda: broken.deliver("wf", "hello")):
             with pytest.raises(StoreError) as caught:
                 await attempt()
@@ -154,7 +160,8 @@ async def test_a_statement_failing_after_the_first_rolls_back_the_whole_transact
             assert await good.checkpointer.load("wf") == {}, "the supply/append committed without its schedule"
             assert await good.scheduler.take(timedelta(seconds=60)) is None
         assert broken.scheduler.notifier is not None and broken.scheduler.notifier.sent == 0
-        # the one connection is clean and usable: the next transition commits
+        # the one connection was rolled back and kept (not dropped), and the next transition commits
+        assert await backend_pid(pool) == backend
         assert (await good.arrive("wf", "go", 2)).won is True
         assert await good.checkpointer.load("wf") == {"go": 2}
     no_driver_warnings(caplog)

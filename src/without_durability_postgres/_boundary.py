@@ -7,7 +7,6 @@ password masked) with the driver's own exception kept as ``__cause__``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import re
@@ -161,11 +160,13 @@ async def one_flight(
             except psycopg.Error as exc:  # seen at the Sync; after an earlier error, only its echo
                 failed = failed or exc
             finally:
-                if not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
-                    with contextlib.suppress(psycopg.Error):
+                try:
+                    if not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
                         await conn.rollback()  # a failed block stays open (aborted) past the Sync
-                if not was_autocommit and not conn.closed:
-                    await conn.set_autocommit(False)
+                    if not was_autocommit and not conn.closed:
+                        await conn.set_autocommit(False)
+                except psycopg.Error:  # keep the block's own error; the pool replaces a closed one
+                    await conn.close()
             if failed is not None:
                 raise failed
             if then is not None:
