@@ -172,10 +172,22 @@ async def measure(kind: str, wakeup: bool, poll: timedelta, samples: int, urls: 
     first_rts: list[float] = []  # a bare round trip after an idle gap: the platform's floor
     warm_rts: list[float] = []  # the same round trip straight after it
     idle_commits: list[float] = []  # a bare durable write after an idle gap: the arrive's floor
+    heard_at: list[float] = []  # when the Postgres listener heard a NOTIFY
+    heard: list[float] = []  # per arrival: from the arrive call to the listener hearing its NOTIFY
+
+    async def listen(listener: Any) -> None:
+        sub = listener.subscribe()  # a waiter of its own beside the Worker's
+        while True:
+            before = listener.received
+            await sub.wait(LONG)
+            if listener.received > before:
+                heard_at.append(time.perf_counter())
+
     async with store(kind, wakeup, urls) as (durable, waker), prober(kind, urls) as probe:
         worker = Worker(durable, body, alive=LONG, budget=LONG, visibility=LONG, poll_interval=poll,
                         wakeup=waker)
         task = asyncio.create_task(worker.run())
+        ear = asyncio.create_task(listen(waker)) if kind == "postgres" and waker is not None else None
         try:
             for i in range(samples):
                 if probe is not None:  # each after its own idle gap, so nothing after it is warmed
@@ -194,15 +206,20 @@ async def measure(kind: str, wakeup: bool, poll: timedelta, samples: int, urls: 
                     await seen.wait_for(lambda w=w: w in started)
                 gaps.append(started[w] - t0)
                 commits.append(t1 - t0)
+                heard.extend([min(h for h in heard_at if h > t0) - t0] if any(h > t0 for h in heard_at) else [])
         finally:
             worker.stop()
-            await asyncio.gather(task, return_exceptions=True)
+            if ear is not None:
+                ear.cancel()
+            await asyncio.gather(task, *([ear] if ear else []), return_exceptions=True)
     ms = [g * 1000 for g in gaps]
     row: dict[str, Any] = {"store": kind, "wakeup": wakeup, "poll_ms": poll.total_seconds() * 1000, "samples": len(ms),
            "p50_ms": quantile(ms, 0.5), "p99_ms": quantile(ms, 0.99), "mean_ms": statistics.fmean(ms),
            "max_ms": max(ms), "lost": samples - len(ms),
            "arrive_call_p50_ms": quantile([c * 1000 for c in commits], 0.5),
            "after_arrive_p50_ms": quantile([(g - c) * 1000 for g, c in zip(gaps, commits, strict=True)], 0.5)}
+    if heard:
+        row["notify_heard_p50_ms"] = quantile([h * 1000 for h in heard], 0.5)
     if first_rts:
         first_p50 = quantile([f * 1000 for f in first_rts], 0.5)
         commit_p50 = quantile([c * 1000 for c in idle_commits], 0.5)
@@ -238,7 +255,10 @@ def floor_summary(rows: list[dict[str, Any]]) -> str:
             f"trip after the idle gap costs {fmt(first)} ms ({first / p50:.0%} of the p50; "
             f"{fmt(r['warm_rt_p50_ms'])} ms straight after); a bare write committed after the idle gap "
             f"costs {fmt(commit)} ms ({commit / p50:.0%}); the rest, {fmt(p50 - commit)} ms, is the "
-            f"library's path (the NOTIFY, waking the worker, its take, claim and load).")
+            f"library's path"
+            + (f" (the listener heard the NOTIFY {fmt(r['notify_heard_p50_ms'])} ms after the arrive call "
+               f"began, {fmt(p50 - r['notify_heard_p50_ms'])} ms before the pass started: the Worker's "
+               f"take, claim and load)." if "notify_heard_p50_ms" in r else "."))
     if not lines:
         return ""
     return ("How much of the p50 is the platform's. Each arrival comes after an idle gap (up to one "
@@ -288,11 +308,11 @@ async def main(folder: Path, quick: bool, only: list[str] | None = None) -> dict
     plot(folder, "pickup", "Pickup latency (arrive -> pass start)", "poll interval (ms)", "latency (ms)",
          series, logx=True, logy=True)
     text_table = table(["store", "wakeup", "poll ms", "samples", "p50 ms", "p99 ms", "max ms",
-                        "arrive call p50 ms", "after arrive p50 ms", "idle first RT p50 ms",
+                        "arrive call p50 ms", "after arrive p50 ms", "NOTIFY heard p50 ms", "idle first RT p50 ms",
                         "warm RT p50 ms", "idle commit p50 ms", "p50 beyond idle commit ms"],
                        [[r["store"], r["wakeup"], r["poll_ms"], r.get("samples"), r.get("p50_ms"),
                          r.get("p99_ms"), r.get("max_ms", r.get("error")), r.get("arrive_call_p50_ms"),
-                         r.get("after_arrive_p50_ms"), r.get("idle_first_rt_p50_ms"), r.get("warm_rt_p50_ms"),
+                         r.get("after_arrive_p50_ms"), r.get("notify_heard_p50_ms"), r.get("idle_first_rt_p50_ms"), r.get("warm_rt_p50_ms"),
                          r.get("idle_commit_p50_ms"), r.get("p50_beyond_idle_commit_ms")] for r in rows])
     floor = floor_summary(good)
     result = {"benchmark": "pickup", "machine": machine(), "postgres_settings": settings, "rows": rows}
@@ -301,7 +321,9 @@ async def main(folder: Path, quick: bool, only: list[str] | None = None) -> dict
                   f"idle Worker. \"idle first RT\": a bare round trip (Postgres SELECT 1, Redis PING) on an "
                   f"otherwise unused connection after an idle gap like the arrivals'; \"warm RT\": the same "
                   f"straight after; \"idle commit\": a bare one-row INSERT committed (Redis INCR) after "
-                  f"its own idle gap, the floor under any durable arrive.\n\n{text_table}\n\n{floor}\n"
+                  f"its own idle gap, the floor under any durable arrive; \"NOTIFY heard\": from the arrive "
+                  f"call to the Postgres listener hearing its NOTIFY (the rest, to the pass start, is the "
+                  f"Worker's take, claim and load).\n\n{text_table}\n\n{floor}\n"
                   f"Machine: {result['machine']}\n")
     print(text_table)
     if floor:
