@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+
 from without_durability._values import Recorded
-from without_durability.errors import InvalidInput
+from without_durability.errors import InvalidInput, StoreError, StoreUnavailable
 from without_durability.protocols import Durable
 from without_durability.rules import INBOX_PREFIX
 
-from ._boundary import AfterCommit, Pool, one_flight
+from ._boundary import Flight, Pool, one_flight
 from .checkpointer import PostgresCheckpointer, PostgresEffect
 from .scheduler import PostgresScheduler
+
+Connection = psycopg.AsyncConnection[Any]
 
 
 class PostgresDurable:
@@ -55,7 +63,7 @@ class PostgresDurable:
         encoded = cp._encode(workflow, key, value)
         supply = {"workflow": workflow, "key": key, "value": encoded}
         where = f"arriving at {workflow!r}/{key!r}"
-        async with one_flight(self.pool, where, workflow, key, then=self._notify) as conn:
+        async with self._making_due(where, workflow, key) as conn:
             supplied = await conn.execute(cp.SUPPLY, supply)
             await self._scheduler._schedule_on(conn, workflow)  # queues; reads nothing back
         row = await supplied.fetchone()  # read after the commit: the pipeline sent it all at once
@@ -68,7 +76,7 @@ class PostgresDurable:
         cp._workflow(workflow)
         encoded = cp._encode(workflow, INBOX_PREFIX, message)
         where = f"delivering to {workflow!r}"
-        async with one_flight(self.pool, where, workflow, INBOX_PREFIX, then=self._notify) as conn:
+        async with self._making_due(where, workflow, INBOX_PREFIX) as conn:
             appended = await conn.execute(cp.APPEND, {"workflow": workflow, "value": encoded})
             await self._scheduler._schedule_on(conn, workflow)
         row = await appended.fetchone()
@@ -79,15 +87,39 @@ class PostgresDurable:
         """See ``Durable.discard``: raise the fence, forget the records, cancel; one commit, one
         round trip (still three statements, each with its own snapshot)."""
         self._checkpointer._workflow(workflow)
-        async with one_flight(self.pool, f"discarding {workflow!r}", workflow) as conn:
-            await self._checkpointer._discard_on(conn, workflow)  # these only queue statements
-            await self._scheduler._cancel_on(conn, workflow)
+        async with one_flight(self.pool, f"discarding {workflow!r}", workflow) as flight:
+            await self._checkpointer._discard_on(flight.conn, workflow)  # these only queue statements
+            await self._scheduler._cancel_on(flight.conn, workflow)
 
-    @property
-    def _notify(self) -> AfterCommit | None:
-        """After the commit, on the committing connection: wake listeners (when notify=True)."""
+    @asynccontextmanager
+    async def _making_due(self, where: str, workflow: str, key: str) -> AsyncIterator[Connection]:
+        """``one_flight`` for a transaction that makes ``workflow`` due now. With ``notify=True``
+        the NOTIFY rides in the same flight, right behind the COMMIT, unless one is in flight
+        already; then (or if it failed) one is sent after the commit from the background. The
+        NOTIFY is claimed only once the connection is held and the COMMIT queued, so a caller
+        waiting for a pooled connection holds up nobody else's notification."""
         notifier = self._scheduler.notifier
-        return None if notifier is None else notifier.send_on
+        if notifier is None:
+            async with one_flight(self.pool, where, workflow, key) as flight:
+                yield flight.conn
+            return
+        started: Flight | None = None
+        refused = False  # the server refused the transaction: certainly nothing committed
+
+        def claim() -> tuple[str, dict[str, str]] | None:  # with the connection held, COMMIT queued
+            return notifier.statement() if notifier.claim() else None
+
+        try:
+            async with one_flight(self.pool, where, workflow, key, after=claim) as started:
+                yield started.conn
+        except (StoreError, InvalidInput) as exc:
+            refused = not isinstance(exc, StoreUnavailable)  # unavailable: it may have committed
+            raise
+        finally:
+            claimed = started is not None and started.after_queued
+            notified = started is not None and started.after_ran
+            committed = started is not None and started.committed
+            notifier.settle(claimed, notified=notified, owed=not notified and (committed or not refused))
 
 
 def _typecheck(d: PostgresDurable) -> None:  # pragma: no cover - mypy proves it meets the protocol

@@ -3,9 +3,10 @@
 Two halves. The writer side is ``PostgresScheduler(pool, notify=True)``: after a commit that made a
 workflow due now (``schedule``, ``PostgresDurable.arrive`` and ``deliver``), it sends one
 ``pg_notify`` in its own tiny transaction, coalesced so that at most one is in flight per scheduler
-and any number of commits meanwhile cost one more. ``arrive`` and ``deliver`` send it on their own
-connection right after their commit (it is awake already; a pooled connection that sat idle costs
-a slow first round trip on some machines), ``schedule`` from a background task. The NOTIFY is deliberately not inside the hot
+and any number of commits meanwhile cost one more. ``arrive`` and ``deliver`` queue it right behind
+their COMMIT, in the same round trip on the same connection (no pooled connection that sat idle
+to wake, which costs a slow first round trip on some machines); ``schedule`` sends it from a
+background task. The NOTIFY is deliberately not inside the hot
 transaction: a transaction that notified takes a database-wide lock at commit, which would
 serialize every arrive behind every other.
 
@@ -30,7 +31,7 @@ from psycopg import sql
 
 from without_durability.errors import InvalidInput, StoreUnavailable
 
-from ._boundary import Pool, autocommit, masked_dsn, statement
+from ._boundary import Pool, masked_dsn, statement
 
 CHANNEL = "without_durability_queue"
 """The channel both halves use; the payload is the namespace."""
@@ -41,11 +42,12 @@ log = logging.getLogger("without_durability_postgres.wakeup")
 
 
 class Notifier:
-    """The writer half. After a commit that made work due now, either ``poke`` (a background task
-    sends the NOTIFY on a pooled connection) or ``send_on`` (the committing caller sends it on its
-    own connection, still warm from the commit, before handing it back). Either way pokes coalesce:
-    at most one NOTIFY is in flight, and any number of commits while it is cost one more after it.
-    Failures are logged, not raised: a lost notification costs a waiter at most its poll interval.
+    """The writer half. After a commit that made work due now, ``poke``: a background task sends
+    the NOTIFY on a pooled connection. Or, before the commit, ``claim``: the committer queues the
+    NOTIFY right behind its own COMMIT, in the same network flight (the server runs it only once
+    the COMMIT succeeded), then ``settle``. Either way sends coalesce: at most one NOTIFY is in
+    flight, and any number of commits while it is cost one more after it. Failures are logged,
+    not raised: a lost notification costs a waiter at most its poll interval.
     """
 
     def __init__(self, pool: Pool, namespace: str, channel: str = CHANNEL) -> None:
@@ -55,7 +57,7 @@ class Notifier:
         self.sent = 0
         """NOTIFYs sent so far (pokes coalesce, so usually fewer than commits)."""
         self._pending = False  # a commit since the NOTIFY in flight was sent: one more is owed
-        self._busy = False  # a NOTIFY is in flight (the background task's or a send_on's)
+        self._busy = False  # a NOTIFY is in flight (the background task's, or a claimed one)
         self._task: asyncio.Task[None] | None = None
 
     def poke(self) -> None:
@@ -65,29 +67,30 @@ class Notifier:
             self._busy = True
             self._task = asyncio.get_running_loop().create_task(self._send())
 
-    async def send_on(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Right after a commit on ``conn`` (idle again, not yet back in the pool): send the NOTIFY
-        on it, in autocommit, one round trip on a connection that is already awake, instead of
-        waking a pooled one that has sat idle. If a NOTIFY is already in flight, send nothing now:
-        one more follows it, as after a ``poke``. Never raises (cancellation aside); if the send
-        fails, a background ``poke`` tries again on a pooled connection."""
+    def claim(self) -> bool:
+        """Before sending a commit that will make work due now: True if this caller is to send the
+        NOTIFY itself, right behind its COMMIT (nothing is in flight, so it is now); False if one
+        is in flight already. Every claim is answered by one ``settle``."""
         if self._busy:
-            self._pending = True
-            return
+            return False
         self._busy = True
-        self._pending = False  # this NOTIFY goes out after every commit that poked so far
-        sent = False
-        try:
-            async with autocommit(conn):
-                await conn.execute(NOTIFY, {"channel": self.channel, "namespace": self.namespace})
-            sent = True
-            self.sent += 1
-        except Exception:
-            log.debug("notify on the committing connection failed; retrying on a pooled one", exc_info=True)
-        finally:
+        self._pending = False  # the NOTIFY claimed goes out after every commit that poked so far
+        return True
+
+    def statement(self) -> tuple[str, dict[str, str]]:
+        """The NOTIFY, with its parameters, for a caller that claimed it."""
+        return NOTIFY, {"channel": self.channel, "namespace": self.namespace}
+
+    def settle(self, claimed: bool, *, notified: bool, owed: bool) -> None:
+        """After the flight that followed ``claim``: ``notified``, whether the caller's NOTIFY ran
+        after its commit; ``owed``, whether a commit may have happened that no NOTIFY followed
+        (then one is sent, after any in flight, as after a ``poke``). Never raises."""
+        if claimed:
             self._busy = False
-            if self._pending or not sent:
-                self.poke()
+            if notified:
+                self.sent += 1
+        if owed or (claimed and self._pending):
+            self.poke()
 
     async def _send(self) -> None:
         try:
