@@ -235,3 +235,25 @@ async def test_a_refused_arrive_owes_no_notify(wd_store: Store) -> None:
         with pytest.raises(StoreError):
             await broken.arrive("wf", "go", 1)
         assert notifier.sent == 0 and notifier._task is None and not notifier._busy
+
+
+async def test_the_flight_begins_as_the_pool_is_configured_and_hands_the_connection_back_as_it_came(
+    wd_store: Store, tmp_path: Path
+) -> None:
+    async def serializable(conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.set_isolation_level(psycopg.IsolationLevel.SERIALIZABLE)
+
+    async with one_connection(wd_store) as (_, schema):
+        pool: Pool = AsyncConnectionPool(
+            wd_store.extra["url"], min_size=1, max_size=1, open=False, configure=serializable,
+            kwargs={"options": f"-c search_path={schema}", "autocommit": True},
+        )
+        await pool.open(wait=True, timeout=10)
+        async with pool:
+            durable = durable_on(pool, schema)
+            trace = Trace(pool, tmp_path)
+            assert await trace.flights(lambda: durable.arrive("wf", "go", 1)) == 1
+            assert '"BEGIN ISOLATION LEVEL SERIALIZABLE"' in trace.texts[0]
+            async with pool.connection() as conn:
+                assert conn.autocommit is True and conn.info.transaction_status == pq.TransactionStatus.IDLE
+            assert await durable.checkpointer.load("wf") == {"go": 1}
