@@ -1,4 +1,4 @@
-"""PostgresDurable: the transitions across the two stores, each as one commit."""
+"""PostgresDurable: the transitions across the two stores, each as one commit sent in one round trip."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ Connection = psycopg.AsyncConnection[Any]
 class PostgresDurable:
     """``Durable[PostgresEffect]`` whose ``arrive``, ``deliver`` and ``discard`` each write both
     tables in one transaction, so no crash leaves a recorded-but-unqueued workflow, and a
-    ``deliver`` that failed appended nothing (asking again cannot leave two messages).
+    ``deliver`` that failed appended nothing (asking again cannot leave two messages). Each
+    transaction goes out in pipeline mode, BEGIN to COMMIT in one network round trip; with
+    ``notify=True`` the wakeup NOTIFY rides in the same flight, right behind the COMMIT.
 
     Both halves must share one pool (checked here): that is what lets one commit cover both.
     """
