@@ -1,7 +1,7 @@
 """Pickup latency: from the ``arrive`` call to the workflow's pass starting, p50/p99, against the
 poll interval, with and without a wakeup path.
 
-    python -m benchmarks.pickup [--quick] [--out DIR]
+    python -m benchmarks.pickup [--quick] [--out DIR] [--only STORE ...]
 
 One real ``Worker`` idles on an empty queue; a producer arrives one workflow at a time at a random
 moment (uniform over one poll interval, so arrivals land at every phase of the poll cycle), waits
@@ -9,6 +9,15 @@ for its pass to start, and records the gap. The clock starts before ``arrive`` i
 arrive's own commit is included. Wakeup paths: Postgres LISTEN/NOTIFY (``PostgresScheduler(
 notify=True)`` + ``PostgresWakeup``), and the Redis stream scheduler's blocking read (its ``wait``).
 The sorted-set and SQLite schedulers have none and are shown polling.
+
+The platform's share is measured in the same run: before each arrival, each after an idle gap
+drawn from the same distribution and with the same Worker polling, on a connection of its own that
+does nothing else, one bare round trip (``SELECT 1`` for Postgres, ``PING`` for Redis) then a second
+straight after ("idle first RT", "warm RT"), and one bare committed write (a one-row ``INSERT``;
+``INCR``) ("idle commit"). On a machine whose idle CPUs sleep deeply (a VM's haltpoll, power-saving
+C-states) the first round trip after idle costs far more than the next, whoever makes it; and an
+arrive must commit durably before a worker can see it, so the idle commit is a floor no library
+gets under. Both are reported beside the pickup figures.
 """
 
 from __future__ import annotations
@@ -19,12 +28,13 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from ._common import (
+    fmt,
     machine,
     parser,
     plot,
@@ -87,6 +97,63 @@ async def store(kind: str, wakeup: bool, urls: dict[str, str]) -> AsyncIterator[
                 yield durable, None
 
 
+class Probe:
+    """Bare requests on a connection used for nothing else: what the platform charges any client."""
+
+    def __init__(self, request: Callable[[], Awaitable[object]], write: Callable[[], Awaitable[object]]) -> None:
+        self.request = request  # the cheapest round trip: SELECT 1 / PING
+        self.write = write  # the cheapest durable write: a one-row INSERT committed / INCR
+
+    async def round_trips(self) -> tuple[float, float]:
+        """Seconds for one bare round trip, then for a second one straight after it."""
+        t0 = time.perf_counter()
+        await self.request()
+        t1 = time.perf_counter()
+        await self.request()
+        return t1 - t0, time.perf_counter() - t1
+
+    async def commit(self) -> float:
+        """Seconds for one bare write, committed as the server is configured to commit."""
+        t0 = time.perf_counter()
+        await self.write()
+        return time.perf_counter() - t0
+
+
+@contextlib.asynccontextmanager
+async def prober(kind: str, urls: dict[str, str]) -> AsyncIterator[Probe | None]:
+    """A ``Probe`` on a connection of its own, or None for SQLite (no server to reach)."""
+    if kind == "postgres":
+        import uuid
+
+        import psycopg
+        from psycopg import sql
+
+        conn = await psycopg.AsyncConnection.connect(urls["postgres"], autocommit=True)
+        table = sql.Identifier(f"wd_pickup_probe_{uuid.uuid4().hex[:12]}")
+        await conn.execute(sql.SQL("CREATE TABLE {} (n int)").format(table))
+        insert = sql.SQL("INSERT INTO {} VALUES (1)").format(table)
+        try:
+            yield Probe(lambda: conn.execute("SELECT 1"), lambda: conn.execute(insert))
+        finally:
+            await conn.execute(sql.SQL("DROP TABLE {}").format(table))
+            await conn.close()
+    elif kind.startswith("redis"):
+        import uuid
+
+        from redis.asyncio import Redis
+
+        client = Redis.from_url(urls["redis"], single_connection_client=True)
+        await client.ping()
+        key = f"wd-pickup-probe-{uuid.uuid4().hex[:12]}"
+        try:
+            yield Probe(client.ping, lambda: client.incr(key))
+        finally:
+            await client.delete(key)
+            await client.aclose()
+    else:
+        yield None
+
+
 async def measure(kind: str, wakeup: bool, poll: timedelta, samples: int, urls: dict[str, str],
                   rng: random.Random) -> dict[str, Any]:
     from without_durability import Run, Worker
@@ -102,12 +169,34 @@ async def measure(kind: str, wakeup: bool, poll: timedelta, samples: int, urls: 
 
     gaps: list[float] = []
     commits: list[float] = []  # the arrive call alone (its commit), part of every gap
-    async with store(kind, wakeup, urls) as (durable, waker):
+    first_rts: list[float] = []  # a bare round trip after an idle gap: the platform's floor
+    warm_rts: list[float] = []  # the same round trip straight after it
+    idle_commits: list[float] = []  # a bare durable write after an idle gap: the arrive's floor
+    heard_at: list[float] = []  # when the Postgres listener heard a NOTIFY
+    heard: list[float] = []  # per arrival: from the arrive call to the listener hearing its NOTIFY
+
+    async def listen(listener: Any) -> None:
+        sub = listener.subscribe()  # a waiter of its own beside the Worker's
+        while True:
+            before = listener.received
+            await sub.wait(LONG)
+            if listener.received > before:
+                heard_at.append(time.perf_counter())
+
+    async with store(kind, wakeup, urls) as (durable, waker), prober(kind, urls) as probe:
         worker = Worker(durable, body, alive=LONG, budget=LONG, visibility=LONG, poll_interval=poll,
                         wakeup=waker)
         task = asyncio.create_task(worker.run())
+        ear = asyncio.create_task(listen(waker)) if kind == "postgres" and waker is not None else None
         try:
             for i in range(samples):
+                if probe is not None:  # each after its own idle gap, so nothing after it is warmed
+                    await asyncio.sleep(rng.uniform(0.0, poll.total_seconds()) + 0.005)
+                    first, warm = await probe.round_trips()
+                    first_rts.append(first)
+                    warm_rts.append(warm)
+                    await asyncio.sleep(rng.uniform(0.0, poll.total_seconds()) + 0.005)
+                    idle_commits.append(await probe.commit())
                 await asyncio.sleep(rng.uniform(0.0, poll.total_seconds()) + 0.005)
                 w = f"pickup-{i}"
                 t0 = time.perf_counter()
@@ -117,15 +206,30 @@ async def measure(kind: str, wakeup: bool, poll: timedelta, samples: int, urls: 
                     await seen.wait_for(lambda w=w: w in started)
                 gaps.append(started[w] - t0)
                 commits.append(t1 - t0)
+                heard.extend([min(h for h in heard_at if h > t0) - t0] if any(h > t0 for h in heard_at) else [])
         finally:
             worker.stop()
-            await asyncio.gather(task, return_exceptions=True)
+            if ear is not None:
+                ear.cancel()
+            await asyncio.gather(task, *([ear] if ear else []), return_exceptions=True)
     ms = [g * 1000 for g in gaps]
-    return {"store": kind, "wakeup": wakeup, "poll_ms": poll.total_seconds() * 1000, "samples": len(ms),
-            "p50_ms": quantile(ms, 0.5), "p99_ms": quantile(ms, 0.99), "mean_ms": statistics.fmean(ms),
-            "max_ms": max(ms), "lost": samples - len(ms),
-            "arrive_call_p50_ms": quantile([c * 1000 for c in commits], 0.5),
-            "after_arrive_p50_ms": quantile([(g - c) * 1000 for g, c in zip(gaps, commits, strict=True)], 0.5)}
+    row: dict[str, Any] = {"store": kind, "wakeup": wakeup, "poll_ms": poll.total_seconds() * 1000, "samples": len(ms),
+           "p50_ms": quantile(ms, 0.5), "p99_ms": quantile(ms, 0.99), "mean_ms": statistics.fmean(ms),
+           "max_ms": max(ms), "lost": samples - len(ms),
+           "arrive_call_p50_ms": quantile([c * 1000 for c in commits], 0.5),
+           "after_arrive_p50_ms": quantile([(g - c) * 1000 for g, c in zip(gaps, commits, strict=True)], 0.5)}
+    if heard:
+        row["notify_heard_p50_ms"] = quantile([h * 1000 for h in heard], 0.5)
+    if first_rts:
+        first_p50 = quantile([f * 1000 for f in first_rts], 0.5)
+        commit_p50 = quantile([c * 1000 for c in idle_commits], 0.5)
+        row.update({"idle_first_rt_p50_ms": first_p50,
+                    "idle_first_rt_p99_ms": quantile([f * 1000 for f in first_rts], 0.99),
+                    "warm_rt_p50_ms": quantile([f * 1000 for f in warm_rts], 0.5),
+                    "p50_beyond_idle_first_rt_ms": row["p50_ms"] - first_p50,
+                    "idle_commit_p50_ms": commit_p50,
+                    "p50_beyond_idle_commit_ms": row["p50_ms"] - commit_p50})
+    return row
 
 
 CONFIGS: tuple[tuple[str, bool], ...] = (
@@ -139,13 +243,47 @@ def samples_for(poll: timedelta, quick: bool) -> int:
     return max(10, per // 5) if quick else per
 
 
-async def main(folder: Path, quick: bool) -> dict[str, Any]:
+def floor_summary(rows: list[dict[str, Any]]) -> str:
+    """Plain sentences: how much of each wakeup p50 is what the platform charges any client."""
+    lines = []
+    for r in rows:
+        if not r.get("wakeup") or "idle_first_rt_p50_ms" not in r:
+            continue
+        p50, first, commit = r["p50_ms"], r["idle_first_rt_p50_ms"], r["idle_commit_p50_ms"]
+        lines.append(
+            f"- {r['store']} + wakeup, poll {fmt(r['poll_ms'])} ms: p50 {fmt(p50)} ms. The first round "
+            f"trip after the idle gap costs {fmt(first)} ms ({first / p50:.0%} of the p50; "
+            f"{fmt(r['warm_rt_p50_ms'])} ms straight after); a bare write committed after the idle gap "
+            f"costs {fmt(commit)} ms ({commit / p50:.0%}); the rest, {fmt(p50 - commit)} ms, is the "
+            f"library's path"
+            + (f" (the listener heard the NOTIFY {fmt(r['notify_heard_p50_ms'])} ms after the arrive call "
+               f"began, {fmt(p50 - r['notify_heard_p50_ms'])} ms before the pass started: the Worker's "
+               f"take, claim and load)." if "notify_heard_p50_ms" in r else "."))
+    if not lines:
+        return ""
+    return ("How much of the p50 is the platform's. Each arrival comes after an idle gap (up to one "
+            "poll interval), and on this machine the first round trip after idle is slow whoever makes "
+            "it. The probes measure, in the same run, after idle gaps drawn like the arrivals' and with "
+            "the same Worker polling, on a connection of their own: a bare SELECT 1 (PING on Redis), "
+            "and a bare one-row INSERT committed (INCR on Redis). An arrive has to commit durably "
+            "before any worker can see it, so the second is a floor no implementation gets under; the "
+            "first is the part of it that is only waking up.\n\n" + "\n".join(lines) + "\n")
+
+
+def wanted(kind: str, only: list[str] | None) -> bool:
+    """Is ``kind`` selected by ``--only`` (a prefix match: ``redis`` takes both Redis schedulers)?"""
+    return not only or any(kind.startswith(o) for o in only)
+
+
+async def main(folder: Path, quick: bool, only: list[str] | None = None) -> dict[str, Any]:
     rng = random.Random(20261129)
     rows = []
-    with servers("postgres", "redis") as srv:
-        urls = {"postgres": srv["postgres"].url, "redis": srv["redis"].url}
+    configs = [(kind, wake) for kind, wake in CONFIGS if wanted(kind, only)]
+    kinds = ["postgres"] + (["redis"] if any(k.startswith("redis") for k, _ in configs) else [])
+    with servers(*kinds) as srv:
+        urls = {k: srv[k].url for k in kinds}
         settings = await postgres_settings(urls["postgres"])
-        for kind, wake in CONFIGS:
+        for kind, wake in configs:
             for poll in POLLS:
                 t0 = time.perf_counter()
                 try:
@@ -162,23 +300,42 @@ async def main(folder: Path, quick: bool) -> dict[str, Any]:
         pts = [r for r in good if label(r) == name]
         series[f"{name} p50"] = ([r["poll_ms"] for r in pts], [r["p50_ms"] for r in pts])
         series[f"{name} p99"] = ([r["poll_ms"] for r in pts], [r["p99_ms"] for r in pts])
+    for kind in ("postgres", "redis-stream"):
+        pts = [r for r in good if r["store"] == kind and r["wakeup"] and "idle_first_rt_p50_ms" in r]
+        if pts:
+            series[f"{kind}: bare commit after idle (floor) p50"] = (
+                [r["poll_ms"] for r in pts], [r["idle_commit_p50_ms"] for r in pts])
     plot(folder, "pickup", "Pickup latency (arrive -> pass start)", "poll interval (ms)", "latency (ms)",
          series, logx=True, logy=True)
     text_table = table(["store", "wakeup", "poll ms", "samples", "p50 ms", "p99 ms", "max ms",
-                        "arrive call p50 ms", "after arrive p50 ms"],
+                        "arrive call p50 ms", "after arrive p50 ms", "NOTIFY heard p50 ms", "idle first RT p50 ms",
+                        "warm RT p50 ms", "idle commit p50 ms", "p50 beyond idle commit ms"],
                        [[r["store"], r["wakeup"], r["poll_ms"], r.get("samples"), r.get("p50_ms"),
                          r.get("p99_ms"), r.get("max_ms", r.get("error")), r.get("arrive_call_p50_ms"),
-                         r.get("after_arrive_p50_ms")] for r in rows])
+                         r.get("after_arrive_p50_ms"), r.get("notify_heard_p50_ms"), r.get("idle_first_rt_p50_ms"), r.get("warm_rt_p50_ms"),
+                         r.get("idle_commit_p50_ms"), r.get("p50_beyond_idle_commit_ms")] for r in rows])
+    floor = floor_summary(good)
     result = {"benchmark": "pickup", "machine": machine(), "postgres_settings": settings, "rows": rows}
     save_json(folder, "pickup", result)
     write_summary(folder, "pickup", f"# Pickup latency\n\nFrom the arrive call to the pass starting; one "
-                  f"idle Worker.\n\n{text_table}\n\nMachine: {result['machine']}\n")
+                  f"idle Worker. \"idle first RT\": a bare round trip (Postgres SELECT 1, Redis PING) on an "
+                  f"otherwise unused connection after an idle gap like the arrivals'; \"warm RT\": the same "
+                  f"straight after; \"idle commit\": a bare one-row INSERT committed (Redis INCR) after "
+                  f"its own idle gap, the floor under any durable arrive; \"NOTIFY heard\": from the arrive "
+                  f"call to the Postgres listener hearing its NOTIFY (the rest, to the pass start, is the "
+                  f"Worker's take, claim and load).\n\n{text_table}\n\n{floor}\n"
+                  f"Machine: {result['machine']}\n")
     print(text_table)
+    if floor:
+        print("\n" + floor)
     return result
 
 
 if __name__ == "__main__":
-    args = parser(__doc__ or "").parse_args()
+    p = parser(__doc__ or "")
+    p.add_argument("--only", nargs="+", metavar="STORE",
+                   help="measure only these stores (prefix match: postgres, redis, redis-stream, sqlite)")
+    args = p.parse_args()
     out = report_dir(args.out)
-    asyncio.run(main(out, args.quick))
+    asyncio.run(main(out, args.quick, args.only))
     print(f"\nreport: {out}")

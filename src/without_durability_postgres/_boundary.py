@@ -8,13 +8,16 @@ password masked) with the driver's own exception kept as ``__cause__``.
 from __future__ import annotations
 
 import json
+import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import pq
+from psycopg.abc import Query
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
@@ -29,6 +32,8 @@ from without_durability.errors import (
 )
 
 Pool = AsyncConnectionPool[Any]
+
+log = logging.getLogger("without_durability_postgres")
 
 # jsonb cannot hold the escape for NUL; an even run of backslashes before it means it is not one.
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -103,19 +108,130 @@ async def statement(
     path runs nothing else). The connection goes back to the pool as it came; errors are wrapped
     as in ``connect``."""
     try:
-        async with pool.connection() as conn:
-            was = conn.autocommit
-            if not was:
-                await conn.set_autocommit(True)
-            try:
-                yield conn
-            finally:
-                if not was and not conn.closed:
-                    await conn.set_autocommit(False)
+        async with pool.connection() as conn, autocommit(conn):
+            yield conn
     except PoolTimeout as exc:
         raise (await _timed_out(exc, pool, what)) from exc
     except psycopg.Error as exc:
         raise (refused_value(exc, workflow, key) or wrap(exc, pool, what)) from exc
+
+
+@asynccontextmanager
+async def autocommit(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
+    """``conn`` (idle, outside any transaction) in autocommit for the block, then as it was; the
+    switch itself costs no round trip."""
+    was = conn.autocommit
+    if not was:
+        await conn.set_autocommit(True)
+    try:
+        yield
+    finally:
+        if not was and not conn.closed:
+            await conn.set_autocommit(False)
+
+
+After = Callable[[], "tuple[Query, Mapping[str, Any]] | None"]
+
+
+class Flight:
+    """What ``one_flight`` yields: ``conn``, to queue the transaction's statements on; once the
+    block has been left, ``committed`` (the server acknowledged the COMMIT), ``after_queued``
+    (``after`` gave a statement, which was queued behind the COMMIT) and ``after_ran`` (it ran and
+    committed too)."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.conn = conn
+        self.committed = False
+        self.after_queued = False
+        self.after_ran = False
+
+
+@asynccontextmanager
+async def one_flight(
+    pool: Pool,
+    what: str,
+    workflow: str = "",
+    key: str = "",
+    *,
+    after: After | None = None,
+) -> AsyncIterator[Flight]:
+    """``connect``'s transaction, sent in pipeline mode: BEGIN, the statements the block executes
+    on ``flight.conn`` and COMMIT leave together, behind one Sync, and their results come back
+    together: one round trip however many statements. The block must only queue (``await
+    conn.execute(...)``, keeping the cursors) and read the cursors after it; fetching inside
+    forces a round trip of its own.
+
+    The guarantees are ``connect``'s: all or nothing (an explicit BEGIN/COMMIT block, begun with
+    the connection's configured isolation level), and a failure of any statement or of the commit
+    rolls the whole transaction back and leaves as the ``StoreError`` / ``InvalidValue``
+    ``connect`` raises, with the driver's first error (not the "pipeline aborted" that follows
+    it) as ``__cause__``.
+
+    ``after`` is called once the block's statements and the COMMIT are queued, on a connection
+    already held; the statement it returns (with its parameters), if any, is queued behind the
+    COMMIT in the same flight, as a transaction of its own: the server runs it only once the
+    COMMIT has succeeded, and its failure does not fail the caller (the transaction has committed
+    by then). ``after_queued`` and ``after_ran`` say what became of it.
+    """
+    # psycopg syncs the pipeline (a round trip apiece) for conn.transaction(), conn.commit() and
+    # the BEGIN it sends by itself outside autocommit; so the connection is put in autocommit (no
+    # round trip) and BEGIN and COMMIT are queued as plain statements: the pipeline's closing
+    # Sync is the only wait. COMMIT's own result says whether it committed: after an error the
+    # server skips everything up to the Sync, so an acknowledged COMMIT means every statement
+    # before it succeeded, and an error seen anyway belongs to ``after``.
+    try:
+        async with pool.connection() as conn:
+            flight = Flight(conn)
+            was_autocommit = conn.autocommit
+            if not was_autocommit:
+                await conn.set_autocommit(True)  # client-side only: no round trip
+            failed: psycopg.Error | None = None
+            commit: psycopg.AsyncCursor[Any] | None = None
+            try:
+                async with conn.pipeline():
+                    try:
+                        await conn.execute(begin_statement(conn))
+                        yield flight
+                        commit = await conn.execute("COMMIT")
+                        then = after() if after is not None else None
+                        if then is not None:
+                            flight.after_queued = True
+                            await conn.execute(*then)
+                    except psycopg.Error as exc:  # seen while queuing: what follows it is skipped
+                        failed = exc
+            except psycopg.Error as exc:  # seen at the Sync; after an earlier error, only its echo
+                failed = failed or exc
+            finally:
+                flight.committed = commit is not None and commit.pgresult is not None
+                flight.after_ran = flight.committed and flight.after_queued and failed is None
+                try:
+                    if not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                        await conn.rollback()  # a failed block stays open (aborted) past the Sync
+                    if not was_autocommit and not conn.closed:
+                        await conn.set_autocommit(False)
+                except psycopg.Error:  # keep the block's own error; the pool replaces a closed one
+                    await conn.close()
+            if failed is not None and not flight.committed:
+                raise failed
+            if failed is not None:
+                log.debug("the statement after the commit failed while %s", what, exc_info=failed)
+    except PoolTimeout as exc:
+        raise (await _timed_out(exc, pool, what)) from exc
+    except psycopg.Error as exc:
+        raise (refused_value(exc, workflow, key) or wrap(exc, pool, what)) from exc
+
+
+def begin_statement(conn: psycopg.AsyncConnection[Any]) -> str:
+    """The BEGIN that opens a transaction with ``conn``'s configured isolation level, read-only and
+    deferrable settings (those psycopg would apply to a transaction it opened itself)."""
+    parts = ["BEGIN"]
+    if conn.isolation_level is not None:
+        parts.append("ISOLATION LEVEL " + psycopg.IsolationLevel(conn.isolation_level).name.replace("_", " "))
+    if conn.read_only is not None:
+        parts.append("READ ONLY" if conn.read_only else "READ WRITE")
+    if conn.deferrable is not None:
+        parts.append("DEFERRABLE" if conn.deferrable else "NOT DEFERRABLE")
+    return " ".join(parts)
 
 
 async def _timed_out(exc: PoolTimeout, pool: Pool, what: str) -> StoreError:

@@ -1,21 +1,31 @@
-"""PostgresDurable: the transitions across the two stores, each as one commit."""
+"""PostgresDurable: the transitions across the two stores, each as one commit sent in one round trip."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+
 from without_durability._values import Recorded
-from without_durability.errors import InvalidInput
+from without_durability.errors import InvalidInput, StoreError, StoreUnavailable
 from without_durability.protocols import Durable
 from without_durability.rules import INBOX_PREFIX
 
-from ._boundary import Pool, connect
+from ._boundary import Flight, Pool, one_flight
 from .checkpointer import PostgresCheckpointer, PostgresEffect
 from .scheduler import PostgresScheduler
+
+Connection = psycopg.AsyncConnection[Any]
 
 
 class PostgresDurable:
     """``Durable[PostgresEffect]`` whose ``arrive``, ``deliver`` and ``discard`` each write both
     tables in one transaction, so no crash leaves a recorded-but-unqueued workflow, and a
-    ``deliver`` that failed appended nothing (asking again cannot leave two messages).
+    ``deliver`` that failed appended nothing (asking again cannot leave two messages). Each
+    transaction goes out in pipeline mode, BEGIN to COMMIT in one network round trip; with
+    ``notify=True`` the wakeup NOTIFY rides in the same flight, right behind the COMMIT.
 
     Both halves must share one pool (checked here): that is what lets one commit cover both.
     """
@@ -48,35 +58,70 @@ class PostgresDurable:
         return self._scheduler
 
     async def arrive(self, workflow: str, key: str, value: object) -> Recorded:
-        """See ``Durable.arrive``: supply and schedule now, one commit."""
+        """See ``Durable.arrive``: supply and schedule now, one commit, one round trip."""
         cp = self._checkpointer
         cp._workflow(workflow)
         cp._key(workflow, key)
         encoded = cp._encode(workflow, key, value)
-        async with connect(self.pool, f"arriving at {workflow!r}/{key!r}", workflow, key) as conn:
-            recorded = await cp._supply_on(conn, workflow, key, encoded)
-            await self._scheduler._schedule_on(conn, workflow)
-        self._scheduler._due_now(None)  # after the commit: NOTIFY never holds up this transaction
-        return recorded
+        supply = {"workflow": workflow, "key": key, "value": encoded}
+        where = f"arriving at {workflow!r}/{key!r}"
+        async with self._making_due(where, workflow, key) as conn:
+            supplied = await conn.execute(cp.SUPPLY, supply)
+            await self._scheduler._schedule_on(conn, workflow)  # queues; reads nothing back
+        row = await supplied.fetchone()  # read after the commit: the pipeline sent it all at once
+        assert row is not None  # an upsert with DO UPDATE always returns its row
+        return cp._recorded(row)
 
     async def deliver(self, workflow: str, message: object) -> str:
-        """See ``Durable.deliver``: append and schedule now, one commit."""
+        """See ``Durable.deliver``: append and schedule now, one commit, one round trip."""
         cp = self._checkpointer
         cp._workflow(workflow)
         encoded = cp._encode(workflow, INBOX_PREFIX, message)
         where = f"delivering to {workflow!r}"
-        async with connect(self.pool, where, workflow, INBOX_PREFIX) as conn:
-            key = await cp._append_on(conn, workflow, encoded)
+        async with self._making_due(where, workflow, INBOX_PREFIX) as conn:
+            appended = await conn.execute(cp.APPEND, {"workflow": workflow, "value": encoded})
             await self._scheduler._schedule_on(conn, workflow)
-        self._scheduler._due_now(None)
-        return key
+        row = await appended.fetchone()
+        assert row is not None  # an INSERT ... SELECT of one drawn row returns it
+        return str(row[0])
 
     async def discard(self, workflow: str) -> None:
-        """See ``Durable.discard``: raise the fence, forget the records, cancel; one commit."""
+        """See ``Durable.discard``: raise the fence, forget the records, cancel; one commit, one
+        round trip (still three statements, each with its own snapshot)."""
         self._checkpointer._workflow(workflow)
-        async with connect(self.pool, f"discarding {workflow!r}", workflow) as conn:
-            await self._checkpointer._discard_on(conn, workflow)
-            await self._scheduler._cancel_on(conn, workflow)
+        async with one_flight(self.pool, f"discarding {workflow!r}", workflow) as flight:
+            await self._checkpointer._discard_on(flight.conn, workflow)  # these only queue statements
+            await self._scheduler._cancel_on(flight.conn, workflow)
+
+    @asynccontextmanager
+    async def _making_due(self, where: str, workflow: str, key: str) -> AsyncIterator[Connection]:
+        """``one_flight`` for a transaction that makes ``workflow`` due now. With ``notify=True``
+        the NOTIFY rides in the same flight, right behind the COMMIT, unless one is in flight
+        already; then (or if it failed) one is sent after the commit from the background. The
+        NOTIFY is claimed only once the connection is held and the COMMIT queued, so a caller
+        waiting for a pooled connection holds up nobody else's notification."""
+        notifier = self._scheduler.notifier
+        if notifier is None:
+            async with one_flight(self.pool, where, workflow, key) as flight:
+                yield flight.conn
+            return
+        started: Flight | None = None
+        refused = False  # the server refused the transaction: certainly nothing committed
+
+        def claim() -> tuple[str, dict[str, str]] | None:  # with the connection held, COMMIT queued
+            return notifier.statement() if notifier.claim() else None
+
+        try:
+            async with one_flight(self.pool, where, workflow, key, after=claim) as started:
+                yield started.conn
+        except (StoreError, InvalidInput) as exc:
+            refused = not isinstance(exc, StoreUnavailable)  # unavailable: it may have committed
+            raise
+        finally:
+            claimed = started is not None and started.after_queued
+            notified = started is not None and started.after_ran
+            committed = started is not None and started.committed
+            notifier.settle(claimed, notified=notified, owed=not notified and (committed or not refused))
 
 
 def _typecheck(d: PostgresDurable) -> None:  # pragma: no cover - mypy proves it meets the protocol

@@ -3,7 +3,10 @@
 Two halves. The writer side is ``PostgresScheduler(pool, notify=True)``: after a commit that made a
 workflow due now (``schedule``, ``PostgresDurable.arrive`` and ``deliver``), it sends one
 ``pg_notify`` in its own tiny transaction, coalesced so that at most one is in flight per scheduler
-and any number of commits meanwhile cost one more. The NOTIFY is deliberately not inside the hot
+and any number of commits meanwhile cost one more. ``arrive`` and ``deliver`` queue it right behind
+their COMMIT, in the same round trip on the same connection (no pooled connection that sat idle
+to wake, which costs a slow first round trip on some machines); ``schedule`` sends it from a
+background task. The NOTIFY is deliberately not inside the hot
 transaction: a transaction that notified takes a database-wide lock at commit, which would
 serialize every arrive behind every other.
 
@@ -39,9 +42,13 @@ log = logging.getLogger("without_durability_postgres.wakeup")
 
 
 class Notifier:
-    """The writer half: ``poke`` after a commit; a background task sends one NOTIFY for every burst
-    of pokes (at most one in flight, at most one more queued). Failures are logged, not raised: a
-    lost notification costs a waiter at most its poll interval."""
+    """The writer half. After a commit that made work due now, ``poke``: a background task sends
+    the NOTIFY on a pooled connection. Or, before the commit, ``claim``: the committer queues the
+    NOTIFY right behind its own COMMIT, in the same network flight (the server runs it only once
+    the COMMIT succeeded), then ``settle``. Either way sends coalesce: at most one NOTIFY is in
+    flight, and any number of commits while it is cost one more after it. Failures are logged,
+    not raised: a lost notification costs a waiter at most its poll interval.
+    """
 
     def __init__(self, pool: Pool, namespace: str, channel: str = CHANNEL) -> None:
         self.pool = pool
@@ -49,29 +56,59 @@ class Notifier:
         self.channel = channel
         self.sent = 0
         """NOTIFYs sent so far (pokes coalesce, so usually fewer than commits)."""
-        self._pending = False
+        self._pending = False  # a commit since the NOTIFY in flight was sent: one more is owed
+        self._busy = False  # a NOTIFY is in flight (the background task's, or a claimed one)
         self._task: asyncio.Task[None] | None = None
 
     def poke(self) -> None:
         """Ask for a NOTIFY soon; returns at once (call it after the commit, never inside)."""
         self._pending = True
-        if self._task is None or self._task.done():
+        if not self._busy:
+            self._busy = True
             self._task = asyncio.get_running_loop().create_task(self._send())
 
-    async def _send(self) -> None:
-        while self._pending:
-            self._pending = False
-            try:
-                async with statement(self.pool, "notifying") as conn:  # autocommit: one round trip
-                    await conn.execute(NOTIFY, {"channel": self.channel, "namespace": self.namespace})
+    def claim(self) -> bool:
+        """Before sending a commit that will make work due now: True if this caller is to send the
+        NOTIFY itself, right behind its COMMIT (nothing is in flight, so it is now); False if one
+        is in flight already. Every claim is answered by one ``settle``."""
+        if self._busy:
+            return False
+        self._busy = True
+        self._pending = False  # the NOTIFY claimed goes out after every commit that poked so far
+        return True
+
+    def statement(self) -> tuple[str, dict[str, str]]:
+        """The NOTIFY, with its parameters, for a caller that claimed it."""
+        return NOTIFY, {"channel": self.channel, "namespace": self.namespace}
+
+    def settle(self, claimed: bool, *, notified: bool, owed: bool) -> None:
+        """After the flight that followed ``claim``: ``notified``, whether the caller's NOTIFY ran
+        after its commit; ``owed``, whether a commit may have happened that no NOTIFY followed
+        (then one is sent, after any in flight, as after a ``poke``). Never raises."""
+        if claimed:
+            self._busy = False
+            if notified:
                 self.sent += 1
-            except Exception:  # the pool is closed or the server is gone: pollers still find it
-                log.debug(
-                    "notify for namespace %r failed; waiters fall back to polling",
-                    self.namespace,
-                    exc_info=True,
-                )
-                return
+        if owed or (claimed and self._pending):
+            self.poke()
+
+    async def _send(self) -> None:
+        try:
+            while self._pending:
+                self._pending = False
+                try:
+                    async with statement(self.pool, "notifying") as conn:  # autocommit: one round trip
+                        await conn.execute(NOTIFY, {"channel": self.channel, "namespace": self.namespace})
+                    self.sent += 1
+                except Exception:  # the pool is closed or the server is gone: pollers still find it
+                    log.debug(
+                        "notify for namespace %r failed; waiters fall back to polling",
+                        self.namespace,
+                        exc_info=True,
+                    )
+                    return
+        finally:
+            self._busy = False
 
     async def flush(self) -> None:
         """Wait until any NOTIFY asked for has been sent (or has failed)."""
