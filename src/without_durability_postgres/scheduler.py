@@ -78,44 +78,31 @@ DELETE FROM workflow_queue AS q
 #   row before rechecking and skipping it. Were the take allowed to lock its row first, two such
 #   statements could each hold the row the other's answer waits for: a deadlock. Answer first, and
 #   a statement holds no lock while it waits.
+_THEN_TAKE = """
+), next AS (
+    SELECT workflow FROM workflow_queue
+     WHERE namespace = %(namespace)s AND visibility <= now() AND workflow <> %(workflow)s
+       AND (SELECT count(*) FROM answered) >= 0
+     ORDER BY visibility, workflow
+     LIMIT 1
+     FOR UPDATE SKIP LOCKED
+)
+UPDATE workflow_queue AS q
+   SET visibility = now() + %(visibility)s
+  FROM next
+ WHERE q.namespace = %(namespace)s AND q.workflow = next.workflow
+RETURNING q.workflow, q.visibility
+"""
 FINISH_AND_TAKE = """
 WITH answered AS (
     DELETE FROM workflow_queue
      WHERE namespace = %(namespace)s AND workflow = %(workflow)s AND visibility = %(receipt)s
-    RETURNING 1
-), next AS (
-    SELECT workflow FROM workflow_queue
-     WHERE namespace = %(namespace)s AND visibility <= now() AND workflow <> %(workflow)s
-       AND (SELECT count(*) FROM answered) >= 0
-     ORDER BY visibility, workflow
-     LIMIT 1
-     FOR UPDATE SKIP LOCKED
-)
-UPDATE workflow_queue AS q
-   SET visibility = now() + %(visibility)s
-  FROM next
- WHERE q.namespace = %(namespace)s AND q.workflow = next.workflow
-RETURNING q.workflow, q.visibility
-"""
+    RETURNING 1""" + _THEN_TAKE
 WAKE_AT_AND_TAKE = """
 WITH answered AS (
     UPDATE workflow_queue SET visibility = %(at)s
      WHERE namespace = %(namespace)s AND workflow = %(workflow)s AND visibility = %(receipt)s
-    RETURNING 1
-), next AS (
-    SELECT workflow FROM workflow_queue
-     WHERE namespace = %(namespace)s AND visibility <= now() AND workflow <> %(workflow)s
-       AND (SELECT count(*) FROM answered) >= 0
-     ORDER BY visibility, workflow
-     LIMIT 1
-     FOR UPDATE SKIP LOCKED
-)
-UPDATE workflow_queue AS q
-   SET visibility = now() + %(visibility)s
-  FROM next
- WHERE q.namespace = %(namespace)s AND q.workflow = next.workflow
-RETURNING q.workflow, q.visibility
-"""
+    RETURNING 1""" + _THEN_TAKE
 
 CANCEL = "DELETE FROM workflow_queue WHERE namespace = %(namespace)s AND workflow = %(workflow)s"
 
