@@ -113,38 +113,11 @@ SELECT %(namespace)s, 'wf-' || lpad(i::text, 8, '0'),
 """
 
 
-async def drain(take: Callable[[], Awaitable[Any]], answer: Callable[[Any], Awaitable[None]] | None,
-                n: int, workers: int, limit: float = 300.0) -> dict[str, Any]:
-    """``workers`` tasks loop take (and answer, unless None) until all ``n`` were taken. A take that
-    finds nothing while some are still untaken counts as a spurious empty (a naive FOR UPDATE
-    does that) and is retried."""
-    got: list[str] = []
-    state = {"empty": 0}
-    deadline = time.monotonic() + limit
-
-    async def one() -> None:
-        while time.monotonic() < deadline:
-            d = await take()
-            if d is None:
-                if len(got) >= n:
-                    return
-                state["empty"] += 1
-                await asyncio.sleep(0)
-                continue
-            got.append(d.workflow)
-            if answer is not None:
-                await answer(d)
-
-    start = time.perf_counter()
-    await asyncio.gather(*(one() for _ in range(workers)))
-    seconds = time.perf_counter() - start
-    return {"seconds": seconds, "rate": len(got) / seconds, "taken": got, "empty_takes": state["empty"]}
-
-
-async def drain_chained(sched: Any, n: int, workers: int, limit: float = 300.0) -> dict[str, Any]:
-    """``workers`` tasks each take once, then loop ``answer_and_take`` (answering the delivery in
-    hand and taking the next in one call) until all ``n`` were taken; an empty take while some are
-    still untaken is counted as in ``drain`` and retried with a plain take."""
+async def drain_steps(step: Callable[[Any], Awaitable[Any]], n: int, workers: int,
+                      limit: float = 300.0) -> dict[str, Any]:
+    """``workers`` tasks loop ``d = await step(d)`` (``step`` answers the delivery it is given, if
+    any, and returns the next) until all ``n`` were taken. A step that finds nothing while some are
+    still untaken counts as a spurious empty (a naive FOR UPDATE does that) and is retried."""
     got: list[str] = []
     state = {"empty": 0}
     deadline = time.monotonic() + limit
@@ -152,7 +125,7 @@ async def drain_chained(sched: Any, n: int, workers: int, limit: float = 300.0) 
     async def one() -> None:
         d = None
         while time.monotonic() < deadline:
-            d = await (sched.take(VISIBILITY) if d is None else sched.answer_and_take(d, None, VISIBILITY))
+            d = await step(d)
             if d is None:
                 if len(got) >= n:
                     return
@@ -165,6 +138,27 @@ async def drain_chained(sched: Any, n: int, workers: int, limit: float = 300.0) 
     await asyncio.gather(*(one() for _ in range(workers)))
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "rate": len(got) / seconds, "taken": got, "empty_takes": state["empty"]}
+
+
+async def drain(take: Callable[[], Awaitable[Any]], answer: Callable[[Any], Awaitable[None]] | None,
+                n: int, workers: int) -> dict[str, Any]:
+    """``drain_steps`` with two calls per delivery: answer the one in hand (unless ``answer`` is
+    None), then take."""
+
+    async def step(prev: Any) -> Any:
+        if prev is not None and answer is not None:
+            await answer(prev)
+        return await take()
+
+    return await drain_steps(step, n, workers)
+
+
+async def drain_chained(sched: Any, n: int, workers: int) -> dict[str, Any]:
+    """``drain_steps`` with one call per delivery: ``answer_and_take`` on the one in hand (a plain
+    take when there is none)."""
+    return await drain_steps(
+        lambda d: sched.take(VISIBILITY) if d is None else sched.answer_and_take(d, None, VISIBILITY),
+        n, workers)
 
 
 async def postgres_ours(url: str, n: int, counts: Sequence[int], naive: bool,
