@@ -29,6 +29,7 @@ from without_durability import (
     StoreUnavailable,
     sqlite_connect,
 )
+from without_durability.sqlite import SCHEMA_VERSION
 from without_durability.testing.stores.sqlite import create_ledger, sqlite_effects
 
 pytestmark = pytest.mark.asyncio
@@ -195,14 +196,15 @@ async def test_another_schema_version_is_refused_untouched(tmp_path: Path) -> No
     store = await SqliteDurable.open(path)
     await store.checkpointer.supply("w", "k", "kept")
     await store.close()
+    future = SCHEMA_VERSION + 1
     raw = sqlite3.connect(path)
-    raw.execute("PRAGMA user_version = 2")
+    raw.execute(f"PRAGMA user_version = {future}")
     raw.close()
-    with pytest.raises(SchemaMismatch, match="schema version 2") as caught:
+    with pytest.raises(SchemaMismatch, match=f"schema version {future}") as caught:
         SqliteConnection(path)
     assert str(path) in str(caught.value)
     raw = sqlite3.connect(path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == future
     assert raw.execute("SELECT value FROM checkpoint").fetchall() == [('"kept"',)]
     raw.close()
 

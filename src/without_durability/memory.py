@@ -2,7 +2,8 @@
 
 It applies its codec like every real store (a tuple comes back a list), keeps the record order and the
 write time the way a real store must, mints tokens that survive ``discard``, and reads time from an
-injectable clock so tests can move it. Every method runs without yielding to the event loop, so each
+injectable clock so tests can move it (under the system clock, claim deadlines are measured on the
+monotonic clock, as the SQLite store's are: see ``without_durability.clock``). Every method runs without yielding to the event loop, so each
 one is a single atomic step, which is what a real store's statement or script is.
 """
 
@@ -15,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ._values import Delivery, Entry, Pass, Recorded
-from .clock import Clock, system_clock
+from .clock import Clock, LeaseClock, lease_clock_for, system_clock
 from .codec import CheckpointCodec, JsonCodec
 from .errors import Contended, Fenced, InvalidInput
 from .protocols import Checkpointer, Scheduler
@@ -35,12 +36,17 @@ MemoryEffect = Callable[[dict[str, Any]], object]
 copy that replaces ``state`` only if the record commits, so a refused effect leaves no trace."""
 
 
+_MICRO = timedelta(microseconds=1)
+
+
 @dataclass(slots=True)
 class _Claim:
+    """Deadlines in microseconds on the checkpointer's lease clock."""
+
     token: int
-    held_until: datetime
-    alive_until: datetime
-    alive_for: timedelta
+    held_until: int
+    alive_until: int
+    alive_for: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +64,7 @@ class MemoryCheckpointer:
         codec: CheckpointCodec[Any] | None = None,
         clock: Clock = system_clock,
         max_value_bytes: int = MAX_VALUE_BYTES,
+        lease_clock: LeaseClock | None = None,
     ) -> None:
         self.codec: CheckpointCodec[Any] = codec if codec is not None else JsonCodec()
         self.clock = clock
@@ -66,9 +73,15 @@ class MemoryCheckpointer:
         """Application state that ``transact`` effects read and write (a ledger, stock counts)."""
         self._claims: dict[str, _Claim] = {}
         self._records: dict[str, dict[str, _Stored]] = {}
+        self.lease_clock: LeaseClock = lease_clock if lease_clock is not None else lease_clock_for(clock)
+        """What claim deadlines are measured on (microseconds); see ``SqliteCheckpointer``."""
 
     def _now(self) -> datetime:
         return self.clock()
+
+    def _lease_now(self) -> int:
+        """Now on the clock claim deadlines are measured by (microseconds)."""
+        return self.lease_clock()
 
     # -- the claim -------------------------------------------------------------------------
 
@@ -76,12 +89,14 @@ class MemoryCheckpointer:
         """See ``Checkpointer.claim``."""
         check_workflow(workflow)
         check_lease(workflow, alive, budget)
-        now = self._now()
+        now = self._lease_now()
         held = self._claims.get(workflow)
-        if held is not None and held.alive_until > now:
+        # a deadline further ahead than its own window could reach predates a clock restart
+        if held is not None and now < held.alive_until <= now + held.alive_for:
             raise Contended(workflow)
         token = 1 if held is None else held.token + 1
-        self._claims[workflow] = _Claim(token, now + budget, min(now + alive, now + budget), alive)
+        alive_for, held_for = alive // _MICRO, budget // _MICRO
+        self._claims[workflow] = _Claim(token, now + held_for, now + min(alive_for, held_for), alive_for)
         return Pass(workflow, token)
 
     def _fence(self, pass_: Pass) -> _Claim:
@@ -91,7 +106,7 @@ class MemoryCheckpointer:
         return held
 
     def _renew(self, held: _Claim) -> None:
-        held.alive_until = min(self._now() + held.alive_for, held.held_until)
+        held.alive_until = min(self._lease_now() + held.alive_for, held.held_until)
 
     async def renew(self, pass_: Pass) -> None:
         """See ``Checkpointer.renew``."""
@@ -101,7 +116,7 @@ class MemoryCheckpointer:
         """See ``Checkpointer.release``."""
         held = self._claims.get(pass_.workflow)
         if held is not None and held.token == pass_.token:
-            now = self._now()
+            now = self._lease_now()
             held.held_until = min(held.held_until, now)
             held.alive_until = min(held.alive_until, now)
 
@@ -111,7 +126,7 @@ class MemoryCheckpointer:
         self._records.pop(workflow, None)
         held = self._claims.get(workflow)
         if held is not None:
-            now = self._now()
+            now = self._lease_now()
             held.token += 1
             held.held_until = min(held.held_until, now)
             held.alive_until = min(held.alive_until, now)
@@ -122,7 +137,11 @@ class MemoryCheckpointer:
         records = self._records.setdefault(workflow, {})
         stored = records.get(key)
         if stored is None:
-            stored = records[key] = _Stored(encoded, self._now())
+            # never before the workflow's latest record, so a wall clock stepped back cannot
+            # reverse its history
+            latest = next(reversed(records.values()), None)
+            now = self._now() if latest is None else max(self._now(), latest.written_at)
+            stored = records[key] = _Stored(encoded, now)
         return Recorded(self.codec.decode(stored.encoded), stored.encoded == encoded)
 
     async def record(self, pass_: Pass, key: str, value: object) -> Recorded:

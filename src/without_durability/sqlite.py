@@ -12,12 +12,17 @@ that finds the write lock held waits for it rather than failing. Statements run 
 thread per connection, so that wait never blocks the event loop (a worker's renewal tick shares it),
 and the statements of one connection run one at a time in the order they were issued.
 
-Times are the process clock (injectable for tests), read after the write lock is held so that the
-order of ``written_at`` is the order of commits; they are stored as integer microseconds since the
-Unix epoch, which compare exactly.
+Times are read after the write lock is held, so the order of stamps is the order of commits, and
+stored as integer microseconds, which compare exactly. Record and queue times are the process's wall
+clock (microseconds since the Unix epoch), and a record is never stamped before the record loaded
+ahead of it, so a wall clock stepped back cannot reverse a workflow's history. Claim deadlines are
+on the machine's monotonic clock (``without_durability.clock``), so a step of the wall clock neither
+lapses a live pass nor keeps a dead one holding; the monotonic clock restarts at boot, so a claim
+row whose liveness lies further ahead than its own window could reach is from before a reboot and
+counts as lapsed. An injected clock (tests) drives all of these.
 
 What it asks of a deployment: every process on one machine (WAL needs shared memory, so no network
-filesystems), and clocks that agree, which on one machine they do. Two costs to know. SQLite's busy
+filesystems), which is also what makes the monotonic clock one clock for all of them. Two costs to know. SQLite's busy
 wait is sleep-and-retry rather than a queue, so under a steady stream of writes one process can
 wait its turn for a while (up to ``busy_timeout``, then ``StoreUnavailable``). And a process stopped
 (SIGSTOP, a debugger) inside a write holds the lock, so every writer waits until it resumes: that
@@ -40,7 +45,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ._values import Delivery, Entry, Pass, Recorded
-from .clock import Clock, system_clock
+from .clock import Clock, LeaseClock, lease_clock_for, system_clock
 from .codec import CheckpointCodec, JsonCodec
 from .errors import (
     Contended,
@@ -70,8 +75,13 @@ SqliteEffect = Callable[[sqlite3.Cursor], object]
 Whatever it writes commits with the record, or rolls back with it. It must not commit, roll back or
 begin a transaction itself."""
 
-SCHEMA_VERSION = 1
-"""The schema this version reads and writes, kept in ``PRAGMA user_version``."""
+SCHEMA_VERSION = 2
+"""The schema this version reads and writes, kept in ``PRAGMA user_version``. Version 2 measures
+claim deadlines on the monotonic clock; a version 1 file is upgraded in place when opened (its
+tables are the same; its wall-clock deadlines read as from before a reboot, so its claims lapse and
+their tokens, the fence, carry on)."""
+
+_UPGRADABLE = (1,)
 
 APPLICATION_ID = 0x57445331  # "WDS1": marks the file as this library's, in PRAGMA application_id
 
@@ -117,7 +127,9 @@ _SCHEMA = (
 # -- statements ---------------------------------------------------------------------------
 
 # The WHERE on DO UPDATE is the "is it free" test: a live holder fails it, nothing changes, and
-# RETURNING yields no row. Liveness equal to now counts as lapsed.
+# RETURNING yields no row. Liveness equal to now counts as lapsed. No write sets liveness further
+# ahead than its window from now, so a row beyond that was written before the monotonic clock
+# restarted (a reboot, which ended every pass) and is free too.
 CLAIM = """
 INSERT INTO claim (workflow, token, held_until, alive_until, alive_for)
 VALUES (:workflow, 1, :held_until, :alive_until, :alive_for)
@@ -126,7 +138,7 @@ ON CONFLICT (workflow) DO UPDATE
         held_until = excluded.held_until,
         alive_until = excluded.alive_until,
         alive_for = excluded.alive_for
-    WHERE claim.alive_until <= :now
+    WHERE claim.alive_until <= :now OR claim.alive_until > :now + claim.alive_for
 RETURNING token
 """
 
@@ -155,10 +167,15 @@ UPDATE claim SET token = token + 1,
 WHERE workflow = :workflow
 """
 
+# Never before the workflow's latest record, so a wall clock stepped back cannot reverse history
+# (the checkpoint_order index finds that record at once).
+_STAMP = """max(:now, coalesce(
+    (SELECT written_at FROM checkpoint WHERE workflow = :workflow ORDER BY seq DESC LIMIT 1), :now))"""
+
 # First writer wins: a conflicting insert changes nothing, so seq and written_at stay the winner's.
-PUT = """
+PUT = f"""
 INSERT INTO checkpoint (workflow, key, value, written_at)
-VALUES (:workflow, :key, :value, :now)
+VALUES (:workflow, :key, :value, {_STAMP})
 ON CONFLICT (workflow, key) DO NOTHING
 """
 
@@ -168,7 +185,7 @@ STORED = "SELECT value FROM checkpoint WHERE workflow = :workflow AND key = :key
 # (the IMMEDIATE transaction means no other writer can take the same number meanwhile).
 APPEND = f"""
 INSERT INTO checkpoint (seq, workflow, key, value, written_at)
-SELECT next.seq, :workflow, '{INBOX_PREFIX}' || printf('%0{INBOX_DIGITS}d', next.seq), :value, :now
+SELECT next.seq, :workflow, '{INBOX_PREFIX}' || printf('%0{INBOX_DIGITS}d', next.seq), :value, {_STAMP}
 FROM (SELECT coalesce(max(seq), 0) + 1 AS seq FROM checkpoint) AS next
 RETURNING key
 """
@@ -314,7 +331,7 @@ class SqliteConnection:
             ) from exc
         self._check_identity(version, app_id)
         try:
-            if version == 0:
+            if version != SCHEMA_VERSION:
                 self._create_schema(db)
             # WAL lets readers run beside the one writer; the mode is kept in the file.
             mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -339,7 +356,7 @@ class SqliteConnection:
                 f"{where} belongs to another application (application_id {app_id}, "
                 f"user_version {version}); use a separate file for without-durability"
             )
-        if app_id == APPLICATION_ID and version != SCHEMA_VERSION:
+        if app_id == APPLICATION_ID and version != SCHEMA_VERSION and version not in _UPGRADABLE:
             raise SchemaMismatch(
                 f"{where} holds schema version {version}; this version of without-durability "
                 f"reads schema version {SCHEMA_VERSION}; nothing was changed (open it with the "
@@ -366,6 +383,10 @@ class SqliteConnection:
                 for statement in _SCHEMA:
                     db.execute(statement)
                 db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            elif version in _UPGRADABLE:
+                # Same tables; only what the claim deadlines are measured on changed (see
+                # SCHEMA_VERSION), and the claim statement already reads the old ones as lapsed.
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             db.execute("COMMIT")
         except BaseException:
@@ -497,7 +518,8 @@ def _fenced_unless(row: Any, pass_: Pass) -> None:
 class SqliteCheckpointer:
     """``Checkpointer[SqliteEffect]`` over a ``SqliteConnection``. See the module docstring.
 
-    ``codec`` must encode to ``str`` (the column is TEXT); the default is ``JsonCodec``.
+    ``codec`` must encode to ``str`` (the column is TEXT); the default is ``JsonCodec``. ``clock``
+    stamps records; ``lease_clock`` (default: see ``lease_clock_for``) measures claims.
     """
 
     def __init__(
@@ -507,6 +529,7 @@ class SqliteCheckpointer:
         codec: CheckpointCodec[Any] | None = None,
         clock: Clock = system_clock,
         max_value_bytes: int = MAX_VALUE_BYTES,
+        lease_clock: LeaseClock | None = None,
     ) -> None:
         if not isinstance(conn, SqliteConnection):
             raise InvalidInput(f"SqliteCheckpointer takes a SqliteConnection, got {conn!r}")
@@ -514,8 +537,16 @@ class SqliteCheckpointer:
         self.codec: CheckpointCodec[Any] = codec if codec is not None else JsonCodec()
         self.clock = clock
         self.max_value_bytes = max_value_bytes
+        self.lease_clock: LeaseClock = lease_clock if lease_clock is not None else lease_clock_for(clock)
+        """What claim deadlines are measured on (microseconds): by default the monotonic clock
+        under the system clock, or ``clock`` itself when one is injected."""
 
-    def _now(self) -> int:
+    def _lease_now(self) -> int:
+        """Now on the clock claim deadlines are measured by (see the module docstring)."""
+        return self.lease_clock()
+
+    def _stamp(self) -> int:
+        """Now on the wall clock, for ``written_at``."""
         return _micros(self.clock())
 
     def _encode(self, workflow: str, key: str, value: object) -> str:
@@ -535,7 +566,7 @@ class SqliteCheckpointer:
         check_lease(workflow, alive, budget)
 
         def job(cur: sqlite3.Cursor) -> int | None:
-            now = self._now()
+            now = self._lease_now()
             row = cur.execute(
                 CLAIM,
                 {
@@ -557,7 +588,7 @@ class SqliteCheckpointer:
         """See ``Checkpointer.renew``."""
 
         def job(cur: sqlite3.Cursor) -> None:
-            params = {"workflow": pass_.workflow, "token": pass_.token, "now": self._now()}
+            params = {"workflow": pass_.workflow, "token": pass_.token, "now": self._lease_now()}
             _fenced_unless(cur.execute(FENCE_AND_RENEW, params).fetchone(), pass_)
 
         await self.conn.write(job)
@@ -566,7 +597,7 @@ class SqliteCheckpointer:
         """See ``Checkpointer.release``: a superseded pass releases nothing, silently."""
 
         def job(cur: sqlite3.Cursor) -> None:
-            params = {"workflow": pass_.workflow, "token": pass_.token, "now": self._now()}
+            params = {"workflow": pass_.workflow, "token": pass_.token, "now": self._lease_now()}
             cur.execute(RELEASE, params)
 
         await self.conn.write(job)
@@ -577,7 +608,7 @@ class SqliteCheckpointer:
 
         def job(cur: sqlite3.Cursor) -> None:
             cur.execute(DISCARD_RECORDS, {"workflow": workflow})
-            cur.execute(DISCARD_FENCE, {"workflow": workflow, "now": self._now()})
+            cur.execute(DISCARD_FENCE, {"workflow": workflow, "now": self._lease_now()})
 
         await self.conn.write(job)
 
@@ -595,15 +626,14 @@ class SqliteCheckpointer:
         encoded = self._encode(pass_.workflow, key, value)
 
         def job(cur: sqlite3.Cursor) -> Recorded:
-            now = self._now()
-            params = {"workflow": pass_.workflow, "token": pass_.token, "now": now}
+            params = {"workflow": pass_.workflow, "token": pass_.token, "now": self._lease_now()}
             _fenced_unless(cur.execute(FENCE_AND_RENEW, params).fetchone(), pass_)
-            return self._put(cur, pass_.workflow, key, encoded, now)
+            return self._put(cur, pass_.workflow, key, encoded, self._stamp())
 
         return await self.conn.write(job)
 
     def _supply_in(self, cur: sqlite3.Cursor, workflow: str, key: str, encoded: str) -> Recorded:
-        return self._put(cur, workflow, key, encoded, self._now())
+        return self._put(cur, workflow, key, encoded, self._stamp())
 
     def _prepare_supply(self, workflow: str, key: str, value: object) -> str:
         check_workflow(workflow)
@@ -616,7 +646,7 @@ class SqliteCheckpointer:
         return await self.conn.write(lambda cur: self._supply_in(cur, workflow, key, encoded))
 
     def _append_in(self, cur: sqlite3.Cursor, workflow: str, encoded: str) -> str:
-        row = cur.execute(APPEND, {"workflow": workflow, "value": encoded, "now": self._now()})
+        row = cur.execute(APPEND, {"workflow": workflow, "value": encoded, "now": self._stamp()})
         return str(row.fetchone()[0])
 
     def _prepare_append(self, workflow: str, value: object) -> str:
@@ -676,9 +706,9 @@ class SqliteCheckpointer:
                     "before that was committed on its own and nothing was recorded"
                 )
             encoded = self._encode(pass_.workflow, key, result)
-            now = self._now()  # after the effect: a slow effect is stamped when it lands
-            _fenced_unless(cur.execute(FENCE_AND_RENEW, {**names, "now": now}).fetchone(), pass_)
-            return self._put(cur, pass_.workflow, key, encoded, now)
+            # after the effect: the renewal counts from, and the record is stamped, when it lands
+            _fenced_unless(cur.execute(FENCE_AND_RENEW, {**names, "now": self._lease_now()}).fetchone(), pass_)
+            return self._put(cur, pass_.workflow, key, encoded, self._stamp())
 
         return await self.conn.write(job)
 
@@ -799,6 +829,7 @@ class SqliteDurable:
         namespace: str = "default",
         busy_timeout: timedelta = DEFAULT_BUSY_TIMEOUT,
         max_value_bytes: int = MAX_VALUE_BYTES,
+        lease_clock: LeaseClock | None = None,
     ) -> SqliteDurable:
         """Open (creating if new) the store in ``path``: one connection, both halves on it.
 
@@ -807,7 +838,9 @@ class SqliteDurable:
         conn = await sqlite_connect(path, busy_timeout=busy_timeout)
         try:
             return cls(
-                SqliteCheckpointer(conn, codec=codec, clock=clock, max_value_bytes=max_value_bytes),
+                SqliteCheckpointer(
+                    conn, codec=codec, clock=clock, max_value_bytes=max_value_bytes, lease_clock=lease_clock
+                ),
                 SqliteScheduler(conn, clock=clock, namespace=namespace),
             )
         except BaseException:
@@ -857,7 +890,7 @@ class SqliteDurable:
 
         def job(cur: sqlite3.Cursor) -> None:
             cur.execute(DISCARD_RECORDS, {"workflow": workflow})
-            cur.execute(DISCARD_FENCE, {"workflow": workflow, "now": self._checkpointer._now()})
+            cur.execute(DISCARD_FENCE, {"workflow": workflow, "now": self._checkpointer._lease_now()})
             cur.execute(CANCEL, {"namespace": self._scheduler.namespace, "workflow": workflow})
 
         await self.conn.write(job)

@@ -58,6 +58,12 @@ def swap(part: str, cls: type) -> Wrap:
 
 BUILT_IN = ("memory", "sqlite", "postgres", "redis")
 
+LEASE_CLOCK_KILLERS = (
+    "tests/test_lease_clock.py::test_a_wall_clock_step_forward_does_not_lapse_a_live_claim",
+    "tests/test_lease_clock.py::test_a_wall_clock_step_back_neither_frees_nor_keeps_a_pass",
+)
+"""The checks that catch a process-clock store (Memory, SQLite) measuring leases on the wall clock."""
+
 
 def catalogue(modules: Iterable[str] = ()) -> list[Mutant]:
     """Every mutant: the built-in ones whose store's driver is importable, then those in ``modules``

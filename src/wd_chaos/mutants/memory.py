@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from without_durability._values import Recorded
 from without_durability.memory import MemoryCheckpointer, _Stored
 
-from . import Mutant, swap
+from . import LEASE_CLOCK_KILLERS, Mutant, swap
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class SkipsCodec(MemoryCheckpointer):
@@ -43,7 +46,23 @@ class WonByDecodedValue(MemoryCheckpointer):
         return await super().supply(workflow, key, value)
 
 
+class LeasesOnWallClock(MemoryCheckpointer):
+    """Measures claim deadlines on the wall clock, so a step of it lapses a live pass early (or
+    keeps a dead one holding)."""
+
+    def _lease_now(self) -> int:
+        return (self._now() - _EPOCH) // timedelta(microseconds=1)
+
+
 MUTANTS = [
+    Mutant(
+        "memory-leases-on-wall-clock",
+        "memory",
+        "lease-clock",
+        "claim deadlines on the wall clock, which a step (NTP, a resumed VM) moves",
+        LEASE_CLOCK_KILLERS,
+        swap("checkpointer", LeasesOnWallClock),
+    ),
     Mutant(
         "memory-skips-codec",
         "memory",

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import sqlite3
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from without_durability import sqlite as store
 from without_durability._values import Delivery, Pass, Recorded
 from without_durability.errors import Contended
 from without_durability.sqlite import SqliteCheckpointer, SqliteEffect, SqliteScheduler
 
-from . import Mutant, swap
+from . import LEASE_CLOCK_KILLERS, Mutant, swap
 
 
 class RenewPastBudget(SqliteCheckpointer):
@@ -21,11 +21,62 @@ class RenewPastBudget(SqliteCheckpointer):
             row = cur.execute(
                 "UPDATE claim SET alive_until = :now + alive_for"
                 " WHERE workflow = :workflow AND token = :token RETURNING token",
-                {"workflow": pass_.workflow, "token": pass_.token, "now": self._now()},
+                {"workflow": pass_.workflow, "token": pass_.token, "now": self._lease_now()},
             ).fetchone()
             store._fenced_unless(row, pass_)
 
         await self.conn.write(job)
+
+
+class LeasesOnWallClock(SqliteCheckpointer):
+    """Measures claim deadlines on the wall clock, so a step of it lapses a live pass early (or
+    keeps a dead one holding)."""
+
+    def _lease_now(self) -> int:
+        return store._micros(self.clock())
+
+
+class ClaimIgnoresRestart(SqliteCheckpointer):
+    """The claim statement without its restart clause: after a reboot the monotonic clock starts
+    again near zero, and a claim row written before it blocks its workflow for the old uptime."""
+
+    async def claim(self, workflow: str, *, alive: timedelta, budget: timedelta) -> Pass:
+        statement = store.CLAIM.replace(" OR claim.alive_until > :now + claim.alive_for", "")
+        assert statement != store.CLAIM, "the claim statement no longer has its restart clause"
+
+        def job(cur: sqlite3.Cursor) -> int | None:
+            now = self._lease_now()
+            span = {"alive": store._span(alive), "budget": store._span(budget)}
+            row = cur.execute(
+                statement,
+                {
+                    "workflow": workflow,
+                    "now": now,
+                    "held_until": now + span["budget"],
+                    "alive_until": now + min(span["alive"], span["budget"]),
+                    "alive_for": span["alive"],
+                },
+            ).fetchone()
+            return None if row is None else int(row[0])
+
+        token = await self.conn.write(job)
+        if token is None:
+            raise Contended(workflow)
+        return Pass(workflow, token)
+
+
+class StampsBeforeTheLatest(SqliteCheckpointer):
+    """Stamps each record with the wall clock as it reads, so a clock stepped back stamps a record
+    before the one loaded ahead of it."""
+
+    def _put(self, cur: sqlite3.Cursor, workflow: str, key: str, encoded: str, now: int) -> Recorded:
+        got = super()._put(cur, workflow, key, encoded, now)
+        if got.won:
+            cur.execute(
+                "UPDATE checkpoint SET written_at = :now WHERE workflow = :workflow AND key = :key",
+                {"workflow": workflow, "key": key, "now": now},
+            )
+        return got
 
 
 class RefusedWriteRenews(SqliteCheckpointer):
@@ -36,7 +87,7 @@ class RefusedWriteRenews(SqliteCheckpointer):
         def job(cur: sqlite3.Cursor) -> None:
             cur.execute(
                 "UPDATE claim SET alive_until = min(:now + alive_for, held_until) WHERE workflow = :workflow",
-                {"workflow": pass_.workflow, "now": self._now()},
+                {"workflow": pass_.workflow, "now": self._lease_now()},
             )
 
         await self.conn.write(job)
@@ -50,7 +101,7 @@ class SupplyGatedOnClaim(SqliteCheckpointer):
         def job(cur: sqlite3.Cursor) -> bool:
             row = cur.execute(
                 "SELECT 1 FROM claim WHERE workflow = :w AND alive_until > :now",
-                {"w": workflow, "now": self._now()},
+                {"w": workflow, "now": self._lease_now()},
             ).fetchone()
             return row is not None
 
@@ -135,12 +186,36 @@ class WakeReinstatesCancelled(SqliteScheduler):
 
 MUTANTS = [
     Mutant(
+        "sqlite-leases-on-wall-clock",
+        "sqlite",
+        "lease-clock",
+        "claim deadlines on the wall clock, which a step (NTP, a resumed VM) moves",
+        LEASE_CLOCK_KILLERS,
+        swap("checkpointer", LeasesOnWallClock),
+    ),
+    Mutant(
         "sqlite-renew-past-budget",
         "sqlite",
         "budget",
         "renew carries liveness past the budget",
         ("test_renew_never_passes_the_budget",),
         swap("checkpointer", RenewPastBudget),
+    ),
+    Mutant(
+        "sqlite-claim-ignores-restart",
+        "sqlite",
+        "lease-clock",
+        "a claim row from before a reboot blocks its workflow for the old uptime",
+        ("tests/test_lease_clock.py::test_a_claim_from_before_the_lease_clock_restarted_is_free",),
+        swap("checkpointer", ClaimIgnoresRestart),
+    ),
+    Mutant(
+        "sqlite-stamps-before-the-latest",
+        "sqlite",
+        "history-order",
+        "a wall clock stepped back stamps a record before the one loaded ahead of it",
+        ("tests/test_lease_clock.py::test_a_wall_clock_stepped_back_keeps_history_in_order",),
+        swap("checkpointer", StampsBeforeTheLatest),
     ),
     Mutant(
         "sqlite-refused-write-renews",
