@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -68,10 +69,25 @@ def _run(name: str, store: str, *extra: str) -> tuple[int, dict[str, Any], str]:
     return done.returncode, summary, done.stdout + done.stderr
 
 
+def _run_judged(name: str, store: str, *extra: str) -> tuple[int, dict[str, Any], str]:
+    """``_run``, once more if the first run was unknown because this machine's wall clock stepped
+    under a store whose leases run on it: such a run proves nothing either way (it is kept, and
+    the warning names it), and a second step within one short run is not to be expected."""
+    code, summary, output = _run(name, store, *extra)
+    if code == 2 and summary.get("wall_clock_steps"):
+        warnings.warn(
+            f"{name} on {store}: the wall clock stepped ({summary['wall_clock_steps']}), so the run "
+            f"in {summary.get('run_dir')} was unknown; running it once more",
+            stacklevel=2,
+        )
+        code, summary, output = _run(name, store, *extra)
+    return code, summary, output
+
+
 @pytest.mark.parametrize(("name", "store"), _cases(), ids=[f"{n}[{s}]" for n, s in _cases()])
-@pytest.mark.timeout(HARD_TIMEOUT + 30)
+@pytest.mark.timeout(2 * HARD_TIMEOUT + 30)
 def test_scenario_passes_and_its_fault_bites(name: str, store: str) -> None:
-    code, summary, output = _run(name, store)
+    code, summary, output = _run_judged(name, store)
     assert code == 0, f"{name} on {store} exited {code} (0 valid, 1 invalid, 2 unknown):\n{output}"
     bites = [v for v in summary["verdicts"] if str(v["name"]).startswith("bite")]
     assert bites and all(v["valid"] is True for v in bites), bites
@@ -87,10 +103,10 @@ def test_scenario_passes_and_its_fault_bites(name: str, store: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["lease-stall", "kill-between-effect-and-record"])
-@pytest.mark.timeout(HARD_TIMEOUT + 30)
+@pytest.mark.timeout(2 * HARD_TIMEOUT + 30)
 def test_the_library_worker_under_faults(name: str) -> None:
     """The same workflow as a Run body under the library's own Worker (renewal tick, resume)."""
-    code, summary, output = _run(name, "sqlite", "--client", "worker")
+    code, summary, output = _run_judged(name, "sqlite", "--client", "worker")
     assert code == 0, f"{name} with the library Worker exited {code}:\n{output}"
     assert summary["client"] == "worker"
 

@@ -3,11 +3,12 @@ one that breaks its guarantee (a checker that cannot say no is a defect)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from wd_chaos import checkers
+from wd_chaos import checkers, wallclock
 from wd_chaos.history import Op
 
 
@@ -481,3 +482,86 @@ def test_fww_refuses_a_supply_gated_on_the_claim() -> None:
     h = H()
     h.call("supply", "W", 1, "contended", workflow=WF, key="k", value=1)
     assert checkers.first_writer_wins(h.lines, final([])).valid is False
+
+
+# -- wall-clock steps -------------------------------------------------------------------------
+
+
+def _walls(h: H, *, step_after: int | None = None, seconds: float = 0.0) -> None:
+    """Stamp every line's ``wall`` as the harness does: the monotonic time plus a fixed offset,
+    which jumps by ``seconds`` for lines after monotonic ``step_after``."""
+    base = datetime(2030, 1, 1, tzinfo=UTC)
+    for line in h.lines:
+        shift = seconds if step_after is not None and line["mono"] > step_after else 0.0
+        line["wall"] = (base + timedelta(microseconds=line["mono"] / 1000, seconds=shift)).isoformat()
+
+
+def _breach_across(step_after: int | None, seconds: float) -> H:
+    """A renews at 0; the wall clock may step; B claims 0.3 s later, inside A's 1 s window; the
+    run goes on another second."""
+    h = H()
+    _claim(h, "A", 1, 1)
+    h.call("renew", "A", 1, workflow=WF, token=1)
+    h.t += 300_000_000
+    _claim(h, "B", 2, 2)
+    h.t += 1_000_000_000
+    h.event("info", what="exit")
+    _walls(h, step_after=step_after, seconds=seconds)
+    return h
+
+
+def test_wallclock_finds_a_step_and_not_a_line_preempted_between_its_two_reads() -> None:
+    h = H()
+    for _ in range(30):
+        h.event("info")
+        h.t += 100_000_000
+    _walls(h, step_after=1_500_000_000, seconds=1.5)
+    h.lines[4]["wall"] = (datetime.fromisoformat(h.lines[4]["wall"]) + timedelta(seconds=0.2)).isoformat()
+    found = wallclock.steps(h.lines)
+    assert [round(s["seconds"], 3) for s in found] == [1.5], found
+    lo, hi = found[0]["between"]
+    assert lo <= 1_500_000_000 <= hi, found
+    assert wallclock.jumped(found, 0, 1_000_000_000) == 0
+    assert wallclock.jumped(found, 1_400_000_000, 1_600_000_000) == pytest.approx(1.5)
+    assert wallclock.jumped(found, 0, 3e9, ahead=False) == 0
+
+
+def test_fencing_calls_a_breach_a_forward_wall_clock_step_explains_unknown_not_valid() -> None:
+    h = _breach_across(step_after=100_000_000, seconds=2.0)
+    v = checkers.fencing(h.lines, {**final([]), "lease_clock": "wall"})
+    assert v.valid == checkers.UNKNOWN, v
+    assert "wall clock stepped" in v.summary and "+2.000s" in v.summary, v.summary
+    assert any("wall_clock_step" in e for e in v.evidence), v.evidence
+
+
+@pytest.mark.parametrize(
+    ("lease_clock", "step_after", "seconds"),
+    [
+        ("monotonic", 100_000_000, 2.0),  # leases on a clock the step does not move: a real breach
+        ("remote", 100_000_000, 2.0),  # a server elsewhere: this machine's clock says nothing of it
+        ("wall", None, 0.0),  # no step at all
+        ("wall", 100_000_000, 0.05),  # a step too small to account for a 0.7 s shortfall
+        ("wall", 100_000_000, -2.0),  # a step back only makes a wall-clock lease last longer
+        ("wall", 1_000_000_000, 2.0),  # a step after the breach
+    ],
+)
+def test_fencing_still_refuses_a_breach_no_wall_clock_step_explains(
+    lease_clock: str, step_after: int | None, seconds: float
+) -> None:
+    h = _breach_across(step_after, seconds)
+    v = checkers.fencing(h.lines, {**final([]), "lease_clock": lease_clock})
+    assert v.valid is False, v
+    assert "while token 1 was alive" in v.evidence[0]["why"]
+
+
+def test_fencing_calls_contended_past_the_budget_after_a_step_back_unknown() -> None:
+    h = H()
+    _claim(h, "A", 1, 1)
+    h.t += 5_000_000_000  # five seconds by the monotonic clock, three by a wall stepped back 2 s
+    h.call("claim", "B", 2, "contended", workflow=WF, alive=1.0, budget=4.0)
+    h.t += 1_000_000_000
+    h.event("info", what="exit")
+    _walls(h, step_after=2_000_000_000, seconds=-2.0)
+    stepped = {**final([]), "lease_clock": "wall"}
+    assert checkers.fencing(h.lines, stepped).valid == checkers.UNKNOWN
+    assert checkers.fencing(h.lines, {**stepped, "lease_clock": "monotonic"}).valid is False

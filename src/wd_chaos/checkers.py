@@ -7,6 +7,9 @@ a checker may use them to explain what it sees but never counts them as failures
 
 Times: ``mono`` is the system-wide monotonic clock in nanoseconds, comparable across the processes
 of one machine; "A completed before B was invoked" is the real-time order the checkers rely on.
+A store whose leases run on this machine's wall clock (``final["lease_clock"] == "wall"``) cannot
+keep them across a step of that clock, so a lease breach that a wall-clock step seen in the history
+(``wallclock``) accounts for makes the verdict unknown, with the step as evidence, never valid.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import wallclock
 from .history import Op, pair
 
 Valid = bool | str
@@ -223,17 +227,47 @@ def fencing(ops: list[Op], final: dict[str, Any]) -> Verdict:
             unsure = first_maybe.get(w.workflow, float("inf")) < w.end
             if not newer and not unsure:
                 bad.append(w.brief("refused as Fenced, but no newer claim was invoked before it"))
-    bad += _exclusive(operations_, claims)
-    bad += _budget_ends(operations_, claims, maybe_claims)
+    steps = wallclock.steps(ops) if final.get("lease_clock") == "wall" else []
+    explained: list[dict[str, Any]] = []
+    for pair_ in _exclusive(operations_, claims) + _budget_ends(operations_, claims, maybe_claims):
+        (explained if _stepped(pair_, steps) else bad).extend(pair_.evidence)
     counts = {
         "writes": writes,
         "accepted": landed,
         "refused_fenced": refused,
         "claims": sum(len(c) for c in claims.values()),
+        "wall-clock steps": len(steps),
     }
     if bad:
         return Verdict("fencing", False, f"{len(bad) // 2 or 1} fencing violation(s)", bad, counts)
+    if explained:
+        jumps = ", ".join(f"{s['seconds']:+.3f}s near {s['wall']}" for s in steps)
+        return Verdict(
+            "fencing",
+            UNKNOWN,
+            f"{len(explained) // 2} lease breach(es) where this machine's wall clock stepped ({jumps}); "
+            "the store measures leases on that clock, so this run cannot judge them",
+            explained + [{"wall_clock_step": s} for s in steps],
+            counts,
+        )
     return Verdict("fencing", True, f"{refused} stale write(s) refused, none accepted", [], counts)
+
+
+@dataclass
+class _Breach:
+    """A lease breach: its evidence, and how far (ns) a wall-clock step in ``direction`` inside
+    ``window`` must have moved the store's clock to account for it."""
+
+    evidence: list[dict[str, Any]]
+    window: tuple[float, float]
+    shortfall_ns: float
+    ahead: bool
+
+
+def _stepped(breach: _Breach, steps: list[dict[str, Any]]) -> bool:
+    """Whether wall-clock steps inside the breach's window are large enough to account for it."""
+    moved = wallclock.jumped(steps, *breach.window, ahead=breach.ahead) * 1e9
+    return bool(steps) and moved + SLACK_NS >= breach.shortfall_ns
 
 
 RENEWING = ("claim", "renew", "record", "transact")
@@ -241,12 +275,12 @@ SLACK_NS = 100_000_000
 """Allowance for the gap between a client's clock reading and the store's decision (100 ms)."""
 
 
-def _exclusive(all_ops: list[Operation], claims: dict[str, list[Operation]]) -> list[dict[str, Any]]:
+def _exclusive(all_ops: list[Operation], claims: dict[str, list[Operation]]) -> list[_Breach]:
     """A claim granted while another pass was provably alive: that pass had a write accepted
     (a renewal) late enough that its liveness window, measured from when the write was invoked,
     still covered the moment the new claim completed, within its budget, and it had not released.
     Needs the claim's ``alive`` and ``budget`` in the history; older histories skip this."""
-    bad: list[dict[str, Any]] = []
+    bad: list[_Breach] = []
     passes: dict[tuple[str, int], list[Operation]] = defaultdict(list)
     for o in all_ops:
         if o.workflow is not None and o.token is not None:
@@ -268,10 +302,11 @@ def _exclusive(all_ops: list[Operation], claims: dict[str, list[Operation]]) -> 
                         continue
                     covered = min(x.start + float(alive) * 1e9, held_until)
                     if b.end + SLACK_NS < covered:
-                        bad += [
+                        evidence = [
                             b.brief(f"claimed while token {a.token} was alive"),
                             x.brief(f"renewed token {a.token}'s liveness ({alive}s) from before this point"),
                         ]
+                        bad.append(_Breach(evidence, (x.start, b.end), covered - b.end, True))
                         break
     return bad
 
@@ -280,11 +315,11 @@ def _budget_ends(
     all_ops: list[Operation],
     claims: dict[str, list[Operation]],
     maybe_claims: dict[str, list[Operation]],
-) -> list[dict[str, Any]]:
+) -> list[_Breach]:
     """A claim refused as Contended although the newest pass's budget had run out before the
     claim began: renewals must never carry a pass past its budget. Needs ``budget`` in the claim's
     history line; a concurrent or indeterminate claim that might be the holder skips it."""
-    bad: list[dict[str, Any]] = []
+    bad: list[_Breach] = []
     for c in all_ops:
         if c.f != "claim" or c.outcome != "contended" or c.workflow is None:
             continue
@@ -300,11 +335,13 @@ def _budget_ends(
         ]  # fmt: skip
         if budget is None or overlapping:
             continue
-        if c.start > holder.end + float(budget) * 1e9 + SLACK_NS:
-            bad += [
+        ends = holder.end + float(budget) * 1e9
+        if c.start > ends + SLACK_NS:
+            evidence = [
                 c.brief(f"refused as Contended {budget}s past token {holder.token}'s budget"),
                 holder.brief("the newest claim, whose budget had run out"),
             ]
+            bad.append(_Breach(evidence, (holder.start, c.end), c.start - ends, False))
     return bad
 
 

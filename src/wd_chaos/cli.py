@@ -44,7 +44,13 @@ def _verdict_table(outcome: Outcome) -> Table:
                 f"{k}={first[k]}" for k in ("process", "workflow", "key", "token", "op") if k in first
             )
         table.add_row(v.name, mark, text)
-    table.caption = f"report: {outcome.run_dir / 'report.html'}  ({s.get('wall_seconds')} s)"
+    caption = f"report: {outcome.run_dir / 'report.html'}  ({s.get('wall_seconds')} s)"
+    for step in s.get("wall_clock_steps", []):
+        caption = (
+            f"this machine's wall clock stepped {step['seconds']:+.3f} s near {step['wall']} "
+            f"(no fault of ours; the store's leases are on the {s.get('lease_clock')} clock)\n" + caption
+        )
+    table.caption = caption
     return table
 
 

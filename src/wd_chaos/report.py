@@ -204,6 +204,13 @@ def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: d
         if ops
         else ""
     )
+    steps = summary.get("wall_clock_steps", [])
+    clock = f"<p>leases measured on the {esc(str(summary.get('lease_clock', 'unrecorded')))} clock; " + (
+        "this machine's wall clock stepped during the run (not a scheduled fault): "
+        + "; ".join(f"{s['seconds']:+.3f} s near {esc(str(s['wall']))}" for s in steps)
+        if steps
+        else "this machine's wall clock did not step during the run"
+    ) + "</p>"
     overall = summary["valid"]
     title = f"{summary['scenario']} on {summary['store']}"
     try:
@@ -237,6 +244,7 @@ img{{max-width:100%}}</style></head><body>
 <p>seed {summary["seed"]}, time limit {summary["time_limit"]} s, {summary["workers"]} workers,
 {summary["workflows"]} workflows, wall {summary.get("wall_seconds")} s, exit code
 {summary["exit_code"]}{mutant}</p>
+{clock}
 <h2>Verdicts</h2><table><tr><th>checker</th><th>verdict</th><th>summary</th><th>counts</th></tr>
 {"".join(rows)}</table>
 <h2>Fault schedule (as it happened)</h2><table><tr><th>t (s)</th><th>fault</th><th>phase</th>

@@ -23,12 +23,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from . import __version__, checkers, history
+from . import __version__, checkers, history, wallclock
 from .faults import Nemesis
 from .history import HistoryWriter, Tail
 from .scenario import Scenario, plan
 from .services import services
-from .stores import Spec, open_store, prepare
+from .stores import Spec, lease_clock, open_store, prepare
 from .workload import Recorder
 
 Progress = Callable[[dict[str, Any]], None]
@@ -199,7 +199,7 @@ async def _workflows_done(spec: Spec, workflows: list[str]) -> int:
 
 async def read_final(spec: Spec, workflows: list[str]) -> dict[str, Any]:
     """The store's final state: every workflow's history (key, value, written_at) and load
-    order, and the ledger rows."""
+    order, the ledger rows, and what the store measures leases on (``stores.lease_clock``)."""
     opened = await open_store(spec)
     try:
         cp = opened.durable.checkpointer
@@ -215,6 +215,7 @@ async def read_final(spec: Spec, workflows: list[str]) -> dict[str, Any]:
             "workflows": out,
             "ledger": await opened.read_ledger(workflows),
             "expected_workflows": workflows,
+            "lease_clock": lease_clock(spec, cp),
         }
     finally:
         await opened.close()
@@ -481,6 +482,8 @@ def analyze(run_dir: Path) -> Outcome:
         "verdicts": [v.as_dict() for v in verdicts],
         "counts": dict(sorted(counts.items())),
         "faults": [o for o in ops if o["type"] == "fault"],
+        "lease_clock": final.get("lease_clock", "unrecorded"),
+        "wall_clock_steps": wallclock.steps(ops),
         "analyzed_at": datetime.now(UTC).isoformat(),
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))

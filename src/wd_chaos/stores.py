@@ -76,6 +76,23 @@ def find_mutant(name: str, store: str) -> Any:
     return mutant
 
 
+def lease_clock(spec: Spec, checkpointer: Any) -> str:
+    """What the store measures leases on, as the checkers need it: ``"monotonic"`` (a process-clock
+    store on the machine's monotonic clock), ``"wall"`` (a wall clock this machine's history sees:
+    a process-clock store on its wall clock, or a server on loopback, sharing this machine's clock)
+    or ``"remote"`` (a server elsewhere, whose clock the history cannot see)."""
+    from urllib.parse import urlparse
+
+    from without_durability.clock import monotonic_micros
+
+    if getattr(checkpointer, "lease_clock", None) is monotonic_micros:
+        return "monotonic"
+    if spec["kind"] == "sqlite":
+        return "wall"
+    host = urlparse(str(spec.get("url", ""))).hostname
+    return "wall" if host in ("127.0.0.1", "localhost", "::1") else "remote"
+
+
 async def prepare(spec: Spec) -> None:
     """Create what a run needs in the store before any worker starts (schema, ledger)."""
     opened = await open_store({**spec, "prepare": True})
