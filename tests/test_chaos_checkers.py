@@ -487,6 +487,11 @@ def test_fww_refuses_a_supply_gated_on_the_claim() -> None:
 # -- wall-clock steps -------------------------------------------------------------------------
 
 
+LOCAL_WALL = {"store_clock": "local", "lease_clock": "wall"}
+MONOTONIC = {"store_clock": "local", "lease_clock": "monotonic"}
+REMOTE = {"store_clock": "remote", "lease_clock": "wall"}
+
+
 def _walls(h: H, *, step_after: int | None = None, seconds: float = 0.0) -> None:
     """Stamp every line's ``wall`` as the harness does: the monotonic time plus a fixed offset,
     which jumps by ``seconds`` for lines after monotonic ``step_after``."""
@@ -528,28 +533,28 @@ def test_wallclock_finds_a_step_and_not_a_line_preempted_between_its_two_reads()
 
 def test_fencing_calls_a_breach_a_forward_wall_clock_step_explains_unknown_not_valid() -> None:
     h = _breach_across(step_after=100_000_000, seconds=2.0)
-    v = checkers.fencing(h.lines, {**final([]), "lease_clock": "wall"})
+    v = checkers.fencing(h.lines, {**final([]), **LOCAL_WALL})
     assert v.valid == checkers.UNKNOWN, v
     assert "wall clock stepped" in v.summary and "+2.000s" in v.summary, v.summary
     assert any("wall_clock_step" in e for e in v.evidence), v.evidence
 
 
 @pytest.mark.parametrize(
-    ("lease_clock", "step_after", "seconds"),
+    ("clocks", "step_after", "seconds"),
     [
-        ("monotonic", 100_000_000, 2.0),  # leases on a clock the step does not move: a real breach
-        ("remote", 100_000_000, 2.0),  # a server elsewhere: this machine's clock says nothing of it
-        ("wall", None, 0.0),  # no step at all
-        ("wall", 100_000_000, 0.05),  # a step too small to account for a 0.7 s shortfall
-        ("wall", 100_000_000, -2.0),  # a step back only makes a wall-clock lease last longer
-        ("wall", 1_000_000_000, 2.0),  # a step after the breach
+        (MONOTONIC, 100_000_000, 2.0),  # leases on a clock the step does not move: a real breach
+        (REMOTE, 100_000_000, 2.0),  # a server elsewhere: this machine's clock says nothing of it
+        (LOCAL_WALL, None, 0.0),  # no step at all
+        (LOCAL_WALL, 100_000_000, 0.05),  # a step too small to account for a 0.7 s shortfall
+        (LOCAL_WALL, 100_000_000, -2.0),  # a step back only makes a wall-clock lease last longer
+        (LOCAL_WALL, 1_000_000_000, 2.0),  # a step after the breach
     ],
 )
 def test_fencing_still_refuses_a_breach_no_wall_clock_step_explains(
-    lease_clock: str, step_after: int | None, seconds: float
+    clocks: dict[str, str], step_after: int | None, seconds: float
 ) -> None:
     h = _breach_across(step_after, seconds)
-    v = checkers.fencing(h.lines, {**final([]), "lease_clock": lease_clock})
+    v = checkers.fencing(h.lines, {**final([]), **clocks})
     assert v.valid is False, v
     assert "while token 1 was alive" in v.evidence[0]["why"]
 
@@ -562,6 +567,37 @@ def test_fencing_calls_contended_past_the_budget_after_a_step_back_unknown() -> 
     h.t += 1_000_000_000
     h.event("info", what="exit")
     _walls(h, step_after=2_000_000_000, seconds=-2.0)
-    stepped = {**final([]), "lease_clock": "wall"}
-    assert checkers.fencing(h.lines, stepped).valid == checkers.UNKNOWN
-    assert checkers.fencing(h.lines, {**stepped, "lease_clock": "monotonic"}).valid is False
+    assert checkers.fencing(h.lines, {**final([]), **LOCAL_WALL}).valid == checkers.UNKNOWN
+    assert checkers.fencing(h.lines, {**final([]), **MONOTONIC}).valid is False
+
+
+def test_order_calls_written_at_going_back_across_a_step_back_unknown() -> None:
+    h = H()
+    h.call("supply", "A", 1, workflow=WF, key="a", value=1, res={"value": 1, "won": True})
+    h.t += 1_000_000_000
+    h.call("supply", "B", 2, workflow=WF, key="b", value=2, res={"value": 2, "won": True})
+    h.t += 1_000_000_000
+    h.event("info", what="exit")
+    _walls(h, step_after=500_000_000, seconds=-5.0)
+    f = {**final([("a", 1), ("b", 2)]), **LOCAL_WALL}
+    f["workflows"][WF]["history"][0][2] = "2030-01-01T00:00:10+00:00"
+    f["workflows"][WF]["history"][1][2] = "2030-01-01T00:00:06+00:00"  # 4 s back, within the 5 s step
+    v = checkers.order(h.lines, f)
+    assert v.valid == checkers.UNKNOWN, v
+    f["workflows"][WF]["history"][1][2] = "2030-01-01T00:00:01+00:00"  # 9 s back: more than the step
+    assert checkers.order(h.lines, f).valid is False
+    assert checkers.order(h.lines, {**f, **REMOTE}).valid is False
+
+
+def test_take_exclusive_calls_a_double_delivery_across_a_step_ahead_unknown() -> None:
+    h = H()
+    h.call("take", "A", 1, visibility=3.0, res={"workflow": WF})
+    h.t += 1_000_000_000
+    h.call("take", "B", 2, visibility=3.0, res={"workflow": WF})
+    h.t += 1_000_000_000
+    h.event("info", what="exit")
+    _walls(h, step_after=500_000_000, seconds=2.5)
+    assert checkers.take_exclusive(h.lines, {**final([]), **LOCAL_WALL}).valid == checkers.UNKNOWN
+    assert checkers.take_exclusive(h.lines, {**final([]), **REMOTE}).valid is False
+    _walls(h, step_after=500_000_000, seconds=0.5)  # 1 s apart, 3 s hidden: 0.5 s explains nothing
+    assert checkers.take_exclusive(h.lines, {**final([]), **LOCAL_WALL}).valid is False

@@ -7,8 +7,9 @@ a checker may use them to explain what it sees but never counts them as failures
 
 Times: ``mono`` is the system-wide monotonic clock in nanoseconds, comparable across the processes
 of one machine; "A completed before B was invoked" is the real-time order the checkers rely on.
-A store whose leases run on this machine's wall clock (``final["lease_clock"] == "wall"``) cannot
-keep them across a step of that clock, so a lease breach that a wall-clock step seen in the history
+A store that decides by this machine's wall clock (``final["store_clock"] == "local"``: record
+stamps, queue times, and leases too where ``final["lease_clock"] == "wall"``) cannot keep those
+decisions across a step of that clock, so a violation that a wall-clock step seen in the history
 (``wallclock``) accounts for makes the verdict unknown, with the step as evidence, never valid.
 """
 
@@ -21,6 +22,7 @@ import traceback
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from . import wallclock
@@ -227,47 +229,61 @@ def fencing(ops: list[Op], final: dict[str, Any]) -> Verdict:
             unsure = first_maybe.get(w.workflow, float("inf")) < w.end
             if not newer and not unsure:
                 bad.append(w.brief("refused as Fenced, but no newer claim was invoked before it"))
-    steps = wallclock.steps(ops) if final.get("lease_clock") == "wall" else []
+    steps = _store_steps(ops, final, leases=True)
     explained: list[dict[str, Any]] = []
-    for pair_ in _exclusive(operations_, claims) + _budget_ends(operations_, claims, maybe_claims):
-        (explained if _stepped(pair_, steps) else bad).extend(pair_.evidence)
+    for breach in _exclusive(operations_, claims) + _budget_ends(operations_, claims, maybe_claims):
+        (explained if breach.stepped(steps) else bad).extend(breach.evidence)
     counts = {
         "writes": writes,
         "accepted": landed,
         "refused_fenced": refused,
         "claims": sum(len(c) for c in claims.values()),
-        "wall-clock steps": len(steps),
     }
     if bad:
         return Verdict("fencing", False, f"{len(bad) // 2 or 1} fencing violation(s)", bad, counts)
     if explained:
-        jumps = ", ".join(f"{s['seconds']:+.3f}s near {s['wall']}" for s in steps)
-        return Verdict(
-            "fencing",
-            UNKNOWN,
-            f"{len(explained) // 2} lease breach(es) where this machine's wall clock stepped ({jumps}); "
-            "the store measures leases on that clock, so this run cannot judge them",
-            explained + [{"wall_clock_step": s} for s in steps],
-            counts,
-        )
+        return _unjudged("fencing", f"{len(explained) // 2} lease breach(es)", explained, steps, counts)
     return Verdict("fencing", True, f"{refused} stale write(s) refused, none accepted", [], counts)
+
+
+def _store_steps(ops: list[Op], final: dict[str, Any], *, leases: bool = False) -> list[dict[str, Any]]:
+    """The wall-clock steps of this machine that moved the clock the store decided by (its leases'
+    clock with ``leases``), or none where the store's clock is not this machine's wall clock."""
+    if final.get("store_clock") != "local" or (leases and final.get("lease_clock") != "wall"):
+        return []
+    return wallclock.steps(ops)
 
 
 @dataclass
 class _Breach:
-    """A lease breach: its evidence, and how far (ns) a wall-clock step in ``direction`` inside
-    ``window`` must have moved the store's clock to account for it."""
+    """A violation of a time-bound rule: its evidence, and how far a wall-clock step (``ahead`` or
+    back) inside ``window`` (monotonic ns) must have moved the store's clock to account for it."""
 
     evidence: list[dict[str, Any]]
     window: tuple[float, float]
     shortfall_ns: float
     ahead: bool
 
+    def stepped(self, steps: list[dict[str, Any]]) -> bool:
+        """Whether steps inside the window are large enough to account for the breach."""
+        moved = wallclock.jumped(steps, *self.window, ahead=self.ahead) * 1e9
+        return bool(steps) and moved + SLACK_NS >= self.shortfall_ns
 
-def _stepped(breach: _Breach, steps: list[dict[str, Any]]) -> bool:
-    """Whether wall-clock steps inside the breach's window are large enough to account for it."""
-    moved = wallclock.jumped(steps, *breach.window, ahead=breach.ahead) * 1e9
-    return bool(steps) and moved + SLACK_NS >= breach.shortfall_ns
+
+def _unjudged(
+    name: str, what: str, explained: list[dict[str, Any]], steps: list[dict[str, Any]], counts: dict[str, int]
+) -> Verdict:
+    """Unknown: every violation found lies where this machine's wall clock stepped under a store
+    deciding by it, so the run cannot say whether the store is at fault."""
+    jumps = ", ".join(f"{s['seconds']:+.3f}s near {s['wall']}" for s in steps)
+    return Verdict(
+        name,
+        UNKNOWN,
+        f"{what} where this machine's wall clock stepped ({jumps}); the store decides by that "
+        "clock, so this run cannot judge them",
+        explained + [{"wall_clock_step": s} for s in steps],
+        {**counts, "explained by a wall-clock step": len(explained)},
+    )
 
 
 RENEWING = ("claim", "renew", "record", "transact")
@@ -418,6 +434,8 @@ def order(ops: list[Op], final: dict[str, Any]) -> Verdict:
     in real-time append order, and every acknowledged append is in the final state with its value;
     a write acknowledged before another began sits before it in load order."""
     bad: list[dict[str, Any]] = []
+    steps = _store_steps(ops, final)
+    explained: list[dict[str, Any]] = []
     all_ops = operations(ops)
     firsts: dict[tuple[str, str], Operation] = {}
     for o in all_ops:
@@ -448,16 +466,17 @@ def order(ops: list[Op], final: dict[str, Any]) -> Verdict:
                     continue
                 a, b = who[i], who[j]
                 if a is not None and b is not None and a.end < b.start:
-                    bad.append(
-                        {
-                            "workflow": wf,
-                            "keys": [hist_keys[i], hist_keys[j]],
-                            "written_at": [stamps[i], stamps[j]],
-                            "ops": [a.brief(), b.brief()],
-                            "why": "written_at goes backward along the load order between writes "
-                            "ordered in real time",
-                        }
-                    )
+                    reversal = {
+                        "workflow": wf,
+                        "keys": [hist_keys[i], hist_keys[j]],
+                        "written_at": [stamps[i], stamps[j]],
+                        "ops": [a.brief(), b.brief()],
+                        "why": "written_at goes backward along the load order between writes "
+                        "ordered in real time",
+                    }
+                    back_ns = (_instant(stamps[i]) - _instant(stamps[j])) * 1e9
+                    breach = _Breach([reversal], (a.start, b.end), back_ns, ahead=False)
+                    (explained if breach.stepped(steps) else bad).append(reversal)
                 else:
                     concurrent_inversions += 1
         inbox = [k for k in hist_keys if k.startswith("inbox/")]
@@ -509,7 +528,14 @@ def order(ops: list[Op], final: dict[str, Any]) -> Verdict:
     }
     if bad:
         return Verdict("order", False, f"{len(bad)} order violation(s)", bad, counts)
+    if explained:
+        return _unjudged("order", f"{len(explained)} written_at reversal(s)", explained, steps, counts)
     return Verdict("order", True, f"{total} appends and every load in order", [], counts)
+
+
+def _instant(stamp: object) -> float:
+    """A stored ``written_at`` (ISO text) as seconds since the epoch."""
+    return datetime.fromisoformat(str(stamp)).timestamp()
 
 
 # -- exactly-once transact ------------------------------------------------------------------------
@@ -714,6 +740,8 @@ def take_exclusive(ops: list[Op], final: dict[str, Any]) -> Verdict:
         elif o.f in ("wake_at", "schedule", "arrive", "deliver", "append", "supply") and o.workflow:
             opens[o.workflow].append(o)
     bad: list[dict[str, Any]] = []
+    steps = _store_steps(ops, final)
+    explained: list[dict[str, Any]] = []
     count = 0
     for wf, group in takes.items():
         group.sort(key=lambda o: o.end)
@@ -723,10 +751,18 @@ def take_exclusive(ops: list[Op], final: dict[str, Any]) -> Verdict:
             hidden = float(a.invoke.get("visibility", 0)) * 0.8e9
             hit = reopened.highest_before(b.end)
             if b.start - a.end < hidden and (hit is None or hit[0] <= a.start):
-                bad += [a.brief("took it"), b.brief("took it again while hidden")]
+                breach = _Breach(
+                    [a.brief("took it"), b.brief("took it again while hidden")],
+                    (a.start, b.end),
+                    hidden / 0.8 - (b.end - a.start),  # the full visibility, at the widest gap
+                    ahead=True,
+                )
+                (explained if breach.stepped(steps) else bad).extend(breach.evidence)
     counts = {"takes": count}
     if bad:
         return Verdict("take-exclusive", False, f"{len(bad) // 2} double deliveries", bad, counts)
+    if explained:
+        return _unjudged("take-exclusive", f"{len(explained) // 2} double deliveries", explained, steps, counts)
     return Verdict("take-exclusive", True, f"{count} takes, none doubled", [], counts)
 
 

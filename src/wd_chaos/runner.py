@@ -28,7 +28,7 @@ from .faults import Nemesis
 from .history import HistoryWriter, Tail
 from .scenario import Scenario, plan
 from .services import services
-from .stores import Spec, lease_clock, open_store, prepare
+from .stores import Spec, open_store, prepare, store_clocks
 from .workload import Recorder
 
 Progress = Callable[[dict[str, Any]], None]
@@ -199,7 +199,7 @@ async def _workflows_done(spec: Spec, workflows: list[str]) -> int:
 
 async def read_final(spec: Spec, workflows: list[str]) -> dict[str, Any]:
     """The store's final state: every workflow's history (key, value, written_at) and load
-    order, the ledger rows, and what the store measures leases on (``stores.lease_clock``)."""
+    order, the ledger rows, and which clocks the store ran on (``stores.store_clocks``)."""
     opened = await open_store(spec)
     try:
         cp = opened.durable.checkpointer
@@ -215,7 +215,7 @@ async def read_final(spec: Spec, workflows: list[str]) -> dict[str, Any]:
             "workflows": out,
             "ledger": await opened.read_ledger(workflows),
             "expected_workflows": workflows,
-            "lease_clock": lease_clock(spec, cp),
+            **store_clocks(spec, cp),
         }
     finally:
         await opened.close()
@@ -482,6 +482,7 @@ def analyze(run_dir: Path) -> Outcome:
         "verdicts": [v.as_dict() for v in verdicts],
         "counts": dict(sorted(counts.items())),
         "faults": [o for o in ops if o["type"] == "fault"],
+        "store_clock": final.get("store_clock", "unrecorded"),
         "lease_clock": final.get("lease_clock", "unrecorded"),
         "wall_clock_steps": wallclock.steps(ops),
         "analyzed_at": datetime.now(UTC).isoformat(),

@@ -76,21 +76,23 @@ def find_mutant(name: str, store: str) -> Any:
     return mutant
 
 
-def lease_clock(spec: Spec, checkpointer: Any) -> str:
-    """What the store measures leases on, as the checkers need it: ``"monotonic"`` (a process-clock
-    store on the machine's monotonic clock), ``"wall"`` (a wall clock this machine's history sees:
-    a process-clock store on its wall clock, or a server on loopback, sharing this machine's clock)
-    or ``"remote"`` (a server elsewhere, whose clock the history cannot see)."""
+def store_clocks(spec: Spec, checkpointer: Any) -> dict[str, str]:
+    """Which clocks the store's decisions ran on, as the checkers need them. ``store_clock``: whose
+    wall clock stamps records and times the queue, ``"local"`` (this machine's: a process-clock
+    store, or a server on loopback) or ``"remote"`` (a server elsewhere, whose clock the history
+    cannot see). ``lease_clock``: ``"monotonic"`` (a process-clock store on the machine's monotonic
+    clock) or ``"wall"`` (that store clock)."""
     from urllib.parse import urlparse
 
     from without_durability.clock import monotonic_micros
 
-    if getattr(checkpointer, "lease_clock", None) is monotonic_micros:
-        return "monotonic"
-    if spec["kind"] == "sqlite":
-        return "wall"
     host = urlparse(str(spec.get("url", ""))).hostname
-    return "wall" if host in ("127.0.0.1", "localhost", "::1") else "remote"
+    local = spec["kind"] == "sqlite" or host in ("127.0.0.1", "localhost", "::1")
+    monotonic = getattr(checkpointer, "lease_clock", None) is monotonic_micros
+    return {
+        "store_clock": "local" if local else "remote",
+        "lease_clock": "monotonic" if monotonic else "wall",
+    }
 
 
 async def prepare(spec: Spec) -> None:
