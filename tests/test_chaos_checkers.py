@@ -601,3 +601,21 @@ def test_take_exclusive_calls_a_double_delivery_across_a_step_ahead_unknown() ->
     assert checkers.take_exclusive(h.lines, {**final([]), **REMOTE}).valid is False
     _walls(h, step_after=500_000_000, seconds=0.5)  # 1 s apart, 3 s hidden: 0.5 s explains nothing
     assert checkers.take_exclusive(h.lines, {**final([]), **LOCAL_WALL}).valid is False
+
+
+def test_fencing_takes_a_transact_of_a_recorded_key_as_a_read() -> None:
+    """transact of a key already recorded returns it without checking the fence (won false): a
+    superseded pass may get that answer, and it renews nobody."""
+    h = H()
+    _claim(h, "A", 1, 1)
+    h.t += 2_000_000_000  # A's 1 s window lapses
+    _claim(h, "B", 2, 2)
+    h.t += 500_000_000
+    h.call("transact", "A", 1, workflow=WF, token=1, key="ledger", res={"value": {"row": 1}, "won": False})
+    h.t += 600_000_000  # B's window lapses; a renewal by A's transact would still cover this
+    _claim(h, "C", 3, 3)
+    v = checkers.fencing(h.lines, {**final([]), **MONOTONIC})
+    assert v.valid is True, v
+    h.call("transact", "A", 1, workflow=WF, token=1, key="other", res={"value": {"row": 2}, "won": True})
+    v = checkers.fencing(h.lines, {**final([]), **MONOTONIC})
+    assert v.valid is False and "superseded token 1 was accepted" in v.evidence[0]["why"], v

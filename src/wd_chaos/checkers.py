@@ -78,6 +78,13 @@ class Operation:
         return self.complete is not None and self.complete["outcome"] == "ok"
 
     @property
+    def landed(self) -> bool:
+        """Completed ok and, for a fenced write, wrote under its token. A transact that found its
+        key recorded returns the stored value (``won`` false) having checked no fence, renewed
+        nothing and written nothing, as the contract says, so it is a read here."""
+        return self.ok and not (self.f == "transact" and not self.got("won"))
+
+    @property
     def determinate(self) -> bool:
         return self.complete is not None and self.complete["outcome"] != "unknown"
 
@@ -214,7 +221,7 @@ def fencing(ops: list[Op], final: dict[str, Any]) -> Verdict:
         if w.f not in FENCED_WRITES or w.workflow is None or w.token is None:
             continue
         writes += 1
-        if w.ok:
+        if w.landed:
             landed += 1
             done = by_end[w.workflow].highest_before(w.start) if w.workflow in by_end else None
             if done is not None and done[0] > w.token:
@@ -314,7 +321,7 @@ def _exclusive(all_ops: list[Operation], claims: dict[str, list[Operation]]) -> 
                 if b.token is None or b.token <= a.token or b.start > released:
                     continue
                 for x in mine:
-                    if not (x.ok and x.f in RENEWING and x.end <= b.end):
+                    if not (x.landed and x.f in RENEWING and x.end <= b.end):
                         continue
                     covered = min(x.start + float(alive) * 1e9, held_until)
                     if b.end + SLACK_NS < covered:
@@ -826,7 +833,7 @@ def bite(kind: str) -> Callable[[list[Op], dict[str, Any]], Verdict]:
                 if stop is not None
                 for o in all_ops
                 if int(o.invoke["pid"]) == int(start["target_pid"])
-                and o.ok
+                and o.landed
                 and o.f in FENCED_WRITES
                 and o.start > start["mono"]
                 and (o.token or 0)
