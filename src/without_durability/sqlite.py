@@ -522,6 +522,9 @@ class SqliteCheckpointer:
     stamps records; ``lease_clock`` (default: see ``lease_clock_for``) measures claims.
     """
 
+    CLAIM = CLAIM
+    """The claim statement (a class attribute, so a mutant can be a subclass with one statement)."""
+
     def __init__(
         self,
         conn: SqliteConnection,
@@ -568,7 +571,7 @@ class SqliteCheckpointer:
         def job(cur: sqlite3.Cursor) -> int | None:
             now = self._lease_now()
             row = cur.execute(
-                CLAIM,
+                self.CLAIM,
                 {
                     "workflow": workflow,
                     "now": now,

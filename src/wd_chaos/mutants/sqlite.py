@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from without_durability import sqlite as store
 from without_durability._values import Delivery, Pass, Recorded
@@ -40,29 +40,7 @@ class ClaimIgnoresRestart(SqliteCheckpointer):
     """The claim statement without its restart clause: after a reboot the monotonic clock starts
     again near zero, and a claim row written before it blocks its workflow for the old uptime."""
 
-    async def claim(self, workflow: str, *, alive: timedelta, budget: timedelta) -> Pass:
-        statement = store.CLAIM.replace(" OR claim.alive_until > :now + claim.alive_for", "")
-        assert statement != store.CLAIM, "the claim statement no longer has its restart clause"
-
-        def job(cur: sqlite3.Cursor) -> int | None:
-            now = self._lease_now()
-            span = {"alive": store._span(alive), "budget": store._span(budget)}
-            row = cur.execute(
-                statement,
-                {
-                    "workflow": workflow,
-                    "now": now,
-                    "held_until": now + span["budget"],
-                    "alive_until": now + min(span["alive"], span["budget"]),
-                    "alive_for": span["alive"],
-                },
-            ).fetchone()
-            return None if row is None else int(row[0])
-
-        token = await self.conn.write(job)
-        if token is None:
-            raise Contended(workflow)
-        return Pass(workflow, token)
+    CLAIM = store.CLAIM.replace(" OR claim.alive_until > :now + claim.alive_for", "")
 
 
 class StampsBeforeTheLatest(SqliteCheckpointer):
