@@ -18,6 +18,6 @@ class RecordWithoutFence(SqliteCheckpointer):
         encoded = self._encode(pass_.workflow, key, value)
 
         def job(cur: sqlite3.Cursor) -> Recorded:
-            return self._put(cur, pass_.workflow, key, encoded, self._now())
+            return self._put(cur, pass_.workflow, key, encoded, self._stamp())
 
         return await self.conn.write(job)
