@@ -3,8 +3,9 @@
 It applies its codec like every real store (a tuple comes back a list), keeps the record order and the
 write time the way a real store must, mints tokens that survive ``discard``, and reads time from an
 injectable clock so tests can move it (under the system clock, claim deadlines are measured on the
-monotonic clock, as the SQLite store's are: see ``without_durability.clock``). Every method runs without yielding to the event loop, so each
-one is a single atomic step, which is what a real store's statement or script is.
+monotonic clock, as the SQLite store's are: see ``without_durability.clock``). Every method runs
+without yielding to the event loop, so each one is a single atomic step, which is what a real
+store's statement or script is.
 """
 
 from __future__ import annotations

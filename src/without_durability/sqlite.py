@@ -22,11 +22,12 @@ row whose liveness lies further ahead than its own window could reach is from be
 counts as lapsed. An injected clock (tests) drives all of these.
 
 What it asks of a deployment: every process on one machine (WAL needs shared memory, so no network
-filesystems), which is also what makes the monotonic clock one clock for all of them. Two costs to know. SQLite's busy
-wait is sleep-and-retry rather than a queue, so under a steady stream of writes one process can
-wait its turn for a while (up to ``busy_timeout``, then ``StoreUnavailable``). And a process stopped
-(SIGSTOP, a debugger) inside a write holds the lock, so every writer waits until it resumes: that
-costs liveness, never the fence, since nobody can supersede a pass while its write is open.
+filesystems), which is also what makes the monotonic clock one clock for all of them. Two costs to
+know. SQLite's busy wait is sleep-and-retry rather than a queue, so under a steady stream of writes
+one process can wait its turn for a while (up to ``busy_timeout``, then ``StoreUnavailable``). And
+a process stopped (SIGSTOP, a debugger) inside a write holds the lock, so every writer waits until
+it resumes: that costs liveness, never the fence, since nobody can supersede a pass while its write
+is open.
 """
 
 from __future__ import annotations
@@ -835,6 +836,8 @@ class SqliteDurable:
         lease_clock: LeaseClock | None = None,
     ) -> SqliteDurable:
         """Open (creating if new) the store in ``path``: one connection, both halves on it.
+        ``clock`` stamps records and times the queue; ``lease_clock`` measures claims (see
+        ``SqliteCheckpointer``).
 
         An async classmethod: ``durable = await SqliteDurable.open(path)``, then
         ``await durable.close()`` (or ``async with``)."""
