@@ -258,7 +258,8 @@ def _store_steps(ops: list[Op], final: dict[str, Any], *, leases: bool = False) 
     clock with ``leases``), or none where the store's clock is not this machine's wall clock."""
     if final.get("store_clock") != "local" or (leases and final.get("lease_clock") != "wall"):
         return []
-    return wallclock.steps(ops)
+    steps = final.get("wall_clock_steps")  # ``check`` reads them once for every checker
+    return list(steps) if steps is not None else wallclock.steps(ops)
 
 
 @dataclass
@@ -755,13 +756,14 @@ def take_exclusive(ops: list[Op], final: dict[str, Any]) -> Verdict:
         count += len(group)
         reopened = _Prefix([(o.start, o.end, o) for o in opens.get(wf, [])])
         for a, b in itertools.pairwise(group):
-            hidden = float(a.invoke.get("visibility", 0)) * 0.8e9
+            visibility = float(a.invoke.get("visibility", 0)) * 1e9
+            hidden = 0.8 * visibility
             hit = reopened.highest_before(b.end)
             if b.start - a.end < hidden and (hit is None or hit[0] <= a.start):
                 breach = _Breach(
                     [a.brief("took it"), b.brief("took it again while hidden")],
                     (a.start, b.end),
-                    hidden / 0.8 - (b.end - a.start),  # the full visibility, at the widest gap
+                    visibility - (b.end - a.start),  # the widest the gap can have been
                     ahead=True,
                 )
                 (explained if breach.stepped(steps) else bad).extend(breach.evidence)
@@ -992,7 +994,10 @@ def run_checker(
 
 
 def check(ops: list[Op], final: dict[str, Any], checks: Iterable[str], bite_kind: str) -> list[Verdict]:
-    """Run the named checkers and the bite check."""
+    """Run the named checkers and the bite check, reading the history's wall-clock steps once for
+    all of them (into ``final["wall_clock_steps"]`` unless the caller already did)."""
+    if "wall_clock_steps" not in final:
+        final = {**final, "wall_clock_steps": wallclock.steps(ops)}
     out = [run_checker(name, CHECKERS[name], ops, final) for name in checks]
     out.append(run_checker(f"bite: {bite_kind}", bite(bite_kind), ops, final))
     return out

@@ -472,7 +472,8 @@ def analyze(run_dir: Path) -> Outcome:
     meta = json.loads((run_dir / "run.json").read_text())
     ops = history.load(run_dir / "history.jsonl")
     final = json.loads((run_dir / "final.json").read_text())
-    verdicts = checkers.check(ops, final, scenario.checks, scenario.bite)
+    steps = wallclock.steps(ops)
+    verdicts = checkers.check(ops, {**final, "wall_clock_steps": steps}, scenario.checks, scenario.bite)
     valid = checkers.overall(verdicts)
     counts = Counter(f"{o['f']}:{o['outcome']}" for o in ops if o["type"] == "complete")
     summary = {
@@ -484,7 +485,7 @@ def analyze(run_dir: Path) -> Outcome:
         "faults": [o for o in ops if o["type"] == "fault"],
         "store_clock": final.get("store_clock", "unrecorded"),
         "lease_clock": final.get("lease_clock", "unrecorded"),
-        "wall_clock_steps": wallclock.steps(ops),
+        "wall_clock_steps": steps,
         "analyzed_at": datetime.now(UTC).isoformat(),
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))

@@ -32,6 +32,11 @@ def system_clock() -> datetime:
     return datetime.now(UTC)
 
 
+def epoch_micros(at: datetime) -> int:
+    """``at`` as whole microseconds since the Unix epoch (exact, unlike a float timestamp)."""
+    return (at - _EPOCH) // _MICRO
+
+
 def monotonic_micros() -> int:
     """The machine's monotonic clock in microseconds: the same reading in every process on the
     machine, never stepped, restarted from a small number at boot."""
@@ -44,7 +49,7 @@ def lease_clock_for(clock: Clock) -> LeaseClock:
     microseconds since the Unix epoch, so an injected clock moves leases and record times together."""
     if clock is system_clock:
         return monotonic_micros
-    return lambda: (clock() - _EPOCH) // _MICRO
+    return lambda: epoch_micros(clock())
 
 
 class ManualClock:

@@ -46,7 +46,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ._values import Delivery, Entry, Pass, Recorded
-from .clock import Clock, LeaseClock, lease_clock_for, system_clock
+from .clock import Clock, LeaseClock, epoch_micros, lease_clock_for, system_clock
 from .codec import CheckpointCodec, JsonCodec
 from .errors import (
     Contended,
@@ -229,8 +229,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICRO = timedelta(microseconds=1)
 
 
-def _micros(at: datetime) -> int:
-    return (at - _EPOCH) // _MICRO
+_micros = epoch_micros
 
 
 def _span(by: timedelta) -> int:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from without_durability._values import Recorded
+from without_durability.clock import epoch_micros
 from without_durability.memory import MemoryCheckpointer, _Stored
 
 from . import LEASE_CLOCK_KILLERS, Mutant, swap
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class SkipsCodec(MemoryCheckpointer):
@@ -51,7 +49,7 @@ class LeasesOnWallClock(MemoryCheckpointer):
     keeps a dead one holding)."""
 
     def _lease_now(self) -> int:
-        return (self._now() - _EPOCH) // timedelta(microseconds=1)
+        return epoch_micros(self._now())
 
 
 MUTANTS = [
