@@ -619,3 +619,19 @@ def test_fencing_takes_a_transact_of_a_recorded_key_as_a_read() -> None:
     h.call("transact", "A", 1, workflow=WF, token=1, key="other", res={"value": {"row": 2}, "won": True})
     v = checkers.fencing(h.lines, {**final([]), **MONOTONIC})
     assert v.valid is False and "superseded token 1 was accepted" in v.evidence[0]["why"], v
+
+
+def test_fencing_allows_a_claim_in_flight_when_the_holder_released() -> None:
+    """B asks while A holds; A releases; the store decides B's claim after the release."""
+    h = H()
+    _claim(h, "A", 1, 1)
+    b = h.begin("claim", "B", 2, workflow=WF, alive=1.0, budget=4.0)
+    h.call("release", "A", 1, workflow=WF, token=1)
+    h.end(b, "claim", token=2)
+    assert checkers.fencing(h.lines, {**final([]), **MONOTONIC}).valid is True
+    h2 = H()  # but a claim granted before the release was even asked for is a breach
+    _claim(h2, "A", 1, 1)
+    _claim(h2, "B", 2, 2)
+    h2.call("release", "A", 1, workflow=WF, token=1)
+    v = checkers.fencing(h2.lines, {**final([]), **MONOTONIC})
+    assert v.valid is False and "while token 1 was alive" in v.evidence[0]["why"], v

@@ -302,7 +302,8 @@ SLACK_NS = 100_000_000
 def _exclusive(all_ops: list[Operation], claims: dict[str, list[Operation]]) -> list[_Breach]:
     """A claim granted while another pass was provably alive: that pass had a write accepted
     (a renewal) late enough that its liveness window, measured from when the write was invoked,
-    still covered the moment the new claim completed, within its budget, and it had not released.
+    still covered the moment the new claim completed, within its budget, and no release of it had
+    been invoked by then.
     Needs the claim's ``alive`` and ``budget`` in the history; older histories skip this."""
     bad: list[_Breach] = []
     passes: dict[tuple[str, int], list[Operation]] = defaultdict(list)
@@ -319,7 +320,9 @@ def _exclusive(all_ops: list[Operation], claims: dict[str, list[Operation]]) -> 
             released = min((o.start for o in mine if o.f == "release"), default=float("inf"))
             held_until = a.start + float(budget) * 1e9
             for b in cs:
-                if b.token is None or b.token <= a.token or b.start > released:
+                # a claim still in flight when the release was invoked may have been decided
+                # after it (SQLite queues writers; Postgres waits on the row): no proof of a breach
+                if b.token is None or b.token <= a.token or b.end > released:
                     continue
                 for x in mine:
                     if not (x.landed and x.f in RENEWING and x.end <= b.end):
