@@ -84,6 +84,8 @@ def monotonic_loads(ops: list[Op], final: dict[str, Any]) -> Verdict:
                     "workflow": wf,
                     "key": np.key,
                     "why": f"a load {np.why()}",
+                    "op": later.invoke.get("op"),
+                    "process": later.invoke.get("process"),
                     "earlier": earlier.brief(f"returned {len(np.earlier.items)} records"),
                     "later": later.brief(f"began after it ended; returned {len(np.later.items)} records"),
                     "earlier_keys": _around(np.earlier, np.at),
@@ -154,6 +156,7 @@ def _read_your_writes(
                                 "why": "a read invoked after its own process's write was "
                                 f"acknowledged shows {key!r} "
                                 + ("missing" if got == "absent" else "with another value"),
+                                "op": r.label.invoke.get("op"),
                                 "write": w.brief("acknowledged"),
                                 "read": r.label.brief("invoked after it, by the same process"),
                             }
@@ -187,6 +190,7 @@ def _cursor_skips(reads: dict[str, list[Read]], bad: list[dict[str, Any]]) -> in
                                 "key": k,
                                 "why": f"{process} walks the inbox with a cursor already at {cursor!r}: "
                                 f"{k!r} appeared below it and is skipped for good",
+                                "op": r.label.invoke.get("op"),
                                 "read": r.label.brief("the read it first appeared in"),
                             }
                         )

@@ -353,9 +353,10 @@ async def test_appends_to_many_workflows_interleave_safely(wd_store: Store) -> N
 
 async def test_loads_only_grow_under_concurrent_writers_and_readers(wd_store: Store) -> None:
     """A load never shows a record before one that an earlier load returned: concurrent appenders,
-    deliverers, a supplier and a recording pass write one workflow while readers loop ``load`` and
-    ``history`` on it; every read that began after another ended extends it; a reader walking the
-    inbox with a cursor misses nothing; each writer's next load shows what it just wrote."""
+    deliverers, a supplier and a pass recording and transacting write one workflow while readers
+    loop ``load`` and ``history`` on it; every read that began after another ended extends it; a
+    reader walking the inbox with a cursor misses nothing; each writer's next load shows what it
+    just wrote."""
     w = wf("prefix")
     cp = wd_store.checkpointer
     held = await cp.claim(w, alive=LONG, budget=LONG)
@@ -377,7 +378,7 @@ async def test_loads_only_grow_under_concurrent_writers_and_readers(wd_store: St
 
     async def writer(kind: str, n: int) -> None:
         for i in range(rounds):
-            value = {"by": f"{kind}{n}", "i": i}
+            value: object = {"by": f"{kind}{n}", "i": i}
             if kind == "append":
                 key = await cp.append(w, value)
             elif kind == "deliver":
@@ -385,6 +386,9 @@ async def test_loads_only_grow_under_concurrent_writers_and_readers(wd_store: St
             elif kind == "supply":
                 key = f"s{n}-{i}"
                 await cp.supply(w, key, value)
+            elif kind == "transact":
+                key = f"t{n}-{i}"
+                value = (await cp.transact(held, key, wd_store.effects.ledger_add(w, 1))).value
             else:
                 key = f"r{n}-{i}"
                 await cp.record(held, key, value)
@@ -410,7 +414,7 @@ async def test_loads_only_grow_under_concurrent_writers_and_readers(wd_store: St
 
     writing.set()
     writers = [("append", n) for n in range(4)] + [("deliver", n) for n in range(2)]
-    writers += [("supply", 0), ("record", 0)]
+    writers += [("supply", 0), ("record", 0), ("transact", 0)]
     readers = [asyncio.create_task(reader(n)) for n in range(3)]
     await asyncio.gather(*(writer(kind, n) for kind, n in writers))
     writing.clear()
