@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from test_chaos_checkers import H
 from wd_chaos import checkers
 from wd_chaos.history import digest, observation
+from wd_chaos.scenario import ScenarioError, find, parse
 from without_durability.testing.prefix import Read, non_prefix
 
 
@@ -102,3 +105,27 @@ def test_non_prefix_names_one_witness_per_later_read() -> None:
     assert "shows no 'c'" in found[2].why(), found[2].why()
     after = non_prefix(reads, discards=[(1.5, 1.8)])  # the first read no longer binds the rest
     assert [(n.later.start, n.at) for n in after] == [(4.5, 1)], after
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("[workload]\nreaders = -1", "workload.readers: expected a number greater than or equal to 0"),
+        ("[workload]\nread_pause = 'soon'", "workload.read_pause: expected a number"),
+        ("[storm]\nkind = 'append'\nreaders = 1000", "storm.readers: expected a number less than or equal to 100"),
+    ],
+)
+def test_bad_reader_settings_are_refused_with_the_field(text: str, where: str) -> None:
+    with pytest.raises(ScenarioError) as caught:
+        parse('name = "x"\n' + text, "scenarios/x.toml")
+    assert f"scenarios/x.toml: {where}" in str(caught.value), caught.value
+
+
+def test_every_scenario_judges_what_its_readers_saw() -> None:
+    storm = find("append-storm")
+    assert storm.storm is not None and storm.storm.readers >= 2 and storm.storm.workflows < storm.storm.users
+    assert "monotonic-loads" in storm.checks
+    for name in ("lease-stall", "kill-between-effect-and-record", "take-storm", "store-restart"):
+        scenario = find(name)
+        assert "monotonic-loads" in scenario.checks, name
+        assert scenario.storm is not None or scenario.workload.readers >= 1, name

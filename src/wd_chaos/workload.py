@@ -587,6 +587,8 @@ async def write_outside(cfg: dict[str, Any], index: int, rec: Recorder) -> None:
                     await rec.arrive(wf, f"approval-{index}", {"by": index})
                 else:  # straight to the checkpointer: the value is there, no wakeup is needed
                     await rec.supply(wf, f"approval-{index}", {"by": index, "again": True})
+                with contextlib.suppress(Exception):  # read your writes: the checker wants it shown
+                    await rec.read(wf, via="writer")
                 break
             except (Exception, Contended, Fenced):  # a refusal is the checkers' to judge
                 await asyncio.sleep(0.3)  # a store error: ask again (arrive is first-writer-wins)
