@@ -111,8 +111,8 @@ class Workload(_Strict):
     client: Literal["harness", "worker"] = "harness"
     """Who runs the workflow: the harness's own explicit loop, or the library's ``Worker``."""
     readers: Annotated[int, Field(ge=0, le=16)] = 2
-    """Processes that loop load and history on the workflows being written, walking each inbox
-    with a cursor (the monotonic-loads checker judges what they saw)."""
+    """Processes that loop load and history on the workflows being written (the monotonic-loads
+    checker judges what they saw, each replayed as a consumer walking the inbox with a cursor)."""
     read_pause: Annotated[float, Field(ge=0, le=10)] = 0.02
     """Seconds a reader waits between reads."""
 
@@ -179,7 +179,7 @@ class Storm(_Strict):
     """take: passes each workflow needs before a user finishes it (liveness checks they all did)."""
     readers: Annotated[int, Field(ge=0, le=100)] = 3
     """append: users besides ``users`` that loop load and history on the workflows being appended
-    to, walking each inbox with a cursor."""
+    to (judged as the worker scenarios' readers are)."""
     read_pause: Annotated[float, Field(ge=0, le=10)] = 0.01
     """append: seconds a reader waits between reads."""
     check_own_every: Annotated[int, Field(ge=0, le=100000)] = 10

@@ -128,9 +128,9 @@ class AppendUser(_StoreUser):
 
 
 class ReadUser(_StoreUser):
-    """Loops ``load`` and ``history`` over the workflows being appended to, walking each inbox with
-    a cursor (the monotonic-loads checker judges what it saw and replays the cursor). Locust runs
-    exactly the scenario's ``readers`` of them, besides the appenders."""
+    """Loops ``load`` and ``history`` over the workflows being appended to (the monotonic-loads
+    checker judges what it saw, and replays it as a consumer walking each inbox with a cursor).
+    Locust runs exactly the scenario's ``readers`` of them, besides the appenders."""
 
     fixed_count = _readers()
 

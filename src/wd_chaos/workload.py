@@ -599,8 +599,9 @@ async def write_outside(cfg: dict[str, Any], index: int, rec: Recorder) -> None:
 
 async def read_outside(cfg: dict[str, Any], index: int, rec: Recorder, stop: asyncio.Event) -> None:
     """Loop ``load`` and ``history`` over the workflows being written (those whose start has come),
-    every ``read_pause`` seconds, walking each inbox with a cursor, until ``stop`` is set. What
-    it saw is in its read lines; the monotonic-loads checker judges them and replays the cursor."""
+    every ``read_pause`` seconds, until ``stop`` is set. What it saw is in its read lines (``via:
+    reader``): the monotonic-loads checker judges them, and replays them as a consumer walking each
+    inbox with a cursor to count what such a consumer would have skipped."""
     work = cfg["workload"]
     rng = random.Random(f"{cfg['seed']}:reader:{index}")
     pause = float(work.get("read_pause", 0.02))
