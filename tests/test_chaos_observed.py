@@ -4,14 +4,17 @@ process's write, and a cursor that skips a message; a discard between two reads 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from test_chaos_checkers import H
 from wd_chaos import checkers
-from wd_chaos.history import digest, observation
+from wd_chaos.history import HistoryWriter, digest, observation, read_lines
 from wd_chaos.scenario import ScenarioError, find, parse
+from wd_chaos.workload import Recorder
+from without_durability import MemoryCheckpointer, MemoryDurable, MemoryScheduler
 from without_durability.testing.prefix import Read, non_prefix
 
 
@@ -129,3 +132,21 @@ def test_every_scenario_judges_what_its_readers_saw() -> None:
         scenario = find(name)
         assert "monotonic-loads" in scenario.checks, name
         assert scenario.storm is not None or scenario.workload.readers >= 1, name
+
+
+async def test_a_reads_complete_line_carries_its_keys_in_load_order_and_their_digests(tmp_path: Path) -> None:
+    durable = MemoryDurable(MemoryCheckpointer(), MemoryScheduler())
+    hist = HistoryWriter(tmp_path / "r.jsonl", "reader-0")
+    rec = Recorder(durable, hist)
+    await durable.checkpointer.supply("w", "z", {"b": 1, "a": [1, 2]})
+    first = await rec.deliver("w", "m1")
+    await durable.checkpointer.supply("w", "a", 2)
+    await rec.read("w")
+    await rec.read("w", "history")
+    hist.close()
+    done = [line for line in read_lines(tmp_path / "r.jsonl") if line["type"] == "complete"]
+    reads = [line for line in done if line["f"] in ("load", "history")]
+    assert [r["f"] for r in reads] == ["load", "history"]
+    for r in reads:
+        assert r["keys"] == ["z", first, "a"], r  # the store's order, not sorted
+        assert r["digests"] == [digest({"a": [1, 2], "b": 1}), digest("m1"), digest(2)], r
