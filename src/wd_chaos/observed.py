@@ -17,7 +17,7 @@ from typing import Any
 
 from without_durability.testing.prefix import Read, non_prefix
 
-from .checkers import Operation, Verdict, operations
+from .checkers import UNKNOWN, Operation, Verdict, operations
 from .history import Op, digest
 
 READS = ("load", "history")
@@ -92,7 +92,9 @@ def monotonic_loads(ops: list[Op], final: dict[str, Any]) -> Verdict:
                     "later_keys": _around(np.later, np.at),
                 }
             )
+    before = len(bad)
     ryw = _read_your_writes(reads, writes, discards, bad)
+    unseen = len(bad) - before
     skips = _cursor_skips(reads, bad)
     total = sum(len(g) for g in reads.values())
     counts = {
@@ -101,12 +103,16 @@ def monotonic_loads(ops: list[Op], final: dict[str, Any]) -> Verdict:
         "reads breaking the prefix": broken,
         "keys shown out of place": len({(e["workflow"], e["key"]) for e in bad[:broken]}),
         "reads after own writes": ryw,
+        "reads missing an own write": unseen,
         "inbox messages a cursor skipped": skips,
     }
     if bad:
-        return Verdict("monotonic-loads", False, f"{len(bad)} monotonic-read violation(s)", bad, counts)
+        what = f"{broken} of {total} reads showed a record before one an earlier read returned"
+        what += f"; {unseen} missed their own process's write" if unseen else ""
+        what += f"; a cursor would have skipped {skips} message(s)" if skips else ""
+        return Verdict("monotonic-loads", False, what, bad, counts)
     if not total:
-        return Verdict("monotonic-loads", "unknown", "no reads with keys in the history to judge", [], counts)
+        return Verdict("monotonic-loads", UNKNOWN, "no reads with keys in the history to judge", [], counts)
     return Verdict(
         "monotonic-loads",
         True,
