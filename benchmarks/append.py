@@ -1,6 +1,9 @@
 """Append throughput: concurrent appends spread over 1, 10 and 1,000 workflows, every store, with
 pgbench running PostgresCheckpointer's own APPEND statement as the Postgres ceiling; then a check
 that nothing was lost (every returned key loads back with its value, keys distinct, none extra).
+What the workflow's turn costs (the advisory lock that keeps Postgres commits in seq order): the
+same runs with the statement as it was without it (the ``postgres-seq-out-of-commit-order``
+mutant's), ours and pgbench, interleaved with the real ones, ``WD_BENCH_ROUNDS`` rounds (medians).
 
     python -m benchmarks.append [--quick] [--out DIR]
 """
@@ -37,6 +40,8 @@ from .take import pgbench_statement
 CONCURRENCY = 16
 TARGETS = (1, 10, 1000)
 STORES = ("memory", "sqlite", "postgres", "redis")
+UNORDERED = "postgres-without-turn"
+"""The Postgres store with its APPEND as it was before the turn: commits out of seq order."""
 
 
 @contextlib.asynccontextmanager
@@ -51,12 +56,13 @@ async def checkpointer(kind: str, urls: dict[str, str]) -> AsyncIterator[Any]:
         with tempfile.TemporaryDirectory(prefix="wd-append-") as tmp:
             async with await SqliteDurable.open(Path(tmp) / "append.db") as durable:
                 yield durable.checkpointer
-    elif kind == "postgres":
+    elif kind in ("postgres", UNORDERED):
         from without_durability.testing.stores.postgres import fresh_schema
         from without_durability_postgres import PostgresCheckpointer
 
+        cls = _unordered() if kind == UNORDERED else PostgresCheckpointer
         async with fresh_schema(urls["postgres"], min_size=CONCURRENCY, max_size=CONCURRENCY) as (pool, _):
-            yield PostgresCheckpointer(pool=pool)
+            yield cls(pool=pool)
     else:
         from redis.asyncio import Redis
 
@@ -68,6 +74,12 @@ async def checkpointer(kind: str, urls: dict[str, str]) -> AsyncIterator[Any]:
             yield RedisCheckpointer(client)
         finally:
             await client.aclose()
+
+
+def _unordered() -> Any:
+    from wd_chaos.mutants.postgres import SeqOutOfCommitOrder
+
+    return SeqOutOfCommitOrder
 
 
 async def run_ours(kind: str, k: int, m: int, urls: dict[str, str], seed: int) -> dict[str, Any]:
@@ -152,13 +164,14 @@ async def run_deliver(url: str, mode: str, m: int, seed: int) -> dict[str, Any]:
             "notifies_sent": None if sched.notifier is None else sched.notifier.sent}
 
 
-async def run_pgbench(url: str, k: int, m: int, folder: Path) -> dict[str, Any]:
+async def run_pgbench(url: str, k: int, m: int, folder: Path, *, ordered: bool = True) -> dict[str, Any]:
     from without_durability.testing.stores.postgres import fresh_schema
     from without_durability_postgres import PostgresCheckpointer
 
-    script = folder / "pgbench_append.sql"
+    statement = PostgresCheckpointer.APPEND if ordered else _unordered().APPEND
+    script = folder / f"pgbench_append{'' if ordered else '_without_turn'}.sql"
     script.write_text(f"\\set k random(1, {k})\n"
-                      + pgbench_statement(PostgresCheckpointer.APPEND, {"workflow": "k"}) + ";\n")
+                      + pgbench_statement(statement, {"workflow": "k"}) + ";\n")
     match = re.match(r"postgresql://(\w+)@([\d.]+):(\d+)/(\w+)", url)
     assert match, url
     user, host, port, db = match.groups()
@@ -171,18 +184,23 @@ async def run_pgbench(url: str, k: int, m: int, folder: Path) -> dict[str, Any]:
         async with pool.connection() as conn:
             rows = (await (await conn.execute("SELECT count(*) FROM workflow_checkpoint")).fetchone() or [0])[0]
     tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out.stdout)
-    return {"store": "pgbench", "targets": k, "appends": per * CONCURRENCY, "rate": float(tps[1]) if tps else None,
+    return {"store": "pgbench" if ordered else "pgbench-without-turn", "targets": k,
+            "appends": per * CONCURRENCY, "rate": float(tps[1]) if tps else None,
             "lost": per * CONCURRENCY - rows, "returncode": out.returncode,
             "stderr": out.stderr.strip()[-400:] if out.returncode else ""}
 
 
 async def main(folder: Path, quick: bool) -> dict[str, Any]:
     m = 800 if quick else 4000
+    rounds = int(os.environ.get("WD_BENCH_ROUNDS", 1 if quick else 3))
     rows: list[dict[str, Any]] = []
+    pg: list[dict[str, Any]] = []
     with servers("postgres", "redis") as srv:
         urls = {"postgres": srv["postgres"].url, "redis": srv["redis"].url}
         settings = await postgres_settings(urls["postgres"])
         for kind in STORES:
+            if kind == "postgres":
+                continue  # below, interleaved with its ceiling
             for k in TARGETS:
                 t0 = time.perf_counter()
                 try:
@@ -190,15 +208,33 @@ async def main(folder: Path, quick: bool) -> dict[str, Any]:
                 except Exception as exc:
                     rows.append({"store": kind, "targets": k, "error": f"{type(exc).__name__}: {exc}"})
                 print(f"  {kind} targets={k}: {time.perf_counter() - t0:.1f}s", flush=True)
-        for k in TARGETS:
-            rows.append(await run_pgbench(urls["postgres"], k, m, folder))
+        # ours and pgbench, with and without the turn, interleaved so a neighbour's burst hits all
+        for r in range(rounds):
+            for k in TARGETS:
+                for kind in ("postgres", UNORDERED):
+                    got = await run_ours(kind, k, m, urls, seed=k)
+                    pg.append({**got, "round": r})
+                    pg.append({**await run_pgbench(urls["postgres"], k, m, folder, ordered=kind == "postgres"),
+                               "round": r})
+                print(f"  postgres round {r + 1}/{rounds} targets={k}", flush=True)
+        for name in ("postgres", UNORDERED, "pgbench", "pgbench-without-turn"):
+            for k in TARGETS:
+                mine = [x for x in pg if x["store"] == name and x["targets"] == k]
+                rates = [x["rate"] for x in mine if x.get("rate")]
+                rows.append({**mine[-1], "rate": statistics.median(rates) if rates else None,
+                             "rounds": len(mine), "round_rates": [x.get("rate") for x in mine],
+                             "lost": sum(int(x.get("lost", 0) or 0) for x in mine)})
         for mode in ("off", "after", "inside", "off", "after", "inside"):
             rows.append(await run_deliver(urls["postgres"], mode, m, seed=7))
 
     def rate(store: str, k: int) -> float | None:
         return next((r.get("rate") for r in rows if r["store"] == store and r["targets"] == k), None)
 
-    ratios = [{"targets": k, "postgres/pgbench": ratio(rate("postgres", k), rate("pgbench", k))} for k in TARGETS]
+    ratios = [{"targets": k, "postgres/pgbench": ratio(rate("postgres", k), rate("pgbench", k)),
+               "without the turn: postgres/pgbench": ratio(rate(UNORDERED, k), rate("pgbench-without-turn", k)),
+               "turn cost, ours (with/without)": ratio(rate("postgres", k), rate(UNORDERED, k)),
+               "turn cost, pgbench (with/without)": ratio(rate("pgbench", k), rate("pgbench-without-turn", k))}
+              for k in TARGETS]
 
     def deliver_rate(mode: str) -> float | None:
         got = [r["rate"] for r in rows if r["store"] == f"postgres-deliver-notify-{mode}"]
@@ -208,7 +244,7 @@ async def main(folder: Path, quick: bool) -> dict[str, Any]:
                "inside the transaction": deliver_rate("inside")}
     notify_ratios = {"after/off": ratio(deliver["after (ships)"], deliver["off"]),
                      "inside/off": ratio(deliver["inside the transaction"], deliver["off"])}
-    names = [*STORES, "pgbench"]
+    names = [*STORES, "pgbench", UNORDERED, "pgbench-without-turn"]
     plot(folder, "append", f"Append throughput ({CONCURRENCY} concurrent appenders)", "workflows appended to",
          "appends/s", {s: (list(TARGETS), [rate(s, k) for k in TARGETS]) for s in names}, logy=True)
     losses = {s: sum(int(r.get("lost", 0) or 0) + int(r.get("duplicated_keys", 0) or 0)
@@ -218,13 +254,16 @@ async def main(folder: Path, quick: bool) -> dict[str, Any]:
               [[s, *[rate(s, k) for k in TARGETS], losses[s]] for s in names])
     rt = table(list(ratios[0]), [list(r.values()) for r in ratios])
     dt = table(["deliver with NOTIFY", "deliveries/s (median of 2)"], [[k, v] for k, v in deliver.items()])
-    result = {"benchmark": "append", "appends": m, "concurrency": CONCURRENCY, "machine": machine(),
+    result = {"benchmark": "append", "appends": m, "rounds": rounds, "concurrency": CONCURRENCY,
+              "machine": machine(),
               "postgres_settings": settings, "rows": rows, "ratios": ratios, "deliver": deliver,
               "notify_ratios": notify_ratios}
     save_json(folder, "append", result)
     errors = [r for r in rows if "error" in r]
     text = (f"# Append throughput\n\n{m} appends per point by {CONCURRENCY} concurrent appenders, "
-            f"appends/s.\n\n{t}\n\n## Ratios\n\n{rt}\n\n## What the wakeup NOTIFY costs a writer\n\n"
+            f"appends/s (Postgres and pgbench: median of {rounds} interleaved rounds; "
+            f"`-without-turn`: the APPEND statement without the per-workflow lock that keeps commits "
+            f"in seq order).\n\n{t}\n\n## Ratios\n\n{rt}\n\n## What the wakeup NOTIFY costs a writer\n\n"
             f"PostgresDurable.deliver to 1,000 workflows, {CONCURRENCY} concurrent.\n\n{dt}\n\n"
             f"Ratios: {notify_ratios}\n")
     if errors:

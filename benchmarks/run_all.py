@@ -71,7 +71,10 @@ def headline(results: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     a = results.get("append")
     if a:
         for r in a["ratios"]:
-            add(f"Postgres append / pgbench APPEND, {r['targets']} workflows", r["postgres/pgbench"])
+            add(f"Postgres append / pgbench APPEND, {r['targets']} workflows", r["postgres/pgbench"],
+                ">= 0.7", None if r["postgres/pgbench"] is None else r["postgres/pgbench"] >= 0.7)
+            add(f"What each workflow's turn leaves of append (with/without), {r['targets']} workflows",
+                r.get("turn cost, ours (with/without)"), "", None, "the price of loads that only grow")
         bad = sum(int(r.get(k, 0) or 0) for r in a["rows"]
                   for k in ("lost", "duplicated_keys", "wrong_value", "unacknowledged_extra"))
         add("Append: lost, duplicated or wrong (every store)", bad, "0", bad == 0)

@@ -981,6 +981,16 @@ CHECKERS: dict[str, Callable[[list[Op], dict[str, Any]], Verdict]] = {
 }
 
 
+def _register_observed() -> None:
+    # observed.py builds on this module's Verdict and operations, so it registers once they exist
+    from .observed import monotonic_loads
+
+    CHECKERS["monotonic-loads"] = monotonic_loads
+
+
+_register_observed()
+
+
 def run_checker(
     name: str,
     fn: Callable[[list[Op], dict[str, Any]], Verdict],

@@ -13,6 +13,7 @@ documented in reports/README.md.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -27,6 +28,20 @@ connection lost mid-call); an invoke with no complete at all (a killed process) 
 
 Op = dict[str, Any]
 """One history line, as parsed JSON."""
+
+
+def digest(value: object) -> str:
+    """A short digest of ``value``'s canonical JSON (sorted keys, compact), the form a read's
+    values take in the history: two reads agree on a key's value when their digests do."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.blake2b(text.encode(), digest_size=5).hexdigest()
+
+
+def observation(items: Iterable[tuple[str, object]]) -> dict[str, list[str]]:
+    """The fields a read's complete line carries: ``keys`` in the order the store returned them,
+    and ``digests``, one per key in the same order."""
+    pairs = list(items)
+    return {"keys": [k for k, _ in pairs], "digests": [digest(v) for _, v in pairs]}
 
 
 def _jsonable(value: object) -> object:

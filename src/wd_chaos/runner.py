@@ -236,12 +236,14 @@ def _storm(storm: Any, seconds: float, cluster: Cluster, watch: Watch, report: C
     # the locustfile by path, never imported here: importing locust monkey-patches this process
     spec = importlib.util.find_spec("wd_chaos.storms")
     locustfile = str(spec.origin) if spec is not None else ""
-    user = {"take": "TakeUser", "append": "AppendUser"}[storm.kind]
+    readers = storm.readers if storm.kind == "append" else 0
+    # ReadUser has a fixed count (the config's readers); locust gives the other users the rest
+    users = {"take": ["TakeUser"], "append": ["AppendUser"] + (["ReadUser"] if readers else [])}[storm.kind]
     command = [
         sys.executable, "-m", "locust", "-f", locustfile, "--headless",
-        "-u", str(storm.users), "-r", str(storm.spawn_rate), "-t", f"{seconds:.0f}s",
+        "-u", str(storm.users + readers), "-r", str(storm.spawn_rate + readers), "-t", f"{seconds:.0f}s",
         "--stop-timeout", "5", "--only-summary", "--loglevel", "WARNING",
-        "--exit-code-on-error", "0", user,
+        "--exit-code-on-error", "0", *users,
     ]  # fmt: skip
     cluster.start("locust", "locust", command)
     deadline = time.monotonic() + seconds + 60
@@ -265,17 +267,21 @@ def _storm(storm: Any, seconds: float, cluster: Cluster, watch: Watch, report: C
 def _workload(
     names: list[str],
     writers: int,
+    readers: int,
     limit: float,
     cluster: Cluster,
     watch: Watch,
     nemesis: Nemesis,
     report: Callable[..., None],
 ) -> None:
-    """Start the workers and the outside writers and run the fault schedule for ``limit`` s."""
+    """Start the workers, the outside writers and the readers, and run the fault schedule for
+    ``limit`` s."""
     for name in names:
         cluster.start("worker", name)
     for i in range(writers):
         cluster.start("writer", f"writer-{i}")
+    for i in range(readers):
+        cluster.start("reader", f"reader-{i}")
     mono0 = time.monotonic()
     while (elapsed := time.monotonic() - mono0) < limit:
         watch.poll()
@@ -423,7 +429,7 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
                     _storm(storm, limit, cluster, watch, report)
                 else:
                     phase = "workload"
-                    _workload(names, work["writers"], limit, cluster, watch, nemesis, report)
+                    _workload(names, work["writers"], work["readers"], limit, cluster, watch, nemesis, report)
                     phase = "healing"
                     nemesis.heal()
                     done = _heal(scenario.heal_seconds, svc.spec, workflows, cluster, watch, report)

@@ -27,6 +27,7 @@ CheckName = Literal[
     "at-least-once",
     "liveness",
     "take-exclusive",
+    "monotonic-loads",
 ]
 
 # Read off the Literal types, so a name is added in one place.
@@ -49,7 +50,15 @@ def _all_stores() -> list[StoreName]:
 
 
 def _default_checks() -> list[CheckName]:
-    return ["fencing", "first-writer-wins", "order", "exactly-once", "at-least-once", "liveness"]
+    return [
+        "fencing",
+        "first-writer-wins",
+        "order",
+        "exactly-once",
+        "at-least-once",
+        "liveness",
+        "monotonic-loads",
+    ]
 
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
@@ -101,6 +110,11 @@ class Workload(_Strict):
     than the budget: renewals must not carry it past the budget)."""
     client: Literal["harness", "worker"] = "harness"
     """Who runs the workflow: the harness's own explicit loop, or the library's ``Worker``."""
+    readers: Annotated[int, Field(ge=0, le=16)] = 2
+    """Processes that loop load and history on the workflows being written (the monotonic-loads
+    checker judges what they saw, each replayed as a consumer walking the inbox with a cursor)."""
+    read_pause: Annotated[float, Field(ge=0, le=10)] = 0.02
+    """Seconds a reader waits between reads."""
 
 
 class _Fault(_Strict):
@@ -163,6 +177,14 @@ class Storm(_Strict):
     workflows: Annotated[int, Field(ge=1, le=100000)] = 4
     visits: Annotated[int, Field(ge=1, le=100000)] = 25
     """take: passes each workflow needs before a user finishes it (liveness checks they all did)."""
+    readers: Annotated[int, Field(ge=0, le=100)] = 3
+    """append: users besides ``users`` that loop load and history on the workflows being appended
+    to (judged as the worker scenarios' readers are)."""
+    read_pause: Annotated[float, Field(ge=0, le=10)] = 0.01
+    """append: seconds a reader waits between reads."""
+    check_own_every: Annotated[int, Field(ge=0, le=100000)] = 10
+    """append: every this many deliveries an appender loads the workflow (read-your-writes); 0
+    never."""
 
 
 class Scenario(_Strict):

@@ -46,6 +46,13 @@ def _config() -> dict[str, Any]:
     return dict(json.loads(Path(path).read_text()))
 
 
+def _readers() -> int:
+    """The storm's ``readers`` when locust loads this file for a run (0 anywhere else)."""
+    if not os.environ.get("WD_CHAOS_CONFIG"):
+        return 0
+    return int((_config().get("storm") or {}).get("readers", 0))
+
+
 class _StoreUser(User):
     """A locust user with its own thread, event loop, store and history file."""
 
@@ -101,7 +108,9 @@ class _StoreUser(User):
 
 
 class AppendUser(_StoreUser):
-    """Delivers numbered messages to a few workflows, as fast as the store takes them."""
+    """Delivers numbered messages to a few workflows (every user to every one of them), as fast as
+    the store takes them; every ``check_own_every``-th delivery it loads the workflow, which must
+    show that message (read-your-writes)."""
 
     @task
     def deliver(self) -> None:
@@ -111,6 +120,30 @@ class AppendUser(_StoreUser):
             self._timed("deliver", lambda: self.rec.deliver(wf, {"user": self.name, "n": self.sent}))
         except Exception:
             gevent.sleep(0.05)
+            return
+        every = int(self.cfg["storm"].get("check_own_every", 0))
+        if every and self.sent % every == 0:
+            with contextlib.suppress(Exception):
+                self._timed("load", lambda: self.rec.read(wf, via="writer"))
+
+
+class ReadUser(_StoreUser):
+    """Loops ``load`` and ``history`` over the workflows being appended to (the monotonic-loads
+    checker judges what it saw, and replays it as a consumer walking each inbox with a cursor).
+    Locust runs exactly the scenario's ``readers`` of them, besides the appenders."""
+
+    fixed_count = _readers()
+
+    @task
+    def read(self) -> None:
+        self.reads = getattr(self, "reads", 0) + 1
+        wf = self.cfg["workflows"][self.reads % len(self.cfg["workflows"])]
+        how = "history" if self.reads % 2 else "load"
+        try:
+            self._timed(how, lambda: self.rec.read(wf, how))
+        except Exception:
+            gevent.sleep(0.05)
+        gevent.sleep(float(self.cfg["storm"].get("read_pause", 0.01)))
 
 
 class TakeUser(_StoreUser):

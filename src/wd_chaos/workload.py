@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 
 from without_durability import Contended, Delivery, Fenced, InvalidInput, Pass
 
-from .history import HistoryWriter
+from .history import HistoryWriter, observation
 from .stores import Opened, open_store
 
 T = TypeVar("T")
@@ -137,8 +137,20 @@ class Recorder:
             "load",
             {"workflow": p.workflow, "token": p.token},
             lambda: self.cp.load(p.workflow),
-            lambda r: {"keys": list(r)},
+            lambda r: observation(r.items()),
         )
+
+    async def read(self, workflow: str, how: str = "load", via: str = "reader") -> list[tuple[str, object]]:
+        """A read from outside any pass: ``load`` or ``history``, as (key, value) pairs in the
+        order the store returned them. ``via: reader`` marks a reader that walks the inbox with a
+        cursor (the checker replays it); a writer checking its own writes says ``writer``."""
+
+        async def call() -> list[tuple[str, object]]:
+            if how == "history":
+                return [(e.key, e.value) for e in await self.cp.history(workflow)]
+            return list((await self.cp.load(workflow)).items())
+
+        return await self._call(how, {"workflow": workflow, "via": via}, call, observation)
 
     async def arrive(self, workflow: str, key: str, value: object) -> Any:
         return await self._call(
@@ -229,7 +241,7 @@ class _RecordingCheckpointer:
         token = self.tokens.get(workflow)
         return await self.rec._call(
             "load", {"workflow": workflow, "token": token},
-            lambda: self.rec.cp.load(workflow), lambda r: {"keys": list(r)},
+            lambda: self.rec.cp.load(workflow), lambda r: observation(r.items()),
         )  # fmt: skip
 
     async def supply(self, workflow: str, key: str, value: object) -> Any:
@@ -243,7 +255,10 @@ class _RecordingCheckpointer:
         return await self.rec.append(workflow, value)
 
     async def history(self, workflow: str) -> Any:
-        return await self.rec.cp.history(workflow)
+        return await self.rec._call(
+            "history", {"workflow": workflow}, lambda: self.rec.cp.history(workflow),
+            lambda r: observation((e.key, e.value) for e in r),
+        )  # fmt: skip
 
     async def discard(self, workflow: str) -> None:
         await self.rec._call(
@@ -572,9 +587,35 @@ async def write_outside(cfg: dict[str, Any], index: int, rec: Recorder) -> None:
                     await rec.arrive(wf, f"approval-{index}", {"by": index})
                 else:  # straight to the checkpointer: the value is there, no wakeup is needed
                     await rec.supply(wf, f"approval-{index}", {"by": index, "again": True})
+                with contextlib.suppress(Exception):  # read your writes: the checker wants it shown
+                    await rec.read(wf, via="writer")
                 break
             except (Exception, Contended, Fenced):  # a refusal is the checkers' to judge
                 await asyncio.sleep(0.3)  # a store error: ask again (arrive is first-writer-wins)
+
+
+# -- the readers ----------------------------------------------------------------------------------
+
+
+async def read_outside(cfg: dict[str, Any], index: int, rec: Recorder, stop: asyncio.Event) -> None:
+    """Loop ``load`` and ``history`` over the workflows being written (those whose start has come),
+    every ``read_pause`` seconds, until ``stop`` is set. What it saw is in its read lines (``via:
+    reader``): the monotonic-loads checker judges them, and replays them as a consumer walking each
+    inbox with a cursor to count what such a consumer would have skipped."""
+    work = cfg["workload"]
+    rng = random.Random(f"{cfg['seed']}:reader:{index}")
+    pause = float(work.get("read_pause", 0.02))
+    starts = [float(s) for s in cfg["starts"]]
+    t0 = float(cfg["t0"])
+    n = 0
+    while not stop.is_set():
+        due = [wf for wf, s in zip(cfg["workflows"], starts, strict=True) if t0 + s <= time.time() + 0.5]
+        if due:
+            n += 1
+            with contextlib.suppress(Exception):  # a failed read is in the history; read on
+                await rec.read(rng.choice(due), "history" if n % 2 else "load")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), pause)
 
 
 # -- process entry --------------------------------------------------------------------------------
@@ -597,6 +638,10 @@ async def _main(role: str, cfg: dict[str, Any], name: str) -> None:
                 loop = asyncio.get_running_loop()
                 loop.add_signal_handler(signal.SIGTERM, lambda: setattr(worker, "stopping", True))
                 await worker.run()
+        elif role == "reader":
+            stop = asyncio.Event()
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+            await read_outside(cfg, int(name.rsplit("-", 1)[1]), Recorder(opened.durable, hist), stop)
         else:
             await write_outside(cfg, int(name.rsplit("-", 1)[1]), Recorder(opened.durable, hist))
     finally:
@@ -606,9 +651,9 @@ async def _main(role: str, cfg: dict[str, Any], name: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m wd_chaos.workload worker|writer CONFIG NAME``."""
+    """``python -m wd_chaos.workload worker|writer|reader CONFIG NAME``."""
     parser = argparse.ArgumentParser(prog="wd_chaos.workload")
-    parser.add_argument("role", choices=["worker", "writer"])
+    parser.add_argument("role", choices=["worker", "writer", "reader"])
     parser.add_argument("config")
     parser.add_argument("name")
     args = parser.parse_args(argv)

@@ -84,6 +84,24 @@ FORGET = "DELETE FROM workflow_checkpoint WHERE workflow = %(workflow)s"
 
 # -- records --------------------------------------------------------------------------------
 
+ORDER_LOCK = 0x77645F6F
+"""The class id of the per-workflow advisory lock every statement that inserts a record takes
+("wd_o" in ASCII; the second key is ``hashtext(workflow)``). Two-key advisory locks live apart
+from one-key ones such as ``schema.MIGRATE_LOCK``."""
+
+# A record's seq is drawn at insert and its row becomes visible at commit, so two writers of one
+# workflow can commit in the opposite order to their seqs, and a load between the two commits
+# shows the higher one without the lower one: a record appears *before* records an earlier load
+# returned, and a cursor walking the inbox skips it for good. Taking this transaction-scoped lock
+# before the seq is drawn, and holding it to commit, makes a workflow's writers draw and commit
+# one at a time, so commit order is seq order and every load is a prefix of every later load.
+# Every statement that inserts a record takes it last, after any claim row lock it takes (lock
+# order: claim row, then this), and waits for nothing afterwards but its own row (or the queue row
+# PostgresDurable schedules in the same transaction), so it adds no deadlock cycle. A hash collision
+# only makes two workflows take turns. The cost: writers of one workflow serialize through their
+# commits (see the README's append figures); writers of different workflows do not.
+TAKE_TURN = f"pg_advisory_xact_lock({ORDER_LOCK}, hashtext(%(workflow)s))"
+
 # The fence is an UPDATE, not a read: it takes the claim row's lock, so a claim committing while
 # this runs is waited for and the row re-read, and the token compared is the newest. The token in
 # its WHERE means a refused write renews nobody; an accepted one renews its own window. The no-op
@@ -91,32 +109,40 @@ FORGET = "DELETE FROM workflow_checkpoint WHERE workflow = %(workflow)s"
 # statement began, and seq/written_at keep their insert-time defaults. won compares the two
 # values' jsonb text: normalized, so key order and whitespace do not matter, but, unlike jsonb's
 # `=`, 1 and 1.0 differ (numeric keeps its scale), as the caller would get back a different value.
-RECORD = """
+# The turn (see TAKE_TURN) reads the fence's row: taken only by an accepted write, after the claim
+# row's lock, and before the seq default of the row it passes on.
+RECORD = f"""
 WITH fence AS (
     UPDATE workflow_claim
        SET alive_until = LEAST(now() + alive_for, held_until)
      WHERE workflow = %(workflow)s AND token = %(token)s
     RETURNING workflow
+), turn AS (
+    SELECT fence.workflow, {TAKE_TURN} FROM fence
 )
 INSERT INTO workflow_checkpoint AS cp (workflow, key, value)
-SELECT fence.workflow, %(key)s, %(value)s::jsonb FROM fence
+SELECT turn.workflow, %(key)s, %(value)s::jsonb FROM turn
 ON CONFLICT (workflow, key) DO UPDATE SET value = cp.value
 RETURNING cp.value::text, cp.value::text = %(value)s::jsonb::text
 """
 
-# RECORD without the fence: from outside a pass, first writer wins.
-SUPPLY = """
+# RECORD without the fence: from outside a pass, first writer wins. The turn is a CTE the INSERT
+# reads its row from, so the lock is taken before the seq default is evaluated for that row.
+SUPPLY = f"""
+WITH turn AS (SELECT {TAKE_TURN})
 INSERT INTO workflow_checkpoint AS cp (workflow, key, value)
-VALUES (%(workflow)s, %(key)s, %(value)s::jsonb)
+SELECT %(workflow)s, %(key)s, %(value)s::jsonb FROM turn
 ON CONFLICT (workflow, key) DO UPDATE SET value = cp.value
 RETURNING cp.value::text, cp.value::text = %(value)s::jsonb::text
 """
 
 # Concurrent writers make "count, then insert" a race both can win, so the number comes from the
 # sequence. It is drawn once and spent twice, as the key and as seq, so key order and load order
-# are one order. Gaps are fine: keys only need to sort within a workflow.
+# are one order. Gaps are fine: keys only need to sort within a workflow. The number is drawn
+# from the turn's row, so only once this transaction holds the workflow's turn (see TAKE_TURN).
 APPEND = f"""
-WITH drawn AS (SELECT nextval('workflow_seq') AS seq)
+WITH turn AS (SELECT {TAKE_TURN}),
+     drawn AS (SELECT nextval('workflow_seq') AS seq FROM turn)
 INSERT INTO workflow_checkpoint (workflow, key, value, seq)
 SELECT %(workflow)s, '{INBOX_PREFIX}' || lpad(drawn.seq::text, {INBOX_DIGITS}, '0'),
        %(value)s::jsonb, drawn.seq
@@ -152,10 +178,12 @@ RETURNING token
 """
 
 # DO NOTHING: if a racing transact of this key committed first, no row comes back and this one
-# rolls its effect back (exactly once).
-TRANSACT_PUT = """
+# rolls its effect back (exactly once). The turn (see TAKE_TURN) comes after LOCK_FENCE's claim
+# row lock and is held only for the insert and the commit, not across the effect.
+TRANSACT_PUT = f"""
+WITH turn AS (SELECT {TAKE_TURN})
 INSERT INTO workflow_checkpoint (workflow, key, value)
-VALUES (%(workflow)s, %(key)s, %(value)s::jsonb)
+SELECT %(workflow)s, %(key)s, %(value)s::jsonb FROM turn
 ON CONFLICT (workflow, key) DO NOTHING
 RETURNING value::text
 """

@@ -122,6 +122,45 @@ RETURNING key
 """
 
 
+class SeqOutOfCommitOrder(PostgresCheckpointer):
+    """Every insert draws its seq without taking the workflow's turn (the statements as they were
+    before issue 13): concurrent writers of one workflow commit out of seq order, and a load between
+    two commits shows a record before one that an earlier load returned."""
+
+    RECORD = """
+WITH fence AS (
+    UPDATE workflow_claim
+       SET alive_until = LEAST(now() + alive_for, held_until)
+     WHERE workflow = %(workflow)s AND token = %(token)s
+    RETURNING workflow
+)
+INSERT INTO workflow_checkpoint AS cp (workflow, key, value)
+SELECT fence.workflow, %(key)s, %(value)s::jsonb FROM fence
+ON CONFLICT (workflow, key) DO UPDATE SET value = cp.value
+RETURNING cp.value::text, cp.value::text = %(value)s::jsonb::text
+"""
+    SUPPLY = """
+INSERT INTO workflow_checkpoint AS cp (workflow, key, value)
+VALUES (%(workflow)s, %(key)s, %(value)s::jsonb)
+ON CONFLICT (workflow, key) DO UPDATE SET value = cp.value
+RETURNING cp.value::text, cp.value::text = %(value)s::jsonb::text
+"""
+    APPEND = f"""
+WITH drawn AS (SELECT nextval('workflow_seq') AS seq)
+INSERT INTO workflow_checkpoint (workflow, key, value, seq)
+SELECT %(workflow)s, '{INBOX_PREFIX}' || lpad(drawn.seq::text, {INBOX_DIGITS}, '0'),
+       %(value)s::jsonb, drawn.seq
+  FROM drawn
+RETURNING key
+"""
+    TRANSACT_PUT = """
+INSERT INTO workflow_checkpoint (workflow, key, value)
+VALUES (%(workflow)s, %(key)s, %(value)s::jsonb)
+ON CONFLICT (workflow, key) DO NOTHING
+RETURNING value::text
+"""
+
+
 class StampsLosingWrites(PostgresCheckpointer):
     """A losing record or supply keeps the winner's value but moves written_at to now."""
 
@@ -297,6 +336,14 @@ MUTANTS = [
             f"{PG_TESTS}::test_sixteen_parallel_appends_lose_nothing_and_sort_in_load_order",
         ),
         swap("checkpointer", AppendTwoCounters),
+    ),
+    Mutant(
+        "postgres-seq-out-of-commit-order",
+        "postgres",
+        "monotonic-loads",
+        "inserts draw seq without the workflow's turn: commits land out of seq order",
+        ("test_loads_only_grow_under_concurrent_writers_and_readers", "chaos:append-storm:monotonic-loads"),
+        swap("checkpointer", SeqOutOfCommitOrder),
     ),
     Mutant(
         "postgres-written-at-moves",

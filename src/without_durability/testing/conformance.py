@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -22,6 +24,7 @@ from ..errors import Contended, Fenced, InvalidInput, InvalidKey, InvalidValue
 from ..rules import INBOX_PREFIX
 from .harness import EffectFailed, StoreUnderTest
 from .model import test_store_agrees_with_memory_model as test_store_agrees_with_memory_model
+from .prefix import Read, non_prefix
 
 Store = StoreUnderTest[Any]
 _ids = itertools.count()
@@ -36,6 +39,11 @@ def unit(store: Store) -> timedelta:
 def wf(label: str) -> str:
     """A workflow id no other test uses."""
     return f"conf-{label}-{next(_ids)}"
+
+
+def canon(value: object) -> str:
+    """A value as canonical JSON, so reads compare by value whatever the decoded type."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 async def claimable(store: Store, workflow: str) -> Pass | None:
@@ -341,6 +349,88 @@ async def test_appends_to_many_workflows_interleave_safely(wd_store: Store) -> N
         assert sorted(loaded) == sorted(per[w]) and list(loaded) == sorted(loaded), (
             f"{w}: expected keys {sorted(per[w])} in order, got {list(loaded)}"
         )
+
+
+async def test_loads_only_grow_under_concurrent_writers_and_readers(wd_store: Store) -> None:
+    """A load never shows a record before one that an earlier load returned: concurrent appenders,
+    deliverers, a supplier and a pass recording and transacting write one workflow while readers
+    loop ``load`` and ``history`` on it; every read that began after another ended extends it; a
+    reader walking the inbox with a cursor misses nothing; each writer's next load shows what it
+    just wrote."""
+    w = wf("prefix")
+    cp = wd_store.checkpointer
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    rounds = 24
+    writing = asyncio.Event()
+    reads: list[Read] = []
+    acked: dict[str, object] = {}
+    unseen: list[str] = []
+
+    async def read(how: int) -> Read:
+        start = time.monotonic()
+        if how % 2:
+            items = tuple((e.key, canon(e.value)) for e in await cp.history(w))
+        else:
+            items = tuple((k, canon(v)) for k, v in (await cp.load(w)).items())
+        read = Read(start, time.monotonic(), items)
+        reads.append(read)
+        return read
+
+    async def writer(kind: str, n: int) -> None:
+        for i in range(rounds):
+            value: object = {"by": f"{kind}{n}", "i": i}
+            if kind == "append":
+                key = await cp.append(w, value)
+            elif kind == "deliver":
+                key = await wd_store.durable.deliver(w, value)
+            elif kind == "supply":
+                key = f"s{n}-{i}"
+                await cp.supply(w, key, value)
+            elif kind == "transact":
+                key = f"t{n}-{i}"
+                value = (await cp.transact(held, key, wd_store.effects.ledger_add(w, 1))).value
+            else:
+                key = f"r{n}-{i}"
+                await cp.record(held, key, value)
+            acked[key] = value
+            if i % 4 == 0:  # read your writes
+                seen = dict((await read(i // 4)).items)
+                if seen.get(key) != canon(value):
+                    unseen.append(f"{kind}{n} wrote {key}={value!r}, then loaded {seen.get(key)!r}")
+            await asyncio.sleep(0)
+
+    async def reader(n: int) -> list[str]:
+        cursor, consumed, how = "", [], n
+        while writing.is_set() or how == n:
+            got = await read(how)
+            how += 1
+            fresh = [k for k, _ in got.items if k.startswith(INBOX_PREFIX) and k > cursor]
+            consumed += fresh
+            cursor = max([cursor, *fresh])
+            await asyncio.sleep(0)
+        got = await read(how)  # after the writers: the cursor must have everything by now
+        fresh = [k for k, _ in got.items if k.startswith(INBOX_PREFIX) and k > cursor]
+        return consumed + fresh
+
+    writing.set()
+    writers = [("append", n) for n in range(4)] + [("deliver", n) for n in range(2)]
+    writers += [("supply", 0), ("record", 0), ("transact", 0)]
+    readers = [asyncio.create_task(reader(n)) for n in range(3)]
+    await asyncio.gather(*(writer(kind, n) for kind, n in writers))
+    writing.clear()
+    walked = await asyncio.gather(*readers)
+    loaded = await cp.load(w)
+    assert loaded == acked, f"acknowledged writes {len(acked)}, loaded {len(loaded)}"
+    broken = non_prefix(reads)
+    assert not broken, (
+        f"{len(broken)} of {len(reads)} loads showed a record before one an earlier load returned; "
+        f"first: {broken[0].why()} (earlier load had {len(broken[0].earlier.items)} records, "
+        f"this one {len(broken[0].later.items)})"
+    )
+    inbox = sorted(k for k in acked if k.startswith(INBOX_PREFIX))
+    for n, consumed in enumerate(walked):
+        assert consumed == inbox, f"reader {n}'s cursor skipped {sorted(set(inbox) - set(consumed))}"
+    assert not unseen, f"a writer's next load did not show its own write: {unseen[:3]}"
 
 
 async def test_history_stamps_the_winning_write_only(wd_store: Store) -> None:
