@@ -74,7 +74,8 @@ T = TypeVar("T")
 SqliteEffect = Callable[[sqlite3.Cursor], object]
 """A SQLite transact effect: a plain function handed a cursor inside the open write transaction.
 Whatever it writes commits with the record, or rolls back with it. It must not commit, roll back or
-begin a transaction itself."""
+begin a transaction itself: SQLite refuses those statements while it runs, and ``transact`` then
+raises ``StoreError`` with nothing kept (savepoints of its own are fine)."""
 
 SCHEMA_VERSION = 2
 """The schema this version reads and writes, kept in ``PRAGMA user_version``. Version 2 measures
@@ -429,6 +430,9 @@ class SqliteConnection:
             cursor.execute("COMMIT")
             return result
         except BaseException as exc:
+            # a statement the job left unfinished would keep the next transaction from committing
+            with contextlib.suppress(sqlite3.Error):
+                cursor.close()
             if db.in_transaction:
                 # If ROLLBACK itself fails, closing or the next BEGIN discards the transaction.
                 with contextlib.suppress(sqlite3.Error):
@@ -505,6 +509,57 @@ async def sqlite_connect(
     conn = SqliteConnection.__new__(SqliteConnection)
     await asyncio.wrap_future(conn._start(path, busy_timeout))
     return conn
+
+
+_EFFECT_SAVEPOINT = "wd_transact_effect"
+
+
+def _guarded(cur: sqlite3.Cursor, effect: SqliteEffect, workflow: str, key: str) -> object:
+    """Run a transact ``effect`` so that it cannot end the write transaction it shares with the
+    record: while it runs, SQLite itself refuses to prepare BEGIN, COMMIT, END or ROLLBACK (and
+    any release or rollback of the savepoint set around it), through any cursor of the connection,
+    ``executescript``'s implicit COMMIT and ``Connection.commit()`` included. An effect that tried
+    gets a ``StoreError`` naming the workflow and key, whatever it did with the refusal, and the
+    whole transaction rolls back. The savepoint, released after the effect, is the second check:
+    if the transaction ended anyway (the authorizer replaced), the release fails."""
+    db = cur.connection
+    refused: list[str] = []
+
+    def authorize(action: int, arg1: str | None, arg2: str | None, *_: str | None) -> int:
+        if action == sqlite3.SQLITE_TRANSACTION or (
+            action == sqlite3.SQLITE_SAVEPOINT and arg1 != "BEGIN" and arg2 == _EFFECT_SAVEPOINT
+        ):
+            refused.append(f"{arg1 or ''} {arg2 or ''}".strip())
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
+
+    def ended(what: str) -> StoreError:
+        return StoreError(
+            f"workflow {workflow!r}, key {key!r}: the transact effect tried to end the "
+            f"transaction it shares with the record ({what}); an effect must not COMMIT, ROLLBACK, "
+            "BEGIN or END. Nothing it wrote was kept and nothing was recorded"
+        )
+
+    cur.execute(f"SAVEPOINT {_EFFECT_SAVEPOINT}")
+    # Setting an authorizer expires every prepared statement, so a cached COMMIT is re-checked too.
+    db.set_authorizer(authorize)
+    try:
+        result = effect(cur)
+    except BaseException as exc:
+        if refused:
+            raise ended(refused[0]) from exc
+        raise _EffectRaised(exc) from exc
+    finally:
+        db.set_authorizer(None)
+    if refused:
+        raise ended(refused[0])
+    try:
+        cur.execute(f"RELEASE {_EFFECT_SAVEPOINT}")
+    except sqlite3.OperationalError as exc:  # no such savepoint: the transaction was ended
+        raise ended("its savepoint is gone") from exc
+    if not db.in_transaction:
+        raise ended("no transaction is open after it")
+    return result
 
 
 def _fenced_unless(row: Any, pass_: Pass) -> None:
@@ -698,16 +753,7 @@ class SqliteCheckpointer:
             if stored is not None:
                 return Recorded(self.codec.decode(stored[0]), False)
             _fenced_unless(cur.execute(FENCE_HOLDS, names).fetchone(), pass_)
-            try:
-                result = effect(cur)
-            except BaseException as exc:
-                raise _EffectRaised(exc) from exc
-            if not cur.connection.in_transaction:  # before any statement of ours runs unguarded
-                raise StoreError(
-                    f"workflow {pass_.workflow!r}, key {key!r}: the transact effect ended the "
-                    "transaction (an effect must not COMMIT, ROLLBACK or BEGIN); what it wrote "
-                    "before that was committed on its own and nothing was recorded"
-                )
+            result = _guarded(cur, effect, pass_.workflow, key)
             encoded = self._encode(pass_.workflow, key, result)
             # after the effect: the renewal counts from, and the record is stamped, when it lands
             _fenced_unless(cur.execute(FENCE_AND_RENEW, {**names, "now": self._lease_now()}).fetchone(), pass_)
