@@ -6,15 +6,18 @@ transact is one transaction with the caller's own SQL in the middle. Every time 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg import errors as pg_errors
+from psycopg import pq
 
 from without_durability._values import Entry, Pass, Recorded
 from without_durability.codec import CheckpointCodec, JsonCodec
-from without_durability.errors import Contended, Fenced
+from without_durability.errors import Contended, Fenced, SchemaMismatch, StoreError
 from without_durability.protocols import Checkpointer
 from without_durability.rules import (
     INBOX_DIGITS,
@@ -161,6 +164,15 @@ RETURNING value::text
 """
 
 
+# Opened before the effect and closed with the record: while the row lives, any COMMIT fails at
+# its deferred trigger (see schema.py), so an effect cannot commit its writes without the record.
+GUARD_OPEN = "INSERT INTO workflow_transact_guard (nonce) VALUES (%(nonce)s)"
+
+# Finding the row again is the proof the effect's transaction is still this one: a ROLLBACK (or a
+# failed COMMIT) took it away, and a transaction begun after that does not see it.
+GUARD_CLOSE = "DELETE FROM workflow_transact_guard WHERE nonce = %(nonce)s RETURNING nonce"
+
+
 class _LostRace(Exception):
     """Internal: a concurrent transact recorded the key first; roll this one back."""
 
@@ -199,6 +211,8 @@ class PostgresCheckpointer:
     PEEK_FENCE = PEEK_FENCE
     LOCK_FENCE = LOCK_FENCE
     TRANSACT_PUT = TRANSACT_PUT
+    GUARD_OPEN = GUARD_OPEN
+    GUARD_CLOSE = GUARD_CLOSE
 
     def __init__(
         self,
@@ -343,11 +357,27 @@ class PostgresCheckpointer:
         """See ``Checkpointer.transact``: one transaction. A plain fence read, ``effect`` with
         this transaction's cursor, a locked fence re-read that renews, then the insert. If a racing
         transact of the same key committed first, this one rolls its effect back and returns the
-        stored value with ``won=False``."""
+        stored value with ``won=False``.
+
+        The effect must not end the transaction. While it runs a guard row is open (see
+        ``schema.py``), and the server refuses any COMMIT (``END``, ``COMMIT AND CHAIN``,
+        ``PREPARE TRANSACTION``, a commit inside a multi-statement string or a procedure) until
+        the record closes it, so what the effect wrote can only commit with its record. After the
+        effect the guard must still be there; if the effect committed, rolled back or began anew,
+        the whole transaction is rolled back and ``StoreError`` names the workflow and key. What
+        no store can stop: an effect that rolls back (discarding its own writes and the guard)
+        and then commits new writes itself before returning; those are its own and unrecorded.
+        ``SET CONSTRAINTS ALL IMMEDIATE`` inside an effect fires the guard early, so it is
+        refused too: name the constraints instead."""
         workflow = self._workflow(pass_.workflow)
         self._key(workflow, key)
         where = f"transacting {workflow!r}/{key!r}"
-        params: dict[str, Any] = {"workflow": workflow, "key": key, "token": pass_.token}
+        params: dict[str, Any] = {
+            "workflow": workflow,
+            "key": key,
+            "token": pass_.token,
+            "nonce": uuid.uuid4().hex,
+        }
         try:
             async with connect(self.pool, where, workflow, key) as conn:
                 row = await (await conn.execute(self.LOOKUP, params)).fetchone()
@@ -356,11 +386,18 @@ class PostgresCheckpointer:
                 row = await (await conn.execute(self.PEEK_FENCE, params)).fetchone()
                 if row is None or int(row[0]) != pass_.token:
                     raise Fenced(workflow, pass_.token)
+                await self._open_guard(conn, params)
                 async with conn.cursor() as cursor:
                     try:
                         result = await effect(cursor)
-                    except psycopg.Error as exc:
-                        raise _EffectRaised(exc) from exc
+                    except BaseException as exc:
+                        if _ended(conn) or _guard_fired(exc):
+                            raise _effect_ended(workflow, key) from exc
+                        if isinstance(exc, psycopg.Error):
+                            raise _EffectRaised(exc) from exc
+                        raise
+                if _ended(conn) or await (await conn.execute(self.GUARD_CLOSE, params)).fetchone() is None:
+                    raise _effect_ended(workflow, key)
                 params["value"] = self._encode(workflow, key, result)
                 if await (await conn.execute(self.LOCK_FENCE, params)).fetchone() is None:
                     raise Fenced(workflow, pass_.token, "superseded while its effect ran")
@@ -377,6 +414,39 @@ class PostgresCheckpointer:
         if row is None:  # the winner's record is gone: only a discard does that, which fences
             raise Fenced(workflow, pass_.token, "the workflow was discarded")
         return Recorded(self.codec.decode(row[0]), False)
+
+    async def _open_guard(self, conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> None:
+        try:
+            await conn.execute(self.GUARD_OPEN, params)
+        except pg_errors.UndefinedTable as exc:
+            raise SchemaMismatch(
+                f"workflow {params['workflow']!r}, key {params['key']!r}: transact needs the "
+                "workflow_transact_guard table, which this database lacks; run "
+                "without_durability_postgres.migrate(pool) once (it only adds what is missing)"
+            ) from exc
+
+
+def _ended(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Whether the connection is out of the transaction transact opened (no round trip)."""
+    return conn.info.transaction_status == pq.TransactionStatus.IDLE
+
+
+def _guard_fired(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it was raised from) is the guard refusing a commit."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, pg_errors.InvalidTransactionTermination):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _effect_ended(workflow: str, key: str) -> StoreError:
+    return StoreError(
+        f"workflow {workflow!r}, key {key!r}: the transact effect tried to end the transaction it "
+        "shares with the record (COMMIT, ROLLBACK, END or BEGIN); an effect must not. The "
+        "transaction was rolled back: nothing it wrote was kept and nothing was recorded"
+    )
 
 
 def _typecheck(pool: Pool) -> None:  # pragma: no cover - mypy proves it meets the protocol
