@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 
 from ._values import Delivery, Entry, Pass, Recorded
 from .clock import Clock, LeaseClock, epoch_micros, lease_clock_for, system_clock
-from .codec import CheckpointCodec, JsonCodec
+from .codec import CheckpointCodec, JsonCodec, verify_codec
 from .errors import (
     Contended,
     Fenced,
@@ -63,6 +63,7 @@ from .rules import (
     MAX_VALUE_BYTES,
     check_key,
     check_lease,
+    check_pass,
     check_time,
     check_visibility,
     check_workflow,
@@ -593,6 +594,7 @@ class SqliteCheckpointer:
             raise InvalidInput(f"SqliteCheckpointer takes a SqliteConnection, got {conn!r}")
         self.conn = conn
         self.codec: CheckpointCodec[Any] = codec if codec is not None else JsonCodec()
+        verify_codec(self.codec)
         self.clock = clock
         self.max_value_bytes = max_value_bytes
         self.lease_clock: LeaseClock = lease_clock if lease_clock is not None else lease_clock_for(clock)
@@ -644,6 +646,7 @@ class SqliteCheckpointer:
 
     async def renew(self, pass_: Pass) -> None:
         """See ``Checkpointer.renew``."""
+        check_pass(pass_)
 
         def job(cur: sqlite3.Cursor) -> None:
             params = {"workflow": pass_.workflow, "token": pass_.token, "now": self._lease_now()}
@@ -653,6 +656,7 @@ class SqliteCheckpointer:
 
     async def release(self, pass_: Pass) -> None:
         """See ``Checkpointer.release``: a superseded pass releases nothing, silently."""
+        check_pass(pass_)
 
         def job(cur: sqlite3.Cursor) -> None:
             params = {"workflow": pass_.workflow, "token": pass_.token, "now": self._lease_now()}
@@ -680,6 +684,7 @@ class SqliteCheckpointer:
 
     async def record(self, pass_: Pass, key: str, value: object) -> Recorded:
         """See ``Checkpointer.record``."""
+        check_pass(pass_)
         check_key(pass_.workflow, key)
         encoded = self._encode(pass_.workflow, key, value)
 
@@ -745,6 +750,7 @@ class SqliteCheckpointer:
 
         The file's write lock is held while the effect runs, so every other writer (in any process)
         waits for it, up to its busy timeout: keep effects to a few statements."""
+        check_pass(pass_)
         check_key(pass_.workflow, key)
         names = {"workflow": pass_.workflow, "key": key, "token": pass_.token}
 

@@ -16,7 +16,7 @@ from psycopg import errors as pg_errors
 from psycopg import pq
 
 from without_durability._values import Entry, Pass, Recorded
-from without_durability.codec import CheckpointCodec, JsonCodec
+from without_durability.codec import CheckpointCodec, JsonCodec, verify_codec
 from without_durability.errors import Contended, Fenced, SchemaMismatch, StoreError
 from without_durability.protocols import Checkpointer
 from without_durability.rules import (
@@ -25,6 +25,7 @@ from without_durability.rules import (
     MAX_VALUE_BYTES,
     check_key,
     check_lease,
+    check_pass,
     check_workflow,
     encode_value,
 )
@@ -224,6 +225,7 @@ class PostgresCheckpointer:
         self.pool = pool
         self.codec: CheckpointCodec[Any] = codec if codec is not None else JsonCodec()
         check_codec(self.codec)
+        verify_codec(self.codec)
         self.max_value_bytes = max_value_bytes
 
     # -- input ------------------------------------------------------------------------------
@@ -262,6 +264,7 @@ class PostgresCheckpointer:
 
     async def renew(self, pass_: Pass) -> None:
         """See ``Checkpointer.renew``."""
+        check_pass(pass_)
         self._workflow(pass_.workflow)
         params = {"workflow": pass_.workflow, "token": pass_.token}
         async with connect(self.pool, f"renewing {pass_.workflow!r}", pass_.workflow) as conn:
@@ -271,6 +274,7 @@ class PostgresCheckpointer:
 
     async def release(self, pass_: Pass) -> None:
         """See ``Checkpointer.release``: a superseded pass releases nothing, silently."""
+        check_pass(pass_)
         self._workflow(pass_.workflow)
         params = {"workflow": pass_.workflow, "token": pass_.token}
         async with connect(self.pool, f"releasing {pass_.workflow!r}", pass_.workflow) as conn:
@@ -292,6 +296,7 @@ class PostgresCheckpointer:
 
     async def record(self, pass_: Pass, key: str, value: object) -> Recorded:
         """See ``Checkpointer.record``: one statement, the fence and the write together."""
+        check_pass(pass_)
         workflow = self._workflow(pass_.workflow)
         self._key(workflow, key)
         encoded = self._encode(workflow, key, value)
@@ -369,6 +374,7 @@ class PostgresCheckpointer:
         and then commits new writes itself before returning; those are its own and unrecorded.
         ``SET CONSTRAINTS ALL IMMEDIATE`` inside an effect fires the guard early, so it is
         refused too: name the constraints instead."""
+        check_pass(pass_)
         workflow = self._workflow(pass_.workflow)
         self._key(workflow, key)
         where = f"transacting {workflow!r}/{key!r}"

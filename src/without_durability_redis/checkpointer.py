@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 from without_durability._values import Entry, Pass, Recorded
-from without_durability.codec import CheckpointCodec, JsonCodec
+from without_durability.codec import CheckpointCodec, JsonCodec, verify_codec
 from without_durability.errors import (
     Contended,
     Fenced,
@@ -31,6 +31,7 @@ from without_durability.rules import (
     MAX_VALUE_BYTES,
     check_key,
     check_lease,
+    check_pass,
     encode_value,
 )
 
@@ -123,6 +124,7 @@ class RedisCheckpointer:
             raise InvalidInput(f"ttl must be a timedelta of at least a second, got {ttl!r}")
         self.ttl = ttl
         self.codec: CheckpointCodec[str] = codec if codec is not None else JsonCodec()
+        verify_codec(self.codec)
         self.max_value_bytes = max_value_bytes
         self._ttl_ms = int(ttl.total_seconds() * 1000)
         self._json = bool(getattr(self.codec, "renders_json", False))
@@ -197,6 +199,7 @@ class RedisCheckpointer:
 
     async def renew(self, pass_: Pass) -> None:
         """See ``Checkpointer.renew``."""
+        check_pass(pass_)
         workflow = pass_.workflow
         reply = await self._run(
             f"renew {workflow!r}",
@@ -209,6 +212,7 @@ class RedisCheckpointer:
 
     async def release(self, pass_: Pass) -> None:
         """See ``Checkpointer.release``."""
+        check_pass(pass_)
         await self._run(
             f"release {pass_.workflow!r}",
             "release",
@@ -229,6 +233,7 @@ class RedisCheckpointer:
 
     async def record(self, pass_: Pass, key: str, value: object) -> Recorded:
         """See ``Checkpointer.record``."""
+        check_pass(pass_)
         workflow = pass_.workflow
         check_id(workflow)
         check_key(workflow, key)
@@ -329,6 +334,7 @@ class RedisCheckpointer:
         """See ``Checkpointer.transact``: the effect's source is spliced into the TRANSACT script,
         so the recorded check, the fence, the effect and the record are one script. A key already
         recorded is returned with ``won=False`` and the effect is not run."""
+        check_pass(pass_)
         workflow = pass_.workflow
         check_id(workflow)
         check_key(workflow, key)
