@@ -36,6 +36,7 @@ from without_durability.rules import (
 )
 
 from ._keys import check_id, check_name, hash_tag
+from ._persistence import Persistence, read_persistence, warn
 from ._scripts import EFFECT_MARK, Client, Scripts, boundary, from_micros, span, text
 
 _LONGEST = timedelta(days=365 * 100)
@@ -102,7 +103,9 @@ class RedisCheckpointer:
     - Workflow ids may not contain ``{`` or ``}`` and are at most ``MAX_WORKFLOW_ID_BYTES`` long
       (``InvalidWorkflowId``). The codec must encode to text.
     - A write is as durable as the server's persistence makes it: with default settings (no AOF
-      fsync, asynchronous replication) a write that returned can still be lost in a crash.
+      fsync, asynchronous replication) a write that returned can still be lost in a crash. The
+      checkpointer reads those settings the first time it reaches the server and says so:
+      ``persistence.durable`` (and a logged warning when it is not True).
     """
 
     script_overrides: ClassVar[Mapping[str, str]] = {}
@@ -129,6 +132,8 @@ class RedisCheckpointer:
         self._ttl_ms = int(ttl.total_seconds() * 1000)
         self._json = bool(getattr(self.codec, "renders_json", False))
         self._scripts = Scripts(client, self.script_overrides)
+        self._persistence: Persistence | None = None
+        self._reading = False
 
     # -- key names -----------------------------------------------------------------------------
 
@@ -172,7 +177,38 @@ class RedisCheckpointer:
 
     async def _run(self, what: str, name: str, keys: Sequence[str], args: Sequence[object]) -> Any:
         with boundary(self.client, what):
+            await self._first_contact()
             return await self._scripts.run(name, keys, args)
+
+    @property
+    def persistence(self) -> Persistence | None:
+        """What the server said about its persistence the first time this checkpointer reached it
+        (None before that; ``await read_persistence()`` reads it at once). When an acknowledged
+        write may not survive a crash of the server (``durable`` is not True), a warning is logged
+        on ``without_durability_redis`` once. Assert ``cp.persistence.durable`` in a deployment
+        that relies on acknowledged writes surviving."""
+        return self._persistence
+
+    async def read_persistence(self) -> Persistence:
+        """Read the server's persistence settings now (one ``CONFIG GET`` per server), keep them as
+        ``persistence`` and warn as it describes."""
+        with boundary(self.client, "read the persistence settings"):
+            await self._scripts.ready()
+            found = await read_persistence(self.client)
+        if self._persistence is None:
+            warn(self.client, found)
+        self._persistence = found
+        return found
+
+    async def _first_contact(self) -> None:
+        if self._persistence is None and not self._reading:
+            self._reading = True  # concurrent first calls read once
+            try:
+                await self.read_persistence()
+            except StoreError:
+                pass  # the call itself reaches the server next and says what is wrong
+            finally:
+                self._reading = False
 
     # -- the claim -----------------------------------------------------------------------------
 
@@ -275,6 +311,7 @@ class RedisCheckpointer:
         check_id(workflow)
         with boundary(self.client, f"load {workflow!r}"):
             await self._scripts.ready()
+            await self._first_contact()
             raw = await self.client.hgetall(self.hash_key(workflow))
         rows = []
         for field_, stored in raw.items():
