@@ -760,7 +760,7 @@ def _ending(
             for statement in statements:
                 try:
                     await cursor.execute(statement)
-                except psycopg.Error:
+                except Exception:
                     if not swallow:
                         raise
             if then_raise:
@@ -783,6 +783,9 @@ ENDINGS = {
     "commit and chain": _ending("COMMIT AND CHAIN"),
     "two statements in one string": _ending("SELECT 1; COMMIT; BEGIN"),
     "end then raise": _ending("END", then_raise=True, swallow=True),
+    "rollback, write, commit": _ending(
+        "ROLLBACK", "INSERT INTO wd_ledger VALUES ('after', 1)", "COMMIT", swallow=True
+    ),
 }
 
 

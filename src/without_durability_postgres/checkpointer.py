@@ -7,13 +7,14 @@ transact is one transaction with the caller's own SQL in the middle. Every time 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Self
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import pq
+from psycopg.abc import Params, Query
 
 from without_durability._values import Entry, Pass, Recorded
 from without_durability.codec import CheckpointCodec, JsonCodec, verify_codec
@@ -393,7 +394,7 @@ class PostgresCheckpointer:
                 if row is None or int(row[0]) != pass_.token:
                     raise Fenced(workflow, pass_.token)
                 await self._open_guard(conn, params)
-                async with conn.cursor() as cursor:
+                async with _EffectCursor(conn, row_factory=conn.row_factory) as cursor:
                     try:
                         result = await effect(cursor)
                     except BaseException as exc:
@@ -430,6 +431,39 @@ class PostgresCheckpointer:
                 "workflow_transact_guard table, which this database lacks; run "
                 "without_durability_postgres.migrate(pool) once (it only adds what is missing)"
             ) from exc
+
+
+class _EffectCursor(psycopg.AsyncCursor[Any]):
+    """The cursor a transact effect gets: before and after each statement it checks, without a
+    round trip, that the transaction is still open, so an effect that rolled back is stopped
+    before it can write (and commit) anything more through this cursor, even if it swallows the
+    error."""
+
+    async def execute(  # Any: psycopg overloads query on Template; this passes either through
+        self,
+        query: Any,
+        params: Any = None,
+        *,
+        prepare: bool | None = None,
+        binary: bool | None = None,
+    ) -> Self:
+        self._still_open()
+        await super().execute(query, params, prepare=prepare, binary=binary)
+        self._still_open()
+        return self
+
+    async def executemany(self, query: Query, params_seq: Iterable[Params], *, returning: bool = False) -> None:
+        self._still_open()
+        await super().executemany(query, params_seq, returning=returning)
+        self._still_open()
+
+    def _still_open(self) -> None:
+        if _ended(self.connection):
+            raise _TransactionEnded
+
+
+class _TransactionEnded(Exception):
+    """Internal: the effect's statement ended its transaction; transact reports it."""
 
 
 def _ended(conn: psycopg.AsyncConnection[Any]) -> bool:
