@@ -370,9 +370,11 @@ class PostgresCheckpointer:
         ``PREPARE TRANSACTION``, a commit inside a multi-statement string or a procedure) until
         the record closes it, so what the effect wrote can only commit with its record. After the
         effect the guard must still be there; if the effect committed, rolled back or began anew,
-        the whole transaction is rolled back and ``StoreError`` names the workflow and key. What
-        no store can stop: an effect that rolls back (discarding its own writes and the guard)
-        and then commits new writes itself before returning; those are its own and unrecorded.
+        the whole transaction is rolled back and ``StoreError`` names the workflow and key. The
+        cursor it is handed refuses to run anything once the transaction has ended. What is not
+        stopped: an effect that rolls back (discarding its own writes and the guard) and then
+        commits new writes in one multi-statement string, or on ``cursor.connection`` or another
+        connection; those writes are its own and unrecorded.
         ``SET CONSTRAINTS ALL IMMEDIATE`` inside an effect fires the guard early, so it is
         refused too: name the constraints instead."""
         check_pass(pass_)
