@@ -101,6 +101,9 @@ def _calls() -> st.SearchStrategy[tuple[str, Call]]:
         on("record", lambda k, v: lambda s, p: s.checkpointer.record(p, k, v), KEYS, VALUES),
         on("record-forged", lambda w, t, k: lambda s, p: s.checkpointer.record(Pass(w, t), k, 1), IDS, TOKENS, KEYS),
         on("renew-forged", lambda w, t: lambda s, p: s.checkpointer.renew(Pass(w, t)), IDS, TOKENS),
+        on("release-forged", lambda w, t: lambda s, p: s.checkpointer.release(Pass(w, t)), IDS, TOKENS),
+        on("discard", lambda w: lambda s, p: s.checkpointer.discard(w), IDS),
+        on("durable-discard", lambda w: lambda s, p: s.durable.discard(w), IDS),
         on("supply", lambda w, k, v: lambda s, p: s.checkpointer.supply(w, k, v), IDS, KEYS, VALUES),
         on("append", lambda w, v: lambda s, p: s.checkpointer.append(w, v), IDS, VALUES),
         on("load", lambda w: lambda s, p: s.checkpointer.load(w), IDS),
@@ -136,7 +139,7 @@ def check_fuzzed_inputs(factory: StoreFactory, server: Any, *, examples: int | N
         real = store.clock.real
 
         @settings(
-            max_examples=examples or (60 if real else 200),
+            max_examples=examples or (100 if real else 300),
             deadline=None,
             database=None,
             suppress_health_check=list(HealthCheck),
