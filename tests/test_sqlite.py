@@ -30,6 +30,7 @@ from without_durability import (
     sqlite_connect,
 )
 from without_durability.sqlite import SCHEMA_VERSION
+from without_durability.testing.harness import StoreUnderTest
 from without_durability.testing.stores.sqlite import LEDGER_ADD, create_ledger, sqlite_effects
 
 pytestmark = pytest.mark.asyncio
@@ -409,6 +410,7 @@ def _ended_by(*statements: str, then_raise: bool = False, swallow: bool = False)
     return effect
 
 
+@pytest.mark.wd_store("sqlite")
 @pytest.mark.parametrize(
     ("label", "effect"),
     [
@@ -421,10 +423,11 @@ def _ended_by(*statements: str, then_raise: bool = False, swallow: bool = False)
     ],
 )
 async def test_an_effect_that_ends_the_transaction_lands_nothing(
-    durable: SqliteDurable, label: str, effect: Any
+    wd_store: StoreUnderTest[Any], label: str, effect: Any
 ) -> None:
-    await create_ledger(durable.conn)
-    held = await durable.checkpointer.claim("w", alive=LONG, budget=LONG)
+    cp = wd_store.checkpointer
+    await create_ledger(wd_store.durable.conn)  # type: ignore[attr-defined]
+    held = await cp.claim("w", alive=LONG, budget=LONG)
     if effect is None:
 
         def effect(cur: sqlite3.Cursor) -> object:
@@ -433,9 +436,9 @@ async def test_an_effect_that_ends_the_transaction_lands_nothing(
             return 1
 
     with pytest.raises(StoreError, match=r"'w'.*'k'.*end"):
-        await durable.checkpointer.transact(held, "k", effect)
-    total = await sqlite_effects(durable.conn).ledger_read("w")
+        await cp.transact(held, "k", effect)
+    total = await wd_store.effects.ledger_read("w")
     assert total == 0, f"{label}: the effect's write landed without its record (ledger {total})"
-    assert await durable.checkpointer.load("w") == {}, f"{label}: recorded though the effect ended it"
-    ok = await durable.checkpointer.transact(held, "k", sqlite_effects(durable.conn).ledger_add("w", 2))
+    assert await cp.load("w") == {}, f"{label}: recorded though the effect ended it"
+    ok = await cp.transact(held, "k", wd_store.effects.ledger_add("w", 2))
     assert ok == Recorded(2, True), f"{label}: the store was left unusable: {ok!r}"

@@ -742,6 +742,11 @@ class SqliteCheckpointer:
             for key, value, at in await self._rows(workflow)
         ]
 
+    def _perform(self, cur: sqlite3.Cursor, effect: SqliteEffect, workflow: str, key: str) -> object:
+        """Run a transact effect so that it cannot end its transaction (see ``_guarded``); a
+        method so a mutant can run it unguarded."""
+        return _guarded(cur, effect, workflow, key)
+
     async def transact(self, pass_: Pass, key: str, effect: SqliteEffect) -> Recorded:
         """See ``Checkpointer.transact``. ``effect`` runs inside the write transaction, on the
         connection's thread; what it writes commits with the record or rolls back with it. The
@@ -759,7 +764,7 @@ class SqliteCheckpointer:
             if stored is not None:
                 return Recorded(self.codec.decode(stored[0]), False)
             _fenced_unless(cur.execute(FENCE_HOLDS, names).fetchone(), pass_)
-            result = _guarded(cur, effect, pass_.workflow, key)
+            result = self._perform(cur, effect, pass_.workflow, key)
             encoded = self._encode(pass_.workflow, key, result)
             # after the effect: the renewal counts from, and the record is stamped, when it lands
             _fenced_unless(cur.execute(FENCE_AND_RENEW, {**names, "now": self._lease_now()}).fetchone(), pass_)
