@@ -388,6 +388,7 @@ class RedisCheckpointer:
             *effect.args,
         ]
         with boundary(self.client, f"transact {workflow!r}/{key!r}"):
+            await self._first_contact()
             try:
                 reply = await self._scripts.run_source(script, keys, args)
             except Exception as exc:
