@@ -229,6 +229,7 @@ async def test_eight_processes_migrating_at_once_all_succeed(wd_store: Store) ->
             "workflow_claim",
             "workflow_queue",
             "workflow_seq",
+            "workflow_transact_guard",
         ]
     finally:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
@@ -734,3 +735,71 @@ async def test_an_exhausted_pool_is_not_called_an_unreachable_server(wd_store: S
         await pool.close()
     assert not isinstance(caught.value, StoreUnavailable), str(caught.value)
     assert isinstance(caught.value.__cause__, psycopg_pool.PoolTimeout)
+
+
+# -- an effect that ends its transaction ----------------------------------------------------------
+
+SUPERSEDE_NOW = """
+UPDATE workflow_claim SET token = token + 1, alive_until = LEAST(alive_until, now())
+ WHERE workflow = %(workflow)s
+"""
+
+
+def _ending(
+    *statements: str, then_raise: bool = False, swallow: bool = False, supersede: bool = False
+) -> Any:
+    """An effect that adds 1 to the ledger (and, asked to, supersedes its pass from another
+    connection), then runs ``statements``, any of which may end its transaction."""
+
+    def make(pool: Any, w: str) -> Any:
+        async def effect(cursor: Any) -> object:
+            await cursor.execute(LEDGER_ADD, {"name": w, "amount": 1})
+            if supersede:
+                async with pool.connection() as other:
+                    await other.execute(SUPERSEDE_NOW, {"workflow": w})
+            for statement in statements:
+                try:
+                    await cursor.execute(statement)
+                except Exception:
+                    if not swallow:
+                        raise
+            if then_raise:
+                raise RuntimeError("the effect failed after ending its transaction")
+            return 1
+
+        return effect
+
+    return make
+
+
+ENDINGS = {
+    "commit then raise": _ending("COMMIT", then_raise=True),
+    "commit swallowed, more, return": _ending(
+        "COMMIT", "INSERT INTO wd_ledger VALUES ('after', 1)", swallow=True
+    ),
+    "rollback then return": _ending("ROLLBACK"),
+    "rollback, more, return": _ending("ROLLBACK", "INSERT INTO wd_ledger VALUES ('after', 1)"),
+    "commit while superseded": _ending("COMMIT", supersede=True),
+    "commit and chain": _ending("COMMIT AND CHAIN"),
+    "two statements in one string": _ending("SELECT 1; COMMIT; BEGIN"),
+    "end then raise": _ending("END", then_raise=True, swallow=True),
+    "rollback, write, commit": _ending(
+        "ROLLBACK", "INSERT INTO wd_ledger VALUES ('after', 1)", "COMMIT", swallow=True
+    ),
+}
+
+
+@pytest.mark.parametrize("label", list(ENDINGS))
+async def test_an_effect_that_ends_its_transaction_lands_nothing(wd_store: Store, label: str) -> None:
+    cp, pool, w = wd_store.checkpointer, pool_of(wd_store), wf("ends")
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    with pytest.raises(StoreError, match=rf"{w!r}, key 'k'.*end"):
+        await cp.transact(held, "k", ENDINGS[label](pool, w))
+    kept = await scalar(pool, "SELECT count(*) FROM wd_ledger")
+    assert kept == 0, f"{label}: {kept} ledger row(s) landed without their record"
+    assert await cp.load(w) == {}, f"{label}: recorded though its effect ended the transaction"
+    open_guards = await scalar(pool, "SELECT count(*) FROM workflow_transact_guard")
+    assert open_guards == 0, f"{label}: {open_guards} guard row(s) left behind"
+    if label != "commit while superseded":
+        ok = await cp.transact(held, "k", wd_store.effects.ledger_add(w, 2))
+        assert ok == Recorded(2, True), f"{label}: the next transact got {ok!r}"

@@ -30,7 +30,8 @@ from without_durability import (
     sqlite_connect,
 )
 from without_durability.sqlite import SCHEMA_VERSION
-from without_durability.testing.stores.sqlite import create_ledger, sqlite_effects
+from without_durability.testing.harness import StoreUnderTest
+from without_durability.testing.stores.sqlite import LEDGER_ADD, create_ledger, sqlite_effects
 
 pytestmark = pytest.mark.asyncio
 
@@ -388,3 +389,56 @@ async def test_effect_errors_pass_through_and_a_committing_effect_is_refused(
     with pytest.raises(StoreError, match="must not COMMIT"):
         await durable.checkpointer.transact(held, "k", committing)
     assert await durable.checkpointer.load("w") == {}, "a transact whose effect committed recorded"
+
+
+def _ended_by(*statements: str, then_raise: bool = False, swallow: bool = False) -> Any:
+    """An effect that adds 1 to the ledger and then runs ``statements`` (each may end the
+    transaction), swallowing their errors when asked, and raising at the end when asked."""
+
+    def effect(cur: sqlite3.Cursor) -> object:
+        cur.execute(LEDGER_ADD, ("w", 1))
+        for statement in statements:
+            try:
+                cur.execute(statement)
+            except sqlite3.Error:
+                if not swallow:
+                    raise
+        if then_raise:
+            raise RuntimeError("the effect failed after ending the transaction")
+        return 1
+
+    return effect
+
+
+@pytest.mark.wd_store("sqlite")
+@pytest.mark.parametrize(
+    ("label", "effect"),
+    [
+        ("commit, begin, raise", _ended_by("COMMIT", "BEGIN IMMEDIATE", then_raise=True)),
+        ("commit, begin, return", _ended_by("COMMIT", "BEGIN IMMEDIATE")),
+        ("rollback, begin, return", _ended_by("ROLLBACK", "BEGIN IMMEDIATE")),
+        ("rollback, return", _ended_by("ROLLBACK")),
+        ("end swallowed, return", _ended_by("END", swallow=True)),
+        ("executescript commit", None),
+    ],
+)
+async def test_an_effect_that_ends_the_transaction_lands_nothing(
+    wd_store: StoreUnderTest[Any], label: str, effect: Any
+) -> None:
+    cp = wd_store.checkpointer
+    await create_ledger(wd_store.durable.conn)  # type: ignore[attr-defined]
+    held = await cp.claim("w", alive=LONG, budget=LONG)
+    if effect is None:
+
+        def effect(cur: sqlite3.Cursor) -> object:
+            cur.execute(LEDGER_ADD, ("w", 1))
+            cur.executescript("SELECT 1;")  # sqlite3 commits a pending transaction first
+            return 1
+
+    with pytest.raises(StoreError, match=r"'w'.*'k'.*end"):
+        await cp.transact(held, "k", effect)
+    total = await wd_store.effects.ledger_read("w")
+    assert total == 0, f"{label}: the effect's write landed without its record (ledger {total})"
+    assert await cp.load("w") == {}, f"{label}: recorded though the effect ended it"
+    ok = await cp.transact(held, "k", wd_store.effects.ledger_add("w", 2))
+    assert ok == Recorded(2, True), f"{label}: the store was left unusable: {ok!r}"

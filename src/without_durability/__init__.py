@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ._values import Delivery, Entry, Pass, Recorded
 from .clock import Clock, ManualClock, system_clock
-from .codec import CheckpointCodec, JsonCodec
+from .codec import CheckpointCodec, JsonCodec, verify_codec
 from .durable import SplitDurable
 from .errors import (
     Contended,
@@ -85,4 +85,5 @@ __all__ = [
     "WithoutDurabilityError",
     "sqlite_connect",
     "system_clock",
+    "verify_codec",
 ]

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Protocol, TypeVar
+from collections.abc import Iterable
+from typing import Any, Protocol, TypeVar
+
+from .errors import InvalidInput
 
 Encoded = TypeVar("Encoded")
 
@@ -39,3 +42,75 @@ class JsonCodec:
     def decode(self, encoded: str) -> object:
         """Decode JSON text."""
         return json.loads(encoded)
+
+
+SAMPLE_VALUES: tuple[object, ...] = (
+    None,
+    True,
+    False,
+    0,
+    -7,
+    2**53 + 1,
+    1.5,
+    -0.1,
+    1e-7,
+    "",
+    "text",
+    "ünïcødé ✓ 𝄞",
+    [],
+    [1, "two", None, [3.5]],
+    {},
+    {"b": 1, "a": [True, {"c": "d"}]},
+)
+"""What ``verify_codec`` tries by default: the JSON shapes a workflow records. A codec that refuses
+one of them (``TypeError``/``ValueError``) is not judged on it."""
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal, and of the same types all the way down (``1 == 1.0 == True`` is not a round trip)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        assert isinstance(b, dict)
+        return a.keys() == b.keys() and all(_same(v, b[k]) for k, v in a.items())
+    if isinstance(a, list | tuple):
+        assert isinstance(b, list | tuple)
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def verify_codec(codec: CheckpointCodec[Any], samples: Iterable[object] = SAMPLE_VALUES) -> None:
+    """Check the two rules of ``CheckpointCodec`` on ``samples``, or raise ``InvalidInput`` naming
+    the first value that breaks one: ``decode(encode(x))`` must give ``x`` back (equal, and of the
+    same types), and ``encode`` must give the same encoding twice. Samples the codec refuses to
+    encode (``TypeError``/``ValueError``) are skipped: a codec may carry only its own types.
+
+    Every store runs it over ``SAMPLE_VALUES`` when it is built, so a codec that changes values is
+    refused before anything is stored. Call it yourself at startup with values shaped like the ones
+    your workflows record, to hold your codec to them too."""
+    name = type(codec).__name__
+    for value in samples:
+        try:
+            encoded = codec.encode(value)
+        except (TypeError, ValueError):
+            continue
+        again = codec.encode(value)
+        if again != encoded:
+            raise InvalidInput(
+                f"codec {name} is not deterministic: {value!r} encoded as {encoded!r}, then as "
+                f"{again!r}; record decides races by comparing encodings, so encode must be a "
+                "pure function of the value"
+            )
+        try:
+            back = codec.decode(encoded)
+        except Exception as exc:
+            raise InvalidInput(
+                f"codec {name} cannot decode its own encoding of {value!r} ({encoded!r}): "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if not _same(back, value):
+            raise InvalidInput(
+                f"codec {name} does not round-trip {value!r}: it comes back as {back!r}; a "
+                "resumed pass would see a different value than the pass that recorded it. Fix the "
+                "codec so decode(encode(x)) == x (same types) for the values workflows record"
+            )

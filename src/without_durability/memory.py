@@ -18,13 +18,14 @@ from typing import Any
 
 from ._values import Delivery, Entry, Pass, Recorded
 from .clock import Clock, LeaseClock, lease_clock_for, system_clock
-from .codec import CheckpointCodec, JsonCodec
+from .codec import CheckpointCodec, JsonCodec, verify_codec
 from .errors import Contended, Fenced, InvalidInput
 from .protocols import Checkpointer, Scheduler
 from .rules import (
     MAX_VALUE_BYTES,
     check_key,
     check_lease,
+    check_pass,
     check_time,
     check_visibility,
     check_workflow,
@@ -68,6 +69,7 @@ class MemoryCheckpointer:
         lease_clock: LeaseClock | None = None,
     ) -> None:
         self.codec: CheckpointCodec[Any] = codec if codec is not None else JsonCodec()
+        verify_codec(self.codec)
         self.clock = clock
         self.max_value_bytes = max_value_bytes
         self.state: dict[str, Any] = {}
@@ -111,10 +113,12 @@ class MemoryCheckpointer:
 
     async def renew(self, pass_: Pass) -> None:
         """See ``Checkpointer.renew``."""
+        check_pass(pass_)
         self._renew(self._fence(pass_))
 
     async def release(self, pass_: Pass) -> None:
         """See ``Checkpointer.release``."""
+        check_pass(pass_)
         held = self._claims.get(pass_.workflow)
         if held is not None and held.token == pass_.token:
             now = self._lease_now()
@@ -147,6 +151,7 @@ class MemoryCheckpointer:
 
     async def record(self, pass_: Pass, key: str, value: object) -> Recorded:
         """See ``Checkpointer.record``."""
+        check_pass(pass_)
         check_key(pass_.workflow, key)
         encoded = encode_value(self.codec, pass_.workflow, key, value, self.max_value_bytes)
         held = self._fence(pass_)
@@ -184,6 +189,7 @@ class MemoryCheckpointer:
     async def transact(self, pass_: Pass, key: str, effect: MemoryEffect) -> Recorded:
         """See ``Checkpointer.transact``. The effect runs on a deep copy of ``state``; the copy
         replaces ``state`` only when the record commits."""
+        check_pass(pass_)
         check_key(pass_.workflow, key)
         stored = self._records.get(pass_.workflow, {}).get(key)
         if stored is not None:

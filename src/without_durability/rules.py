@@ -6,6 +6,7 @@ workflow, the key and the rule, and nothing already stored is lost.
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -23,6 +24,29 @@ MAX_VALUE_BYTES = 16 * 1024 * 1024
 """The default limit on one encoded value; every store takes ``max_value_bytes`` to change it."""
 
 
+MAX_DURATION = timedelta(days=365 * 100)
+"""The longest lease window, budget or take visibility any store accepts: a century. Every store
+can count it exactly in microseconds and add it to now without leaving its time range (Redis does
+its arithmetic in doubles, SQLite in 64-bit integers), so a longer one is refused, not wrapped."""
+
+MAX_TOKEN = 2**63 - 1
+"""The largest fencing token a store can hold (a 64-bit integer). Stores mint tokens; a ``Pass``
+carrying anything else was not handed out by one and is refused."""
+
+
+def _check_utf8(what: str, text: str) -> str | None:
+    """Why ``text`` cannot be stored as UTF-8 (a lone surrogate), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (
+            f"{what} {text!r} is not valid Unicode text: {exc.reason} at index {exc.start} "
+            f"({text[exc.start]!r}), which no store can hold as UTF-8; if it came from bytes, "
+            "decode them with errors='replace', or choose another"
+        )
+    return None
+
+
 def inbox_key(number: int) -> str:
     """The inbox key for ``number``: ``inbox/`` and the number zero-padded to ``INBOX_DIGITS``."""
     if number < 0 or number >= 10**INBOX_DIGITS:
@@ -34,6 +58,8 @@ def check_workflow(workflow: object) -> str:
     """Refuse a workflow id that is not a non-empty string."""
     if not isinstance(workflow, str) or not workflow:
         raise InvalidWorkflowId(f"workflow id must be a non-empty string, got {workflow!r}")
+    if (why := _check_utf8("workflow id", workflow)) is not None:
+        raise InvalidWorkflowId(why)
     return workflow
 
 
@@ -41,6 +67,8 @@ def check_key(workflow: str, key: object, *, inbox_allowed: bool = False) -> str
     """Refuse a key that is not a non-empty string, or that is under ``inbox/`` (append names those)."""
     if not isinstance(key, str) or not key:
         raise InvalidKey(f"workflow {workflow!r}: key must be a non-empty string, got {key!r}")
+    if (why := _check_utf8("key", key)) is not None:
+        raise InvalidKey(f"workflow {workflow!r}: {why}")
     if not inbox_allowed and key.startswith(INBOX_PREFIX):
         raise InvalidKey(
             f"workflow {workflow!r}: key {key!r} starts with {INBOX_PREFIX!r}, which is reserved for "
@@ -56,12 +84,39 @@ def check_lease(workflow: str, alive: timedelta, budget: timedelta) -> None:
             raise InvalidInput(
                 f"workflow {workflow!r}: claim {name} must be a positive timedelta, got {value!r}"
             )
+        if value > MAX_DURATION:
+            raise InvalidInput(
+                f"workflow {workflow!r}: claim {name} {value} is longer than {MAX_DURATION.days} "
+                "days (a century), the longest any store can count; choose a shorter one"
+            )
 
 
 def check_visibility(visibility: timedelta) -> None:
     """Refuse a take whose visibility is not a positive ``timedelta``."""
     if not isinstance(visibility, timedelta) or visibility <= timedelta(0):
         raise InvalidInput(f"take visibility must be a positive timedelta, got {visibility!r}")
+    if visibility > MAX_DURATION:
+        raise InvalidInput(
+            f"take visibility {visibility} is longer than {MAX_DURATION.days} days (a century), "
+            "the longest any store can count; to take a workflow off the queue, answer its "
+            "delivery with wake_at(delivery, None)"
+        )
+
+
+def check_pass(pass_: object) -> None:
+    """Refuse a pass no store could have minted: not a ``Pass``, an invalid workflow id, or a
+    token that is not an integer from 1 to ``MAX_TOKEN``."""
+    from ._values import Pass
+
+    if not isinstance(pass_, Pass):
+        raise InvalidInput(f"expected a Pass from claim(), got {pass_!r}")
+    check_workflow(pass_.workflow)
+    token = pass_.token
+    if isinstance(token, bool) or not isinstance(token, int) or not 0 < token <= MAX_TOKEN:
+        raise InvalidInput(
+            f"workflow {pass_.workflow!r}: pass token {token!r} was not minted by a store (tokens "
+            f"are integers from 1 to {MAX_TOKEN}); use the Pass that claim() returned"
+        )
 
 
 def check_time(what: str, at: datetime | None) -> None:
@@ -82,6 +137,13 @@ def encode_value(codec: CheckpointCodec[E], workflow: str, key: str, value: obje
         raise InvalidValue(
             f"workflow {workflow!r}, key {key!r}: the codec cannot encode {type(value).__name__} "
             f"value ({exc}); record values the codec carries (JsonCodec: JSON types only)"
+        ) from exc
+    except RecursionError as exc:
+        raise InvalidValue(
+            f"workflow {workflow!r}, key {key!r}: the {type(value).__name__} value is nested "
+            "deeper than the codec can encode (Python's recursion limit is "
+            f"{sys.getrecursionlimit()}); flatten it, or store it elsewhere and record a "
+            "reference to it"
         ) from exc
     if isinstance(encoded, str):
         try:

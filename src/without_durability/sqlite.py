@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 
 from ._values import Delivery, Entry, Pass, Recorded
 from .clock import Clock, LeaseClock, epoch_micros, lease_clock_for, system_clock
-from .codec import CheckpointCodec, JsonCodec
+from .codec import CheckpointCodec, JsonCodec, verify_codec
 from .errors import (
     Contended,
     Fenced,
@@ -63,6 +63,7 @@ from .rules import (
     MAX_VALUE_BYTES,
     check_key,
     check_lease,
+    check_pass,
     check_time,
     check_visibility,
     check_workflow,
@@ -74,7 +75,8 @@ T = TypeVar("T")
 SqliteEffect = Callable[[sqlite3.Cursor], object]
 """A SQLite transact effect: a plain function handed a cursor inside the open write transaction.
 Whatever it writes commits with the record, or rolls back with it. It must not commit, roll back or
-begin a transaction itself."""
+begin a transaction itself: SQLite refuses those statements while it runs, and ``transact`` then
+raises ``StoreError`` with nothing kept (savepoints of its own are fine)."""
 
 SCHEMA_VERSION = 2
 """The schema this version reads and writes, kept in ``PRAGMA user_version``. Version 2 measures
@@ -429,6 +431,9 @@ class SqliteConnection:
             cursor.execute("COMMIT")
             return result
         except BaseException as exc:
+            # a statement the job left unfinished would keep the next transaction from committing
+            with contextlib.suppress(sqlite3.Error):
+                cursor.close()
             if db.in_transaction:
                 # If ROLLBACK itself fails, closing or the next BEGIN discards the transaction.
                 with contextlib.suppress(sqlite3.Error):
@@ -507,6 +512,57 @@ async def sqlite_connect(
     return conn
 
 
+_EFFECT_SAVEPOINT = "wd_transact_effect"
+
+
+def _guarded(cur: sqlite3.Cursor, effect: SqliteEffect, workflow: str, key: str) -> object:
+    """Run a transact ``effect`` so that it cannot end the write transaction it shares with the
+    record: while it runs, SQLite itself refuses to prepare BEGIN, COMMIT, END or ROLLBACK (and
+    any release or rollback of the savepoint set around it), through any cursor of the connection,
+    ``executescript``'s implicit COMMIT and ``Connection.commit()`` included. An effect that tried
+    gets a ``StoreError`` naming the workflow and key, whatever it did with the refusal, and the
+    whole transaction rolls back. The savepoint, released after the effect, is the second check:
+    if the transaction ended anyway (the authorizer replaced), the release fails."""
+    db = cur.connection
+    refused: list[str] = []
+
+    def authorize(action: int, arg1: str | None, arg2: str | None, *_: str | None) -> int:
+        if action == sqlite3.SQLITE_TRANSACTION or (
+            action == sqlite3.SQLITE_SAVEPOINT and arg1 != "BEGIN" and arg2 == _EFFECT_SAVEPOINT
+        ):
+            refused.append(f"{arg1 or ''} {arg2 or ''}".strip())
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
+
+    def ended(what: str) -> StoreError:
+        return StoreError(
+            f"workflow {workflow!r}, key {key!r}: the transact effect tried to end the "
+            f"transaction it shares with the record ({what}); an effect must not COMMIT, ROLLBACK, "
+            "BEGIN or END. Nothing it wrote was kept and nothing was recorded"
+        )
+
+    cur.execute(f"SAVEPOINT {_EFFECT_SAVEPOINT}")
+    # Setting an authorizer expires every prepared statement, so a cached COMMIT is re-checked too.
+    db.set_authorizer(authorize)
+    try:
+        result = effect(cur)
+    except BaseException as exc:
+        if refused:
+            raise ended(refused[0]) from exc
+        raise _EffectRaised(exc) from exc
+    finally:
+        db.set_authorizer(None)
+    if refused:
+        raise ended(refused[0])
+    try:
+        cur.execute(f"RELEASE {_EFFECT_SAVEPOINT}")
+    except sqlite3.OperationalError as exc:  # no such savepoint: the transaction was ended
+        raise ended("its savepoint is gone") from exc
+    if not db.in_transaction:
+        raise ended("no transaction is open after it")
+    return result
+
+
 def _fenced_unless(row: Any, pass_: Pass) -> None:
     if row is None:
         raise Fenced(pass_.workflow, pass_.token)
@@ -538,6 +594,7 @@ class SqliteCheckpointer:
             raise InvalidInput(f"SqliteCheckpointer takes a SqliteConnection, got {conn!r}")
         self.conn = conn
         self.codec: CheckpointCodec[Any] = codec if codec is not None else JsonCodec()
+        verify_codec(self.codec)
         self.clock = clock
         self.max_value_bytes = max_value_bytes
         self.lease_clock: LeaseClock = lease_clock if lease_clock is not None else lease_clock_for(clock)
@@ -589,6 +646,7 @@ class SqliteCheckpointer:
 
     async def renew(self, pass_: Pass) -> None:
         """See ``Checkpointer.renew``."""
+        check_pass(pass_)
 
         def job(cur: sqlite3.Cursor) -> None:
             params = {"workflow": pass_.workflow, "token": pass_.token, "now": self._lease_now()}
@@ -598,6 +656,7 @@ class SqliteCheckpointer:
 
     async def release(self, pass_: Pass) -> None:
         """See ``Checkpointer.release``: a superseded pass releases nothing, silently."""
+        check_pass(pass_)
 
         def job(cur: sqlite3.Cursor) -> None:
             params = {"workflow": pass_.workflow, "token": pass_.token, "now": self._lease_now()}
@@ -625,6 +684,7 @@ class SqliteCheckpointer:
 
     async def record(self, pass_: Pass, key: str, value: object) -> Recorded:
         """See ``Checkpointer.record``."""
+        check_pass(pass_)
         check_key(pass_.workflow, key)
         encoded = self._encode(pass_.workflow, key, value)
 
@@ -682,6 +742,11 @@ class SqliteCheckpointer:
             for key, value, at in await self._rows(workflow)
         ]
 
+    def _perform(self, cur: sqlite3.Cursor, effect: SqliteEffect, workflow: str, key: str) -> object:
+        """Run a transact effect so that it cannot end its transaction (see ``_guarded``); a
+        method so a mutant can run it unguarded."""
+        return _guarded(cur, effect, workflow, key)
+
     async def transact(self, pass_: Pass, key: str, effect: SqliteEffect) -> Recorded:
         """See ``Checkpointer.transact``. ``effect`` runs inside the write transaction, on the
         connection's thread; what it writes commits with the record or rolls back with it. The
@@ -690,6 +755,7 @@ class SqliteCheckpointer:
 
         The file's write lock is held while the effect runs, so every other writer (in any process)
         waits for it, up to its busy timeout: keep effects to a few statements."""
+        check_pass(pass_)
         check_key(pass_.workflow, key)
         names = {"workflow": pass_.workflow, "key": key, "token": pass_.token}
 
@@ -698,16 +764,7 @@ class SqliteCheckpointer:
             if stored is not None:
                 return Recorded(self.codec.decode(stored[0]), False)
             _fenced_unless(cur.execute(FENCE_HOLDS, names).fetchone(), pass_)
-            try:
-                result = effect(cur)
-            except BaseException as exc:
-                raise _EffectRaised(exc) from exc
-            if not cur.connection.in_transaction:  # before any statement of ours runs unguarded
-                raise StoreError(
-                    f"workflow {pass_.workflow!r}, key {key!r}: the transact effect ended the "
-                    "transaction (an effect must not COMMIT, ROLLBACK or BEGIN); what it wrote "
-                    "before that was committed on its own and nothing was recorded"
-                )
+            result = self._perform(cur, effect, pass_.workflow, key)
             encoded = self._encode(pass_.workflow, key, result)
             # after the effect: the renewal counts from, and the record is stamped, when it lands
             _fenced_unless(cur.execute(FENCE_AND_RENEW, {**names, "now": self._lease_now()}).fetchone(), pass_)

@@ -6,15 +6,19 @@ transact is one transaction with the caller's own SQL in the middle. Every time 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Self
 
 import psycopg
+from psycopg import errors as pg_errors
+from psycopg import pq
+from psycopg.abc import Params, Query
 
 from without_durability._values import Entry, Pass, Recorded
-from without_durability.codec import CheckpointCodec, JsonCodec
-from without_durability.errors import Contended, Fenced
+from without_durability.codec import CheckpointCodec, JsonCodec, verify_codec
+from without_durability.errors import Contended, Fenced, SchemaMismatch, StoreError
 from without_durability.protocols import Checkpointer
 from without_durability.rules import (
     INBOX_DIGITS,
@@ -22,6 +26,7 @@ from without_durability.rules import (
     MAX_VALUE_BYTES,
     check_key,
     check_lease,
+    check_pass,
     check_workflow,
     encode_value,
 )
@@ -189,6 +194,15 @@ RETURNING value::text
 """
 
 
+# Opened before the effect and closed with the record: while the row lives, any COMMIT fails at
+# its deferred trigger (see schema.py), so an effect cannot commit its writes without the record.
+GUARD_OPEN = "INSERT INTO workflow_transact_guard (nonce) VALUES (%(nonce)s)"
+
+# Finding the row again is the proof the effect's transaction is still this one: a ROLLBACK (or a
+# failed COMMIT) took it away, and a transaction begun after that does not see it.
+GUARD_CLOSE = "DELETE FROM workflow_transact_guard WHERE nonce = %(nonce)s RETURNING nonce"
+
+
 class _LostRace(Exception):
     """Internal: a concurrent transact recorded the key first; roll this one back."""
 
@@ -227,6 +241,8 @@ class PostgresCheckpointer:
     PEEK_FENCE = PEEK_FENCE
     LOCK_FENCE = LOCK_FENCE
     TRANSACT_PUT = TRANSACT_PUT
+    GUARD_OPEN = GUARD_OPEN
+    GUARD_CLOSE = GUARD_CLOSE
 
     def __init__(
         self,
@@ -238,6 +254,7 @@ class PostgresCheckpointer:
         self.pool = pool
         self.codec: CheckpointCodec[Any] = codec if codec is not None else JsonCodec()
         check_codec(self.codec)
+        verify_codec(self.codec)
         self.max_value_bytes = max_value_bytes
 
     # -- input ------------------------------------------------------------------------------
@@ -276,6 +293,7 @@ class PostgresCheckpointer:
 
     async def renew(self, pass_: Pass) -> None:
         """See ``Checkpointer.renew``."""
+        check_pass(pass_)
         self._workflow(pass_.workflow)
         params = {"workflow": pass_.workflow, "token": pass_.token}
         async with connect(self.pool, f"renewing {pass_.workflow!r}", pass_.workflow) as conn:
@@ -285,6 +303,7 @@ class PostgresCheckpointer:
 
     async def release(self, pass_: Pass) -> None:
         """See ``Checkpointer.release``: a superseded pass releases nothing, silently."""
+        check_pass(pass_)
         self._workflow(pass_.workflow)
         params = {"workflow": pass_.workflow, "token": pass_.token}
         async with connect(self.pool, f"releasing {pass_.workflow!r}", pass_.workflow) as conn:
@@ -306,6 +325,7 @@ class PostgresCheckpointer:
 
     async def record(self, pass_: Pass, key: str, value: object) -> Recorded:
         """See ``Checkpointer.record``: one statement, the fence and the write together."""
+        check_pass(pass_)
         workflow = self._workflow(pass_.workflow)
         self._key(workflow, key)
         encoded = self._encode(workflow, key, value)
@@ -371,11 +391,30 @@ class PostgresCheckpointer:
         """See ``Checkpointer.transact``: one transaction. A plain fence read, ``effect`` with
         this transaction's cursor, a locked fence re-read that renews, then the insert. If a racing
         transact of the same key committed first, this one rolls its effect back and returns the
-        stored value with ``won=False``."""
+        stored value with ``won=False``.
+
+        The effect must not end the transaction. While it runs a guard row is open (see
+        ``schema.py``), and the server refuses any COMMIT (``END``, ``COMMIT AND CHAIN``,
+        ``PREPARE TRANSACTION``, a commit inside a multi-statement string or a procedure) until
+        the record closes it, so what the effect wrote can only commit with its record. After the
+        effect the guard must still be there; if the effect committed, rolled back or began anew,
+        the whole transaction is rolled back and ``StoreError`` names the workflow and key. The
+        cursor it is handed refuses to run anything once the transaction has ended. What is not
+        stopped: an effect that rolls back (discarding its own writes and the guard) and then
+        commits new writes in one multi-statement string, or on ``cursor.connection`` or another
+        connection; those writes are its own and unrecorded.
+        ``SET CONSTRAINTS ALL IMMEDIATE`` inside an effect fires the guard early, so it is
+        refused too: name the constraints instead."""
+        check_pass(pass_)
         workflow = self._workflow(pass_.workflow)
         self._key(workflow, key)
         where = f"transacting {workflow!r}/{key!r}"
-        params: dict[str, Any] = {"workflow": workflow, "key": key, "token": pass_.token}
+        params: dict[str, Any] = {
+            "workflow": workflow,
+            "key": key,
+            "token": pass_.token,
+            "nonce": uuid.uuid4().hex,
+        }
         try:
             async with connect(self.pool, where, workflow, key) as conn:
                 row = await (await conn.execute(self.LOOKUP, params)).fetchone()
@@ -384,11 +423,18 @@ class PostgresCheckpointer:
                 row = await (await conn.execute(self.PEEK_FENCE, params)).fetchone()
                 if row is None or int(row[0]) != pass_.token:
                     raise Fenced(workflow, pass_.token)
-                async with conn.cursor() as cursor:
+                await self._open_guard(conn, params)
+                async with _EffectCursor(conn, row_factory=conn.row_factory) as cursor:
                     try:
                         result = await effect(cursor)
-                    except psycopg.Error as exc:
-                        raise _EffectRaised(exc) from exc
+                    except BaseException as exc:
+                        if _ended(conn) or _guard_fired(exc):
+                            raise _effect_ended(workflow, key) from exc
+                        if isinstance(exc, psycopg.Error):
+                            raise _EffectRaised(exc) from exc
+                        raise
+                if _ended(conn) or await (await conn.execute(self.GUARD_CLOSE, params)).fetchone() is None:
+                    raise _effect_ended(workflow, key)
                 params["value"] = self._encode(workflow, key, result)
                 if await (await conn.execute(self.LOCK_FENCE, params)).fetchone() is None:
                     raise Fenced(workflow, pass_.token, "superseded while its effect ran")
@@ -405,6 +451,72 @@ class PostgresCheckpointer:
         if row is None:  # the winner's record is gone: only a discard does that, which fences
             raise Fenced(workflow, pass_.token, "the workflow was discarded")
         return Recorded(self.codec.decode(row[0]), False)
+
+    async def _open_guard(self, conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> None:
+        try:
+            await conn.execute(self.GUARD_OPEN, params)
+        except pg_errors.UndefinedTable as exc:
+            raise SchemaMismatch(
+                f"workflow {params['workflow']!r}, key {params['key']!r}: transact needs the "
+                "workflow_transact_guard table, which this database lacks; run "
+                "without_durability_postgres.migrate(pool) once (it only adds what is missing)"
+            ) from exc
+
+
+class _EffectCursor(psycopg.AsyncCursor[Any]):
+    """The cursor a transact effect gets: before and after each statement it checks, without a
+    round trip, that the transaction is still open, so an effect that rolled back is stopped
+    before it can write (and commit) anything more through this cursor, even if it swallows the
+    error."""
+
+    async def execute(  # Any: psycopg overloads query on Template; this passes either through
+        self,
+        query: Any,
+        params: Any = None,
+        *,
+        prepare: bool | None = None,
+        binary: bool | None = None,
+    ) -> Self:
+        self._still_open()
+        await super().execute(query, params, prepare=prepare, binary=binary)
+        self._still_open()
+        return self
+
+    async def executemany(self, query: Query, params_seq: Iterable[Params], *, returning: bool = False) -> None:
+        self._still_open()
+        await super().executemany(query, params_seq, returning=returning)
+        self._still_open()
+
+    def _still_open(self) -> None:
+        if _ended(self.connection):
+            raise _TransactionEnded
+
+
+class _TransactionEnded(Exception):
+    """Internal: the effect's statement ended its transaction; transact reports it."""
+
+
+def _ended(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Whether the connection is out of the transaction transact opened (no round trip)."""
+    return conn.info.transaction_status == pq.TransactionStatus.IDLE
+
+
+def _guard_fired(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it was raised from) is the guard refusing a commit."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, pg_errors.InvalidTransactionTermination):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _effect_ended(workflow: str, key: str) -> StoreError:
+    return StoreError(
+        f"workflow {workflow!r}, key {key!r}: the transact effect tried to end the transaction it "
+        "shares with the record (COMMIT, ROLLBACK, END or BEGIN); an effect must not. The "
+        "transaction was rolled back: nothing it wrote was kept and nothing was recorded"
+    )
 
 
 def _typecheck(pool: Pool) -> None:  # pragma: no cover - mypy proves it meets the protocol

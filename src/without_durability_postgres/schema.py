@@ -63,6 +63,49 @@ CREATE TABLE IF NOT EXISTS workflow_queue (
 # take scans a namespace for the earliest visible row.
 CREATE_QUEUE_DUE = "CREATE INDEX IF NOT EXISTS workflow_queue_due ON workflow_queue (namespace, visibility)"
 
+# -- the transact guard: a commit cannot land while a transact's effect is open -----------------
+# transact inserts a row here before the effect and deletes it with the record; the deferred
+# trigger runs at COMMIT (or PREPARE TRANSACTION), so an effect that commits on its own finds its
+# row still there and the commit fails, rolling the effect back. Unlogged: no row ever outlives
+# its transaction, so there is nothing to log or to lose.
+CREATE_TRANSACT_GUARD = "CREATE UNLOGGED TABLE IF NOT EXISTS workflow_transact_guard (nonce text PRIMARY KEY)"
+
+# The table is found through the trigger's own schema, so the check holds whatever search_path the
+# committing session has. EXECUTE leaves FOUND alone, hence INTO.
+CREATE_TRANSACT_GUARD_CHECK = """
+CREATE OR REPLACE FUNCTION workflow_transact_guard_check() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    open_guard int;
+BEGIN
+    EXECUTE format('SELECT 1 FROM %I.%I WHERE nonce = $1', TG_TABLE_SCHEMA, TG_TABLE_NAME)
+       INTO open_guard USING NEW.nonce;
+    IF open_guard IS NOT NULL THEN
+        RAISE EXCEPTION 'a without-durability transact effect tried to end its transaction; '
+                        'nothing of it was committed'
+              USING ERRCODE = 'invalid_transaction_termination';
+    END IF;
+    RETURN NULL;
+END $$
+"""
+
+# CREATE CONSTRAINT TRIGGER has no IF NOT EXISTS; the advisory lock makes the look-first safe.
+CREATE_TRANSACT_GUARD_TRIGGER = """
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_trigger
+         WHERE tgrelid = 'workflow_transact_guard'::regclass
+           AND tgname = 'workflow_transact_guard_at_commit'
+    ) THEN
+        CREATE CONSTRAINT TRIGGER workflow_transact_guard_at_commit
+            AFTER INSERT ON workflow_transact_guard
+            DEFERRABLE INITIALLY DEFERRED
+            FOR EACH ROW EXECUTE FUNCTION workflow_transact_guard_check();
+    END IF;
+END $$
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     CREATE_SEQ,
     CREATE_CHECKPOINT,
@@ -71,6 +114,9 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE_CLAIM,
     CREATE_QUEUE,
     CREATE_QUEUE_DUE,
+    CREATE_TRANSACT_GUARD,
+    CREATE_TRANSACT_GUARD_CHECK,
+    CREATE_TRANSACT_GUARD_TRIGGER,
 )
 """Every statement ``migrate`` runs, in order. Each is idempotent."""
 

@@ -23,12 +23,14 @@ the wakeup to be asked for again) rather than doing both in one commit.
 from __future__ import annotations
 
 from ._keys import MAX_WORKFLOW_ID_BYTES, hash_tag
+from ._persistence import Persistence
 from ._scripts import SCRIPTS, script_source
 from .checkpointer import LuaEffect, LuaEffectFailed, RedisCheckpointer
 from .schedulers import RedisSetScheduler, RedisStreamScheduler
 
 __all__ = [
     "MAX_WORKFLOW_ID_BYTES",
+    "Persistence",
     "SCRIPTS",
     "LuaEffect",
     "LuaEffectFailed",

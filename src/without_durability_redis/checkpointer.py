@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 from without_durability._values import Entry, Pass, Recorded
-from without_durability.codec import CheckpointCodec, JsonCodec
+from without_durability.codec import CheckpointCodec, JsonCodec, verify_codec
 from without_durability.errors import (
     Contended,
     Fenced,
@@ -31,10 +31,12 @@ from without_durability.rules import (
     MAX_VALUE_BYTES,
     check_key,
     check_lease,
+    check_pass,
     encode_value,
 )
 
 from ._keys import check_id, check_name, hash_tag
+from ._persistence import Persistence, read_persistence, warn
 from ._scripts import EFFECT_MARK, Client, Scripts, boundary, from_micros, span, text
 
 _LONGEST = timedelta(days=365 * 100)
@@ -101,7 +103,9 @@ class RedisCheckpointer:
     - Workflow ids may not contain ``{`` or ``}`` and are at most ``MAX_WORKFLOW_ID_BYTES`` long
       (``InvalidWorkflowId``). The codec must encode to text.
     - A write is as durable as the server's persistence makes it: with default settings (no AOF
-      fsync, asynchronous replication) a write that returned can still be lost in a crash.
+      fsync, asynchronous replication) a write that returned can still be lost in a crash. The
+      checkpointer reads those settings the first time it reaches the server and says so:
+      ``persistence.durable`` (and a logged warning when it is not True).
     """
 
     script_overrides: ClassVar[Mapping[str, str]] = {}
@@ -123,10 +127,13 @@ class RedisCheckpointer:
             raise InvalidInput(f"ttl must be a timedelta of at least a second, got {ttl!r}")
         self.ttl = ttl
         self.codec: CheckpointCodec[str] = codec if codec is not None else JsonCodec()
+        verify_codec(self.codec)
         self.max_value_bytes = max_value_bytes
         self._ttl_ms = int(ttl.total_seconds() * 1000)
         self._json = bool(getattr(self.codec, "renders_json", False))
         self._scripts = Scripts(client, self.script_overrides)
+        self._persistence: Persistence | None = None
+        self._reading = False
 
     # -- key names -----------------------------------------------------------------------------
 
@@ -170,7 +177,38 @@ class RedisCheckpointer:
 
     async def _run(self, what: str, name: str, keys: Sequence[str], args: Sequence[object]) -> Any:
         with boundary(self.client, what):
+            await self._first_contact()
             return await self._scripts.run(name, keys, args)
+
+    @property
+    def persistence(self) -> Persistence | None:
+        """What the server said about its persistence the first time this checkpointer reached it
+        (None before that; ``await read_persistence()`` reads it at once). When an acknowledged
+        write may not survive a crash of the server (``durable`` is not True), a warning is logged
+        on ``without_durability_redis`` once. Assert ``cp.persistence.durable`` in a deployment
+        that relies on acknowledged writes surviving."""
+        return self._persistence
+
+    async def read_persistence(self) -> Persistence:
+        """Read the server's persistence settings now (one ``CONFIG GET`` per server), keep them as
+        ``persistence`` and warn as it describes."""
+        with boundary(self.client, "read the persistence settings"):
+            await self._scripts.ready()
+            found = await read_persistence(self.client)
+        if self._persistence is None:
+            warn(self.client, found)
+        self._persistence = found
+        return found
+
+    async def _first_contact(self) -> None:
+        if self._persistence is None and not self._reading:
+            self._reading = True  # concurrent first calls read once
+            try:
+                await self.read_persistence()
+            except StoreError:
+                pass  # the call itself reaches the server next and says what is wrong
+            finally:
+                self._reading = False
 
     # -- the claim -----------------------------------------------------------------------------
 
@@ -197,6 +235,7 @@ class RedisCheckpointer:
 
     async def renew(self, pass_: Pass) -> None:
         """See ``Checkpointer.renew``."""
+        check_pass(pass_)
         workflow = pass_.workflow
         reply = await self._run(
             f"renew {workflow!r}",
@@ -209,6 +248,7 @@ class RedisCheckpointer:
 
     async def release(self, pass_: Pass) -> None:
         """See ``Checkpointer.release``."""
+        check_pass(pass_)
         await self._run(
             f"release {pass_.workflow!r}",
             "release",
@@ -229,6 +269,7 @@ class RedisCheckpointer:
 
     async def record(self, pass_: Pass, key: str, value: object) -> Recorded:
         """See ``Checkpointer.record``."""
+        check_pass(pass_)
         workflow = pass_.workflow
         check_id(workflow)
         check_key(workflow, key)
@@ -270,6 +311,7 @@ class RedisCheckpointer:
         check_id(workflow)
         with boundary(self.client, f"load {workflow!r}"):
             await self._scripts.ready()
+            await self._first_contact()
             raw = await self.client.hgetall(self.hash_key(workflow))
         rows = []
         for field_, stored in raw.items():
@@ -329,6 +371,7 @@ class RedisCheckpointer:
         """See ``Checkpointer.transact``: the effect's source is spliced into the TRANSACT script,
         so the recorded check, the fence, the effect and the record are one script. A key already
         recorded is returned with ``won=False`` and the effect is not run."""
+        check_pass(pass_)
         workflow = pass_.workflow
         check_id(workflow)
         check_key(workflow, key)
@@ -345,6 +388,7 @@ class RedisCheckpointer:
             *effect.args,
         ]
         with boundary(self.client, f"transact {workflow!r}/{key!r}"):
+            await self._first_contact()
             try:
                 reply = await self._scripts.run_source(script, keys, args)
             except Exception as exc:

@@ -209,6 +209,15 @@ class TransactCommitsSeparately(PostgresCheckpointer):
         return await self.record(pass_, key, result)
 
 
+class TransactWithoutGuard(PostgresCheckpointer):
+    """transact opens no guard row around its effect, so nothing stops the effect's own COMMIT:
+    an effect that commits and then fails keeps its write with nothing recorded (a retry runs it
+    again). Only the client-side check that the transaction ended is left."""
+
+    GUARD_OPEN = "SELECT %(nonce)s"
+    GUARD_CLOSE = "SELECT %(nonce)s"
+
+
 class TakeWithoutLock(PostgresScheduler):
     """take picks the next row with a plain SELECT (no FOR UPDATE SKIP LOCKED): two takers read the
     same row, and the second's UPDATE, re-checked after the first commits, still matches it."""
@@ -379,6 +388,14 @@ MUTANTS = [
         "transact commits the effect and the record separately",
         ("test_transact_superseded_mid_effect_rolls_back", "test_transact_whose_effect_fails_rolls_back"),
         swap("checkpointer", TransactCommitsSeparately),
+    ),
+    Mutant(
+        "postgres-transact-without-guard",
+        "postgres",
+        "exactly-once-transact",
+        "transact lets its effect COMMIT on its own: no guard row refuses the commit",
+        (f"{PG_TESTS}::test_an_effect_that_ends_its_transaction_lands_nothing",),
+        swap("checkpointer", TransactWithoutGuard),
     ),
     Mutant(
         "postgres-take-without-lock",

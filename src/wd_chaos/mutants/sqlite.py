@@ -7,7 +7,7 @@ from datetime import datetime
 
 from without_durability import sqlite as store
 from without_durability._values import Delivery, Pass, Recorded
-from without_durability.errors import Contended
+from without_durability.errors import Contended, StoreError
 from without_durability.sqlite import SqliteCheckpointer, SqliteEffect, SqliteScheduler
 
 from . import LEASE_CLOCK_KILLERS, Mutant, swap
@@ -138,6 +138,21 @@ class TransactCommitsSeparately(SqliteCheckpointer):
         return await self.record(pass_, key, outcome[1])
 
 
+class TransactEffectMayEndIt(SqliteCheckpointer):
+    """transact runs its effect with no authorizer and no savepoint, checking only that a
+    transaction is open afterwards: an effect that commits and begins again gets past it, and its
+    write is kept with nothing recorded."""
+
+    def _perform(self, cur: sqlite3.Cursor, effect: SqliteEffect, workflow: str, key: str) -> object:
+        try:
+            result = effect(cur)
+        except BaseException as exc:
+            raise store._EffectRaised(exc) from exc
+        if not cur.connection.in_transaction:
+            raise StoreError(f"workflow {workflow!r}, key {key!r}: the effect ended the transaction")
+        return result
+
+
 class WakeReinstatesCancelled(SqliteScheduler):
     """wake_at writes its time whether or not the delivery is still queued, so a workflow cancelled
     while its pass ran comes back."""
@@ -237,6 +252,14 @@ MUTANTS = [
         "transact commits the effect and the record in two transactions",
         ("test_transact_superseded_mid_effect_rolls_back", "test_transact_whose_effect_fails_rolls_back"),
         swap("checkpointer", TransactCommitsSeparately),
+    ),
+    Mutant(
+        "sqlite-transact-effect-may-end-it",
+        "sqlite",
+        "exactly-once-transact",
+        "transact lets its effect COMMIT and BEGIN again: only in_transaction is checked after it",
+        ("tests/test_sqlite.py::test_an_effect_that_ends_the_transaction_lands_nothing",),
+        swap("checkpointer", TransactEffectMayEndIt),
     ),
     Mutant(
         "sqlite-wake-reinstates-cancelled",

@@ -684,6 +684,94 @@ async def test_durable_discard_forgets_fences_and_cancels(wd_store: Store) -> No
         await wd_store.checkpointer.record(held, "b", 2)
 
 
+# -- hardening: inputs past a store's limits, and fuzzed inputs ------------------------------------
+# Bad input of any shape is the library's InvalidInput naming the limit, never a raw Python error,
+# and a refused call leaves what was stored as it was.
+
+_CENTURY_AND_MORE = (timedelta.max, timedelta(days=365 * 300), timedelta(days=365 * 100 + 1))
+
+
+async def test_durations_past_a_century_are_refused_naming_the_limit(wd_store: Store) -> None:
+    w = wf("century")
+    for too_long in _CENTURY_AND_MORE:
+        with pytest.raises(InvalidInput, match="century"):
+            await wd_store.checkpointer.claim(w, alive=too_long, budget=LONG)
+        with pytest.raises(InvalidInput, match="century"):
+            await wd_store.checkpointer.claim(w, alive=LONG, budget=too_long)
+    held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)  # nothing was claimed
+    await wd_store.scheduler.schedule(w)
+    for too_long in _CENTURY_AND_MORE:
+        with pytest.raises(InvalidInput, match="century"):
+            await wd_store.scheduler.take(too_long)
+    got = await wd_store.scheduler.take(LONG)
+    assert got is not None and got.workflow == w, f"a refused take hid the workflow: {got!r}"
+    again = await wd_store.scheduler.take(LONG)
+    assert again is None, f"a delivery taken for an hour was handed out again at once: {again!r}"
+    await wd_store.checkpointer.release(held)
+
+
+async def test_lone_surrogates_in_ids_and_keys_are_refused(wd_store: Store) -> None:
+    w = wf("surrogate")
+    await wd_store.checkpointer.supply(w, "kept", 1)
+    for bad in ("\ud800", "a\udfffb"):
+        with pytest.raises(InvalidInput, match="surrogate"):
+            await wd_store.checkpointer.claim(bad, alive=LONG, budget=LONG)
+        with pytest.raises(InvalidInput, match="surrogate"):
+            await wd_store.checkpointer.supply(bad, "k", 1)
+        with pytest.raises(InvalidInput, match="surrogate"):
+            await wd_store.checkpointer.supply(w, bad, 1)
+        with pytest.raises(InvalidInput, match="surrogate"):
+            await wd_store.checkpointer.append(bad, 1)
+        with pytest.raises(InvalidInput, match="surrogate"):
+            await wd_store.checkpointer.load(bad)
+        with pytest.raises(InvalidInput, match="surrogate"):
+            await wd_store.scheduler.schedule(bad)
+        with pytest.raises(InvalidInput, match="surrogate"):
+            await wd_store.durable.arrive(w, bad, 1)
+    assert await wd_store.checkpointer.load(w) == {"kept": 1}
+
+
+async def test_values_nested_too_deep_are_refused_naming_the_limit(wd_store: Store) -> None:
+    w = wf("deep")
+    held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    await wd_store.checkpointer.record(held, "kept", 1)
+    deep: object = 0
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(InvalidValue, match="recursion limit"):
+        await wd_store.checkpointer.record(held, "deep", deep)
+    with pytest.raises(InvalidValue, match="recursion limit"):
+        await wd_store.checkpointer.supply(w, "deep", {"d": deep})
+    with pytest.raises(InvalidValue, match="recursion limit"):
+        await wd_store.checkpointer.append(w, deep)
+    assert await wd_store.checkpointer.load(w) == {"kept": 1}
+
+
+async def test_a_pass_no_store_minted_is_refused(wd_store: Store) -> None:
+    w = wf("forged")
+    await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    for token in (0, -1, 2**63, 2**80, True):
+        forged = Pass(w, token)
+        with pytest.raises(InvalidInput, match="minted"):
+            await wd_store.checkpointer.record(forged, "k", 1)
+        with pytest.raises(InvalidInput, match="minted"):
+            await wd_store.checkpointer.renew(forged)
+        with pytest.raises(InvalidInput, match="minted"):
+            await wd_store.checkpointer.release(forged)
+    assert await wd_store.checkpointer.load(w) == {}
+
+
+def test_fuzzed_inputs_raise_only_library_errors_and_store_nothing(
+    wd_factory: tuple[Any, Any],
+) -> None:
+    """Hypothesis over the public API's arguments: each call returns or raises one of the
+    library's own errors, and a call refused with ``InvalidInput`` changed no stored record."""
+    from .fuzz import check_fuzzed_inputs
+
+    factory, server = wd_factory
+    check_fuzzed_inputs(factory, server)
+
+
 def _mark_async() -> None:
     """Mark every coroutine test for pytest-asyncio here, at definition, so the suite runs whatever
     asyncio mode the importing project uses (strict mode only runs marked tests)."""
