@@ -594,6 +594,11 @@ async def test_durable_discard_forgets_fences_and_cancels(wd_store: Store) -> No
         await wd_store.checkpointer.record(held, "b", 2)
 
 
+# -- lifecycle (issue 14): waits, fences, terminal states, retries; the tests live in lifecycle.py --
+
+from .lifecycle import *  # noqa: E402, F403
+
+
 def _mark_async() -> None:
     """Mark every coroutine test for pytest-asyncio here, at definition, so the suite runs whatever
     asyncio mode the importing project uses (strict mode only runs marked tests)."""
