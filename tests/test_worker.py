@@ -222,7 +222,8 @@ async def test_stop_finishes_the_current_pass(wd_store: Store) -> None:
     work[0].stop()
     go_on.set()
     await asyncio.wait_for(running, 20)
-    assert await wd_store.checkpointer.load(w) == {"slow": "done"}, "stop cut the pass short"
+    want = {"slow": "done", "wd/finished": "done"}
+    assert await wd_store.checkpointer.load(w) == want, "stop cut the pass short"
     assert await wd_store.scheduler.take(LONG) is None, "the stopped worker did not answer"
 
 

@@ -28,6 +28,7 @@ from typing_extensions import TypeVar as TypeVarX
 
 from ._values import Pass, Recorded
 from .errors import Fenced, InvalidInput, InvalidValue, Suspended, Swallowed
+from .lifecycle import WorkflowFailed, status_of
 from .protocols import Durable
 from .rules import INBOX_PREFIX, check_key
 
@@ -284,10 +285,30 @@ async def resume(
     exception group counts as a suspension when it holds only waits, and as ``Fenced`` (raised
     bare, so ``except Fenced`` works) when it holds a fence.
 
+    A workflow whose records say it finished (``wd/finished``) returns ``Finished`` with the
+    recorded result, and one that failed raises ``WorkflowFailed``; neither runs the body. Writing
+    those records is the Worker's part (``without_durability.lifecycle``).
+
     A fan-out's branches still inside a Run operation when the body ends are waited for, so every
     wait they reach is reported; any operation started after that stops its branch and does nothing.
     """
     records = await durable.checkpointer.load(pass_.workflow)
+    status = status_of(records)
+    if status.state == "finished":
+        return Finished(status.result)
+    if status.state == "failed":
+        raise WorkflowFailed(pass_.workflow, status.failure)
+    return await run_loaded(durable, pass_, records, body)
+
+
+async def run_loaded(
+    durable: Durable[E],
+    pass_: Pass,
+    records: dict[str, object],
+    body: Callable[[Run[E]], Awaitable[object]],
+) -> Finished | Sleeping | Blocked:
+    """``resume`` on records already loaded for ``pass_``, with no lifecycle check: for a caller
+    (the Worker) that read the lifecycle from the same load."""
     run = Run(durable, pass_, records)
     try:
         value = await body(run)
