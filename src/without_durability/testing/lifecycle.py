@@ -15,8 +15,11 @@ from typing import Any
 
 import pytest
 
-from ..errors import Fenced, Swallowed
+from ..errors import Fenced, InvalidInput, InvalidKey, Swallowed
+from ..lifecycle import FINISHED, RetryPolicy, error_key, failed_key, rearm, rearmed_key, status_of
+from ..rules import lifecycle_writes
 from ..run import Blocked, Run, resume
+from ..worker import Worker
 from .harness import StoreUnderTest
 
 Store = StoreUnderTest[Any]
@@ -26,6 +29,11 @@ LONG = timedelta(hours=1)
 
 def _wf(label: str) -> str:
     return f"life-{label}-{next(_ids)}"
+
+
+def unit(store: Store) -> timedelta:
+    """The suite's time unit (as in ``conformance``): deadlines are whole units, checks half one off."""
+    return timedelta(seconds=0.5) if store.clock.real else timedelta(seconds=10)
 
 
 def _any(value: object) -> object:
@@ -114,6 +122,151 @@ async def test_a_pass_that_caught_fenced_does_not_finish(wd_store: Store) -> Non
     with pytest.raises(Fenced):
         await resume(wd_store.durable, held, body)
     assert after == [], "a step ran on a pass after one of its writes was fenced"
+
+
+# -- reserved keys: refused to callers, carried for the library, shown by load --------------
+
+
+async def test_reserved_keys_are_refused_to_record_supply_and_arrive(wd_store: Store) -> None:
+    w = _wf("reserved")
+    held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    for key in (FINISHED, failed_key(0), "wd/anything"):
+        with pytest.raises(InvalidKey):
+            await wd_store.checkpointer.record(held, key, 1)
+        with pytest.raises(InvalidKey):
+            await wd_store.checkpointer.supply(w, key, 1)
+        with pytest.raises(InvalidKey):
+            await wd_store.durable.arrive(w, key, 1)
+    assert await wd_store.checkpointer.load(w) == {}, "a refused reserved key was stored"
+
+
+async def test_lifecycle_records_are_written_through_the_store_and_loaded(wd_store: Store) -> None:
+    w = _wf("reserved-ok")
+    held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    with lifecycle_writes():
+        await wd_store.checkpointer.record(held, error_key(0, 1), {"type": "E", "message": "m", "attempt": 1})
+        await wd_store.checkpointer.supply(w, rearmed_key(0), {"failure": None})
+    got = await wd_store.checkpointer.load(w)
+    assert list(got) == [error_key(0, 1), rearmed_key(0)], f"load must show lifecycle records: {got!r}"
+
+
+# -- the Worker: terminal states and retries -------------------------------------------------
+
+
+def _worker(store: Store, body: Any, retry: RetryPolicy | None = None) -> Worker[Any]:
+    # On a manual clock only the test moves store time: tick the renewal in real time.
+    renew = {} if store.clock.real else {"renew_every": timedelta(milliseconds=20)}
+    return Worker(
+        store.durable,
+        body,
+        alive=LONG,
+        budget=LONG,
+        visibility=LONG,
+        poll_interval=timedelta(milliseconds=20),
+        retry=retry,
+        **renew,  # type: ignore[arg-type]
+    )
+
+
+async def test_a_finished_workflow_records_its_result_and_never_runs_again(wd_store: Store) -> None:
+    w = _wf("finished")
+    runs: list[int] = []
+
+    async def body(run: Run[Any]) -> object:
+        runs.append(1)
+        return {"shipped": True}
+
+    await wd_store.scheduler.schedule(w)
+    assert await _worker(wd_store, body).run_once()
+    records = await wd_store.checkpointer.load(w)
+    assert records.get(FINISHED) == {"shipped": True}, f"wd/finished should hold the result: {records!r}"
+    assert status_of(records).state == "finished"
+    await wd_store.durable.deliver(w, "late message")  # anything that schedules it again
+    assert await _worker(wd_store, body).run_once(), "the late delivery was not taken"
+    assert runs == [1], f"a finished workflow ran its body again: {len(runs)} runs"
+    assert await wd_store.scheduler.take(LONG) is None, "a finished workflow was left queued"
+
+
+async def test_maximum_attempts_runs_the_body_exactly_that_often_across_workers(wd_store: Store) -> None:
+    w = _wf("attempts")
+    u = unit(wd_store)
+    runs: list[int] = []
+
+    async def body(run: Run[Any]) -> object:
+        runs.append(1)
+        raise RuntimeError(f"boom {len(runs)}")
+
+    policy = RetryPolicy(initial_interval=u, backoff_coefficient=1.0, maximum_attempts=3)
+    await wd_store.scheduler.schedule(w)
+    for _ in range(5):  # a new worker each time: the count must live in the store
+        await _worker(wd_store, body, policy).run_once()
+        await wd_store.clock.advance(1.5 * u)
+    assert len(runs) == 3, f"maximum_attempts=3 ran the body {len(runs)} times"
+    records = await wd_store.checkpointer.load(w)
+    status = status_of(records)
+    assert status.state == "failed" and status.attempts == 3, f"expected failed after 3: {status!r}"
+    assert status.failure == {"error_type": "RuntimeError", "message": "boom 3", "attempts": 3}, status
+    assert await wd_store.scheduler.take(LONG) is None, "a failed workflow was left queued"
+    await wd_store.durable.arrive(w, "nudge", 1)
+    await _worker(wd_store, body, policy).run_once()
+    assert len(runs) == 3, "an arrive ran the body of a failed workflow"
+
+
+async def test_a_retry_waits_its_backoff_as_a_scheduler_wakeup(wd_store: Store) -> None:
+    w = _wf("backoff")
+    u = unit(wd_store)
+
+    async def body(run: Run[Any]) -> object:
+        raise RuntimeError("not yet")
+
+    await wd_store.scheduler.schedule(w)
+    await _worker(wd_store, body, RetryPolicy(initial_interval=2 * u)).run_once()
+    assert await wd_store.scheduler.take(LONG) is None, "a retry was due before its backoff"
+    await wd_store.clock.advance(2.5 * u)
+    assert await wd_store.scheduler.take(LONG) is not None, "a retry was not due after its backoff"
+
+
+@pytest.mark.parametrize("kind", ["non-retryable", "swallowed"])
+async def test_non_retryable_errors_and_swallowed_fail_at_once(wd_store: Store, kind: str) -> None:
+    w = _wf(kind)
+    runs: list[int] = []
+
+    async def body(run: Run[Any]) -> object:
+        runs.append(1)
+        if kind == "swallowed":
+            await asyncio.gather(run.awaiting("approval", _any), return_exceptions=True)
+            return None
+        raise ValueError("declined")
+
+    await wd_store.scheduler.schedule(w)
+    policy = RetryPolicy(initial_interval=timedelta(microseconds=1), non_retryable_error_types=("ValueError",))
+    await _worker(wd_store, body, policy).run_once()
+    status = status_of(await wd_store.checkpointer.load(w))
+    assert status.state == "failed" and status.attempts == 1, f"{kind}: expected failed at once, got {status!r}"
+    assert await wd_store.scheduler.take(LONG) is None, f"{kind}: the failed workflow was left queued"
+    assert runs == [1]
+
+
+async def test_rearm_lets_a_failed_workflow_run_again_with_a_fresh_count(wd_store: Store) -> None:
+    w = _wf("rearm")
+    runs: list[int] = []
+
+    async def body(run: Run[Any]) -> object:
+        runs.append(1)
+        if len(runs) == 1:
+            raise RuntimeError("first time")
+        return "done"
+
+    await wd_store.scheduler.schedule(w)
+    await _worker(wd_store, body, RetryPolicy(maximum_attempts=1)).run_once()
+    assert status_of(await wd_store.checkpointer.load(w)).state == "failed"
+    with pytest.raises(InvalidInput):
+        await rearm(wd_store.durable, _wf("never-failed"))
+    await rearm(wd_store.durable, w)
+    assert await _worker(wd_store, body, RetryPolicy(maximum_attempts=1)).run_once()
+    status = status_of(await wd_store.checkpointer.load(w))
+    assert runs == [1, 1] and status.state == "finished", f"after rearm: {len(runs)} runs, {status!r}"
+    assert status.generation == 1 and status.attempts == 0, status
 
 
 __all__ = [name for name in list(globals()) if name.startswith("test_")]
