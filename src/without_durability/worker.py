@@ -17,7 +17,7 @@ from typing import Generic, Never, Protocol
 from typing_extensions import TypeVar
 
 from ._values import Delivery, Pass
-from .errors import Contended, Fenced, InvalidInput, InvalidValue, Swallowed
+from .errors import Contended, Fenced, InvalidInput, InvalidValue, StoreError, Swallowed
 from .lifecycle import (
     FINISHED,
     RetryPolicy,
@@ -70,9 +70,10 @@ class Worker(Generic[E]):
       unlimited attempts, 1s doubling to 100s) gives up or the error is non-retryable or
       ``Swallowed``: then ``wd/failed/<g>`` is recorded and the delivery removed. A workflow found
       finished or failed is released and answered at once without running its body, whatever
-      scheduled it, until ``rearm``. A pass killed outside the body (SIGKILL) counts no attempt.
-      A failure the store cannot record leaves the delivery unanswered: it reappears once
-      ``visibility`` lapses.
+      scheduled it, until ``rearm``. A pass killed outside the body (SIGKILL) counts no attempt,
+      nor does a ``StoreError`` (the store failed, not the body): its claim is released and its
+      delivery left unanswered, so it reappears once ``visibility`` lapses, as it does when the
+      store cannot record the failure.
     - Store errors outside a pass are logged and retried after ``poll_interval``.
     - When nothing is due, the worker waits ``poll_interval``; with a ``wakeup`` it waits on
       ``wakeup.wait(poll_interval)`` instead, so it takes as soon as the wakeup fires and polls
@@ -265,6 +266,16 @@ class Worker(Generic[E]):
                 await ticker
         if fenced:  # the pass ended just as the tick found it superseded: answer nothing
             log.info("worker: %s", fenced[0])
+            return
+        if isinstance(failure, StoreError):  # the store failed, not the body: no attempt counted
+            log.warning(
+                "worker: workflow %r: the store failed (%s); it runs again once its delivery's "
+                "visibility lapses",
+                pass_.workflow,
+                failure,
+            )
+            with contextlib.suppress(Exception):
+                await checkpointer.release(pass_)
             return
         try:
             if failure is not None:
