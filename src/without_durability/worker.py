@@ -238,7 +238,11 @@ class Worker(Generic[E]):
 
     async def _drive(self, delivery: Delivery, pass_: Pass) -> None:
         checkpointer = self.durable.checkpointer
-        records = await checkpointer.load(pass_.workflow)
+        try:
+            records = await checkpointer.load(pass_.workflow)
+        except StoreError as exc:
+            await self._store_failed(pass_, exc)
+            return
         status = status_of(records)
         if status.state != "open":  # finished or failed: the body never runs again
             await checkpointer.release(pass_)
@@ -268,14 +272,7 @@ class Worker(Generic[E]):
             log.info("worker: %s", fenced[0])
             return
         if isinstance(failure, StoreError):  # the store failed, not the body: no attempt counted
-            log.warning(
-                "worker: workflow %r: the store failed (%s); it runs again once its delivery's "
-                "visibility lapses",
-                pass_.workflow,
-                failure,
-            )
-            with contextlib.suppress(Exception):
-                await checkpointer.release(pass_)
+            await self._store_failed(pass_, failure)
             return
         try:
             if failure is not None:
@@ -285,10 +282,25 @@ class Worker(Generic[E]):
         except Fenced as exc:  # superseded before its lifecycle record landed
             log.info("worker: %s", exc)
             return
+        except StoreError as exc:
+            await self._store_failed(pass_, exc)
+            return
         # Release before answering: a wakeup that arrived during the pass is visible at once, and
         # whoever takes it should find the claim free rather than Contended.
         await checkpointer.release(pass_)
         self._answer = (delivery, at)
+
+    async def _store_failed(self, pass_: Pass, error: StoreError) -> None:
+        """Leave the delivery unanswered (it reappears once ``visibility`` lapses) and free the
+        claim if the store lets us: the store failed, not the body, so no attempt is counted."""
+        log.warning(
+            "worker: workflow %r: the store failed (%s); it runs again once its delivery's "
+            "visibility lapses",
+            pass_.workflow,
+            error,
+        )
+        with contextlib.suppress(Exception):
+            await self.durable.checkpointer.release(pass_)
 
     async def _ended(self, pass_: Pass, status: Status, outcome: Outcome) -> datetime | None:
         """Record a finished body's result; the time to answer the delivery with."""
