@@ -269,4 +269,26 @@ async def test_rearm_lets_a_failed_workflow_run_again_with_a_fresh_count(wd_stor
     assert status.generation == 1 and status.attempts == 0, status
 
 
+# -- nothing live is lost ---------------------------------------------------------------------
+
+
+async def test_an_open_workflow_outlives_a_long_silence(wd_store: Store) -> None:
+    """Only a finished or failed workflow may ever be removed: one waiting for an arrival keeps
+    every record however long nothing happens to it (the store's TTL or sweep included)."""
+    if wd_store.clock.real:
+        pytest.skip("needs a store clock the suite can move; server stores test their retention in their own files")
+    w = _wf("silence")
+    held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    await wd_store.checkpointer.record(held, "charge", "ch_1")
+    await wd_store.checkpointer.release(held)
+    await _a_long_silence(wd_store)
+    assert await wd_store.checkpointer.load(w) == {"charge": "ch_1"}, "an open workflow lost its records"
+    again = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    assert again.token > held.token, "a long silence let a token come round again"
+
+
+async def _a_long_silence(store: Store) -> None:
+    await store.clock.advance(timedelta(days=400))
+
+
 __all__ = [name for name in list(globals()) if name.startswith("test_")]
