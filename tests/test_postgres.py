@@ -30,6 +30,7 @@ from without_durability.errors import (
     StoreError,
     StoreUnavailable,
 )
+from without_durability.rules import lifecycle_writes
 from without_durability.testing.harness import StoreUnderTest
 from without_durability.testing.stores.postgres import LEDGER_ADD, fresh_schema
 
@@ -537,6 +538,8 @@ async def test_sweep_collects_finished_workflows_and_never_orphans_records(
         if kind != "bare":
             held = await cp.claim(w, alive=LONG, budget=LONG)
             await cp.record(held, "step", kind)
+            with lifecycle_writes():  # every one finished: each is kept for another reason
+                await cp.record(held, "wd/finished", kind)
             if kind != "live":
                 await cp.release(held)
         else:
@@ -565,13 +568,46 @@ async def test_sweep_collects_finished_workflows_and_never_orphans_records(
     assert await cp.load(names["done"]) == {} and names["done"] not in claims
     assert await cp.load(names["recent"]) == {}, "a finished workflow's records survived"
     assert names["recent"] in claims, "a claim row lapsed for less than the age was deleted"
-    assert await cp.load(names["live"]) == {"step": "live"}, "a live claim's records were swept"
+    assert await cp.load(names["live"]) != {}, "a live claim's records were swept"
     assert await cp.load(names["queued"]) != {}, "a queued workflow's records were swept"
-    assert await cp.load(names["young"]) == {"step": "young"}
+    assert await cp.load(names["young"]) != {}
     assert names["young"] in claims, "a claim row was deleted while its workflow has records"
     assert names["bare"] not in claims, "an old claim row with no records was kept"
     again = await cp.claim(names["recent"], alive=LONG, budget=LONG)
     assert again.token > recent_token, "the sweep did not raise the fence of what it discarded"
+
+
+async def test_sweep_keeps_waiting_workflows_unless_abandoned_ones_are_asked_for(
+    wd_store: Store,
+) -> None:
+    cp, pool = wd_store.checkpointer, pool_of(wd_store)
+    kinds = ("waiting", "failed", "rearmed", "finished")
+    names = {k: wf(f"sweep-life-{k}") for k in kinds}
+    for kind, w in names.items():
+        held = await cp.claim(w, alive=LONG, budget=LONG)
+        await cp.record(held, "step", kind)  # "waiting": released, unqueued, awaiting an arrive
+        with lifecycle_writes():
+            if kind == "finished":
+                await cp.record(held, "wd/finished", None)
+            if kind in ("failed", "rearmed"):
+                await cp.record(held, "wd/failed/0", {"attempts": 1})
+            if kind == "rearmed":  # re-armed, then failed no more: open again
+                await cp.record(held, "wd/rearmed/0", {})
+        await cp.release(held)
+    async with pool.connection() as conn:  # age every row on the server, as two hours would
+        await conn.execute(
+            "UPDATE workflow_checkpoint SET written_at = written_at - interval '2 hours' "
+            "WHERE workflow = ANY(%s)",
+            (list(names.values()),),
+        )
+    swept = await sweep(pool, timedelta(hours=1))
+    kept = {k for k, w in names.items() if await cp.load(w) != {}}
+    assert kept == {"waiting", "rearmed"}, f"sweep kept {sorted(kept)}, expected the two open ones"
+    assert swept == 2, f"expected the finished and the failed workflow swept, got {swept}"
+    assert await sweep(pool, timedelta(hours=1), abandoned_after=timedelta(hours=3)) == 0
+    assert await sweep(pool, timedelta(hours=1), abandoned_after=timedelta(hours=1)) == 2
+    with pytest.raises(InvalidInput):
+        await sweep(pool, timedelta(hours=1), abandoned_after=timedelta(hours=-1))
 
 
 async def _rows(pool: Any, sql: str) -> list[tuple[Any, ...]]:

@@ -29,6 +29,8 @@ from without_durability import (
 from without_durability.testing.harness import StoreUnderTest
 
 redis = pytest.importorskip("redis.asyncio")
+from without_durability import Run, SplitDurable, Worker  # noqa: E402
+from without_durability.rules import lifecycle_writes  # noqa: E402
 from without_durability_redis import (  # noqa: E402
     MAX_WORKFLOW_ID_BYTES,
     LuaEffect,
@@ -155,24 +157,65 @@ async def test_expired_claim_hash_still_mints_a_higher_token(wd_store: Store) ->
 
 
 @CHECKPOINTERS
-async def test_renewal_and_writes_rearm_the_ttl(wd_store: Store) -> None:
-    client, w = client_of(wd_store), wf("ttl")
-    cp = RedisCheckpointer(client, prefix=wd_store.extra["prefix"], ttl=timedelta(seconds=60))
+async def test_records_expire_only_once_the_workflow_is_terminal(wd_store: Store) -> None:
+    client = client_of(wd_store)
+    cp = type(checkpointer_of(wd_store))(client, prefix=wd_store.extra["prefix"], ttl=timedelta(seconds=60))
+    w = wf("ttl")
     held = await cp.claim(w, alive=timedelta(seconds=30), budget=timedelta(seconds=600))
     claim_ttl = await client.pttl(cp.claim_key(w))
     assert claim_ttl > 600_000, f"the claim may expire before its budget: PTTL {claim_ttl}"
     await cp.record(held, "k", 1)
-    records_ttl = await client.pttl(cp.hash_key(w))
-    assert records_ttl > 600_000, f"records may expire under a live pass: PTTL {records_ttl}"
-    await client.pexpire(cp.hash_key(w), 5_000)
     await cp.renew(held)
-    assert await client.pttl(cp.hash_key(w)) > 600_000, "renew did not keep the records alive"
-    await client.pexpire(cp.hash_key(w), 5_000)
     await cp.supply(w, "j", 2)
-    assert await client.pttl(cp.hash_key(w)) > 5_000, "a write did not re-arm the records TTL"
-    other = wf("ttl-supplied")
-    await cp.supply(other, "j", 2)
-    assert 0 < await client.pttl(cp.hash_key(other)) <= 60_000, "supply did not arm the TTL"
+    await cp.append(w, "m")
+    assert await client.pttl(cp.hash_key(w)) == -1, "an open workflow's records were given a TTL"
+    with lifecycle_writes():
+        await cp.record(held, "wd/finished", "done")
+    records_ttl = await client.pttl(cp.hash_key(w))
+    assert records_ttl > 600_000, f"a finished record under a live pass may expire: PTTL {records_ttl}"
+    await client.pexpire(cp.hash_key(w), 5_000)
+    await cp.supply(w, "late", 3)
+    assert await client.pttl(cp.hash_key(w)) > 5_000, "a write did not extend the retention"
+    failed = wf("ttl-failed")
+    held = await cp.claim(failed, alive=timedelta(seconds=30), budget=timedelta(seconds=1))
+    with lifecycle_writes():
+        await cp.record(held, "wd/failed/0", {"attempts": 1})
+        assert 0 < await client.pttl(cp.hash_key(failed)) <= 61_000, "failing did not start the TTL"
+        await cp.supply(failed, "wd/rearmed/0", {})
+    assert await client.pttl(cp.hash_key(failed)) == -1, "a re-armed workflow's records still expire"
+
+
+@pytest.mark.wd_store("redis-set")
+async def test_a_sleep_past_the_ttl_does_not_restart_the_workflow(wd_store: Store) -> None:
+    client, w = client_of(wd_store), wf("sleep-past-ttl")
+    cp = type(checkpointer_of(wd_store))(client, prefix=wd_store.extra["prefix"], ttl=timedelta(seconds=1))
+    durable = SplitDurable(cp, wd_store.scheduler)
+    effect = counter(cp, w)
+
+    async def body(run: Run[Any]) -> object:
+        await run.transact("reserve", effect, int)
+        await run.sleep("nap", timedelta(seconds=4))
+        return "woke"
+
+    worker = Worker(
+        durable,
+        body,
+        alive=timedelta(seconds=1),
+        budget=timedelta(seconds=1),
+        visibility=timedelta(seconds=30),
+        poll_interval=timedelta(milliseconds=50),
+    )
+    await durable.scheduler.schedule(w)
+    try:
+        async with asyncio.timeout(20):  # the sleep's wakeup outlives the records' old TTL by far
+            while "wd/finished" not in await cp.load(w):
+                if not await worker.run_once():
+                    await asyncio.sleep(0.05)
+    except TimeoutError:
+        ran = await read_int(client, effect.keys[0])
+        pytest.fail(f"the workflow never finished; its exactly-once effect ran {ran} times")
+    assert await read_int(client, effect.keys[0]) == 1, "the exactly-once effect ran again after the TTL"
+    assert (await cp.load(w))["wd/finished"] == "woke"
 
 
 # -- LuaEffect: exactly once, undone on failure ----------------------------------------------------
@@ -550,7 +593,7 @@ async def test_a_resent_claim_append_or_transact_lands_once(wd_store: Store) -> 
 
 @CHECKPOINTERS
 async def test_a_workflow_resumed_ten_times_moves_its_counter_once(wd_store: Store) -> None:
-    from without_durability.run import Blocked, Finished, Run, resume
+    from without_durability.run import Blocked, Finished, resume
 
     cp, client, w = checkpointer_of(wd_store), client_of(wd_store), wf("resume")
     effect = counter(cp, w)

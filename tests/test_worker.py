@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from without_durability import Contended, Pass, Run, Worker
+from without_durability import Contended, Pass, RetryPolicy, Run, StoreUnavailable, Worker
 from without_durability.testing.conformance import unit
 from without_durability.testing.harness import StoreUnderTest
 
@@ -222,7 +222,8 @@ async def test_stop_finishes_the_current_pass(wd_store: Store) -> None:
     work[0].stop()
     go_on.set()
     await asyncio.wait_for(running, 20)
-    assert await wd_store.checkpointer.load(w) == {"slow": "done"}, "stop cut the pass short"
+    want = {"slow": "done", "wd/finished": "done"}
+    assert await wd_store.checkpointer.load(w) == want, "stop cut the pass short"
     assert await wd_store.scheduler.take(LONG) is None, "the stopped worker did not answer"
 
 
@@ -296,3 +297,17 @@ async def test_a_failing_body_is_released_and_retried_after_its_visibility(
     await work.run(until=lambda: len(attempts) == 2)
     assert attempts[1] > attempts[0], "the failed pass kept its claim"
     assert await wd_store.scheduler.take(LONG) is None, "the finished workflow stayed queued"
+
+
+async def test_a_store_error_in_a_pass_counts_no_attempt(wd_store: Store) -> None:
+    w = wf("store-error")
+
+    async def body(run: Run[Any]) -> object:
+        raise StoreUnavailable("the store went away mid-pass")
+
+    await wd_store.scheduler.schedule(w)
+    work = worker(wd_store, wd_store.durable, body, alive=LONG, retry=RetryPolicy(maximum_attempts=1))
+    await work.run_once()
+    records = await wd_store.checkpointer.load(w)
+    assert records == {}, f"a store error was counted as a failed attempt: {records!r}"
+    assert await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG), "the claim was not released"

@@ -165,7 +165,8 @@ async def test_sigterm_finishes_the_current_pass_then_exits(shared: Shared) -> N
         await worker.expect("finished term")
         await worker.expect("exited")
         assert await asyncio.wait_for(worker.proc.wait(), DEADLINE) == 0
-    assert await durable.checkpointer.load("term") == {"slow": f"worker token {token}"}
+    want = {"slow": f"worker token {token}", "wd/finished": None}
+    assert await durable.checkpointer.load("term") == want
     assert await durable.scheduler.take(LONG) is None, "the pass ended but was not answered"
     again = await durable.checkpointer.claim("term", alive=LONG, budget=LONG)  # released
     assert again.token > token

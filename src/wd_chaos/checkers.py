@@ -953,6 +953,7 @@ def bite(kind: str) -> Callable[[list[Op], dict[str, Any]], Verdict]:
         "storm": storm,
         "budget-fenced": budget_fenced,
         "none": none,
+        **LIFECYCLE_BITES,
     }
     return table[kind]
 
@@ -979,6 +980,12 @@ CHECKERS: dict[str, Callable[[list[Op], dict[str, Any]], Verdict]] = {
     "liveness": liveness,
     "take-exclusive": take_exclusive,
 }
+
+# -- lifecycle (issue 14): the long-wait scenario's checkers, in their own module ----------------
+
+from .lifecycle_checks import LIFECYCLE_BITES, LIFECYCLE_CHECKERS  # noqa: E402
+
+CHECKERS.update(LIFECYCLE_CHECKERS)
 
 
 def _register_observed() -> None:

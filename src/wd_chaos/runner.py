@@ -136,12 +136,21 @@ class Watch:
         self.tails: dict[Path, Tail] = {}
         self.in_effect: dict[str, str | None] = {}
         self.counts: Counter[str] = Counter()
+        self.terminal: set[str] = set()
+        """Workflows with an acknowledged ``wd/finished`` or ``wd/failed/`` record (lifecycle)."""
+        self._terminal_ops: dict[str, str] = {}
 
     def poll(self) -> None:
         for path in self.folder.glob("*.jsonl"):
             tail = self.tails.setdefault(path, Tail(path))
             for line in tail.read():
                 name = str(line.get("process"))
+                if line["type"] == "invoke" and line["f"] == "record":
+                    key = str(line.get("key"))
+                    if key == "wd/finished" or key.startswith("wd/failed/"):
+                        self._terminal_ops[str(line["op"])] = str(line.get("workflow"))
+                if line["type"] == "complete" and line["outcome"] == "ok" and line["op"] in self._terminal_ops:
+                    self.terminal.add(self._terminal_ops[line["op"]])
                 if line["type"] == "invoke" and line["f"] == "effect":
                     self.in_effect[name] = str(line.get("key"))
                 elif line["type"] == "complete":
@@ -305,6 +314,7 @@ def _heal(
     cluster: Cluster,
     watch: Watch,
     report: Callable[..., None],
+    lifecycle: bool = False,
 ) -> int:
     """After the final heal: wait (at most ``seconds``) for every workflow to finish; returns how
     many did."""
@@ -316,7 +326,12 @@ def _heal(
         cluster.supervise()
         if time.monotonic() - last_check > 0.5 and cluster.writers_done():
             last_check = time.monotonic()
-            done = asyncio.run(_workflows_done(spec, workflows))
+            # With retention set small a terminal workflow may be gone from the store already:
+            # count what the history says reached a terminal record instead.
+            if lifecycle:
+                done = len(watch.terminal & set(workflows))
+            else:
+                done = asyncio.run(_workflows_done(spec, workflows))
             if done == len(workflows):
                 break
         report(
@@ -395,9 +410,19 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
             if storm is None or storm.kind == "take":
                 asyncio.run(_seed_workflows(svc.spec, hist, workflows, starts))
             t0 = time.time()
+            life = scenario.lifecycle
+            store_spec = dict(svc.spec)
+            if life is not None and opts.store == "redis":
+                store_spec["ttl"] = life.ttl  # small, so the waits outlast it
+            failing: list[str] = []
+            if life is not None:  # the seed picks which workflows fail on purpose
+                picked = random.Random(f"{seed}:failing").sample(workflows, min(life.failing, len(workflows)))
+                failing = sorted(picked)
             cfg = {
                 "run_dir": str(run_dir),
-                "store": svc.spec,
+                "store": store_spec,
+                "lifecycle": life.model_dump() if life is not None else None,
+                "failing": failing,
                 "worker_urls": svc.worker_urls,
                 "lease": scenario.lease.model_dump(),
                 "workload": work,
@@ -429,10 +454,14 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
                     _storm(storm, limit, cluster, watch, report)
                 else:
                     phase = "workload"
+                    if life is not None:
+                        cluster.start("sweeper", "sweeper")
                     _workload(names, work["writers"], work["readers"], limit, cluster, watch, nemesis, report)
                     phase = "healing"
                     nemesis.heal()
-                    done = _heal(scenario.heal_seconds, svc.spec, workflows, cluster, watch, report)
+                    done = _heal(
+                        scenario.heal_seconds, svc.spec, workflows, cluster, watch, report, life is not None
+                    )
                     hist.event("fault", fault="heal", phase="stop", finished=done)
             finally:
                 cluster.stop()
@@ -440,6 +469,9 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
             phase = "checking"
             report()
             final = asyncio.run(read_final(svc.spec, workflows))
+            if life is not None:  # what the lifecycle checkers judge against
+                final["lifecycle"] = {**life.model_dump(), "claim_budget": scenario.lease.budget}
+                final["failing"] = failing
     except BaseException as exc:
         # Ctrl-C, a server that would not start, a crashed storm: say so in the folder, keep the
         # per-process histories for a post-mortem, and let the caller report it

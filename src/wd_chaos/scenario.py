@@ -28,6 +28,13 @@ CheckName = Literal[
     "liveness",
     "take-exclusive",
     "monotonic-loads",
+    # lifecycle (issue 14): see lifecycle_checks.py
+    "ledger-once",
+    "no-rerun",
+    "nothing-lost",
+    "arrivals",
+    "attempt-limit",
+    "lifecycle-liveness",
 ]
 
 # Read off the Literal types, so a name is added in one place.
@@ -40,6 +47,7 @@ BITES = (
     "restart-survived",
     "storm",
     "budget-fenced",
+    "long-wait",
     "none",
 )
 FAILPOINTS = ("after-effect-before-record", "inside-transact", "after-claim")
@@ -115,6 +123,22 @@ class Workload(_Strict):
     checker judges what they saw, each replayed as a consumer walking the inbox with a cursor)."""
     read_pause: Annotated[float, Field(ge=0, le=10)] = 0.02
     """Seconds a reader waits between reads."""
+    approve_after: Annotated[float, Field(ge=0)] = 1.0
+    """Seconds after a workflow's start before the writers' approvals arrive (its wait)."""
+
+
+class Lifecycle(_Strict):
+    """Retention and retries, set small so waits outlast them (``long-wait``): the Redis
+    checkpointer's ``ttl``, a background sweeper (Postgres ``sweep``) run every ``sweep_every``
+    with ``older_than = sweep_age``, and ``failing`` workflows whose body always raises, retried
+    by a ``RetryPolicy`` of ``max_attempts`` starting at ``retry_initial`` seconds."""
+
+    ttl: Annotated[float, Field(ge=1, description="seconds >= 1 (Redis counts whole ms from 1 s)")] = 1.5
+    sweep_age: Seconds = 1.0
+    sweep_every: Seconds = 0.5
+    failing: Annotated[int, Field(ge=0, le=1000)] = 2
+    max_attempts: Annotated[int, Field(ge=1, le=100)] = 3
+    retry_initial: Seconds = 0.3
 
 
 class _Fault(_Strict):
@@ -210,8 +234,20 @@ class Scenario(_Strict):
         "restart-survived",
         "storm",
         "budget-fenced",
+        "long-wait",
         "none",
     ] = "none"
+    lifecycle: Lifecycle | None = None
+    """Retention and retries (the ``long-wait`` scenario): needs the library Worker client."""
+
+    @model_validator(mode="after")
+    def _lifecycle_needs_the_worker(self) -> Scenario:
+        if self.lifecycle is not None and self.workload.client != "worker":
+            raise ValueError(
+                "a [lifecycle] section needs workload.client = 'worker': only the library Worker "
+                "records terminal states and retries"
+            )
+        return self
 
 
 def _expected(error: dict[str, object]) -> str:

@@ -14,6 +14,7 @@ import importlib
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 Spec = dict[str, Any]
@@ -250,7 +251,10 @@ async def _redis(spec: Spec) -> Opened:
     )
     prefix = spec["prefix"]
     cls = load_class(spec["checkpointer_class"]) if spec.get("checkpointer_class") else (RedisCheckpointer)
-    checkpointer = cls(client, prefix=prefix)
+    if spec.get("ttl"):  # a scenario's small retention (long-wait)
+        checkpointer = cls(client, prefix=prefix, ttl=timedelta(seconds=float(spec["ttl"])))
+    else:
+        checkpointer = cls(client, prefix=prefix)
     scheduler = RedisSetScheduler(client, prefix=prefix, namespace=spec.get("namespace", "default"))
     durable = SplitDurable(checkpointer, scheduler)
 

@@ -489,6 +489,7 @@ class LibraryClient:
     def body(self) -> Callable[[Any], Awaitable[object]]:
         w = self.w
         work = w.work
+        failing = set(w.cfg.get("failing", []))
 
         def as_dict(value: object) -> dict[str, Any]:
             if not isinstance(value, dict):
@@ -520,6 +521,11 @@ class LibraryClient:
             await run.transact("ledger", effect, as_dict)
             for writer in range(int(work["writers"])):
                 await run.awaiting(f"approval-{writer}", as_dict)
+            if run.workflow in failing:
+                # lifecycle: fails every attempt, after its steps and arrivals (so no arrive comes
+                # after it failed and was swept, which would start the id afresh)
+                w.hist.event("info", what="attempt", workflow=run.workflow, token=run.pass_.token)
+                raise RuntimeError(f"{run.workflow} fails on purpose")
             await run.sleep("nap", timedelta(seconds=float(work["nap_seconds"])))
             inbox = [k for k, _ in run.inbox()]
             await run.step("seen", external(run, "seen", inbox=inbox), as_dict)
@@ -541,9 +547,41 @@ class LibraryClient:
             visibility=w.visibility,
             poll_interval=timedelta(seconds=float(lease["poll_interval"])),
             retry_contended=w.alive,
+            retry=_retry_policy(w.cfg.get("lifecycle")),
         )
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, worker.stop)
         await worker.run()
+
+
+def _retry_policy(lifecycle: dict[str, Any] | None) -> Any:
+    """The scenario's ``RetryPolicy`` (None: the Worker's default)."""
+    if not lifecycle:
+        return None
+    from without_durability import RetryPolicy
+
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=float(lifecycle["retry_initial"])),
+        backoff_coefficient=1.0,
+        maximum_attempts=int(lifecycle["max_attempts"]),
+    )
+
+
+async def sweep_in_background(cfg: dict[str, Any], opened: Opened, hist: HistoryWriter) -> None:
+    """The scenario's sweeper: Postgres ``sweep`` every ``sweep_every`` s with ``older_than =
+    sweep_age`` (Redis's TTL and SQLite need no process), each run an ``info`` line."""
+    lifecycle = cfg["lifecycle"]
+    if cfg["store"]["kind"] != "postgres":
+        return
+    from without_durability_postgres import sweep
+
+    age = timedelta(seconds=float(lifecycle["sweep_age"]))
+    while True:
+        try:
+            swept = await sweep(opened.durable.pool, age)
+            hist.event("info", what="sweep", swept=swept)
+        except Exception as exc:  # the store restarting: sweep again next time
+            hist.event("info", what="sweep failed", error=f"{type(exc).__name__}: {exc}"[:300])
+        await asyncio.sleep(float(lifecycle["sweep_every"]))
 
 
 def _done(token: int) -> Callable[[], Awaitable[object]]:
@@ -569,10 +607,11 @@ async def write_outside(cfg: dict[str, Any], index: int, rec: Recorder) -> None:
             if m % writers == index:
                 plan.append((base + rng.uniform(0, 1.0), wf, "message", m))
         # each writer approves after its own messages, so all approvals in means every message in
-        plan.append((base + 1.0 + rng.uniform(0, 0.5), wf, "approval", index))
+        after = float(work.get("approve_after", 1.0))
+        plan.append((base + after + rng.uniform(0, 0.5), wf, "approval", index))
         # the same approval submitted again later with other content, as a retrying client does:
         # it must lose (first writer wins) and move nothing (not the order, not written_at)
-        plan.append((base + 2.5 + rng.uniform(0, 1.5), wf, "approval-again", index))
+        plan.append((base + after + 1.5 + rng.uniform(0, 1.5), wf, "approval-again", index))
     plan.sort()
     t0 = float(cfg["t0"])
     for at, wf, what, m in plan:
@@ -630,7 +669,9 @@ async def _main(role: str, cfg: dict[str, Any], name: str) -> None:
         spec["url"] = cfg["worker_urls"][name]  # through this worker's own toxiproxy proxy
     opened = await open_store(spec)
     try:
-        if role == "worker":
+        if role == "sweeper":
+            await sweep_in_background(cfg, opened, hist)
+        elif role == "worker":
             worker = Worker(cfg, name, opened, hist)
             if cfg["workload"].get("client") == "worker":
                 await LibraryClient(worker).run()
@@ -651,9 +692,9 @@ async def _main(role: str, cfg: dict[str, Any], name: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m wd_chaos.workload worker|writer|reader CONFIG NAME``."""
+    """``python -m wd_chaos.workload worker|writer|reader|sweeper CONFIG NAME``."""
     parser = argparse.ArgumentParser(prog="wd_chaos.workload")
-    parser.add_argument("role", choices=["worker", "writer", "reader"])
+    parser.add_argument("role", choices=["worker", "writer", "reader", "sweeper"])
     parser.add_argument("config")
     parser.add_argument("name")
     args = parser.parse_args(argv)

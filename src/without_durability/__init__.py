@@ -26,6 +26,7 @@ from .errors import (
     Swallowed,
     WithoutDurabilityError,
 )
+from .lifecycle import RetryPolicy, Status, WorkflowFailed, rearm, status_of
 from .memory import MemoryCheckpointer, MemoryDurable, MemoryEffect, MemoryScheduler
 from .protocols import AnswersAndTakes, Checkpointer, Durable, Effect, Scheduler
 from .run import Blocked, Finished, Outcome, Run, Sleeping, resume
@@ -49,6 +50,11 @@ __all__ = [
     "Wakeup",
     "Worker",
     "resume",
+    "RetryPolicy",
+    "Status",
+    "WorkflowFailed",
+    "rearm",
+    "status_of",
     "CheckpointCodec",
     "Checkpointer",
     "Clock",

@@ -40,15 +40,22 @@ class WithoutDurabilityError(Exception):
 
 
 class Swallowed(WithoutDurabilityError):
-    """A workflow body returned after reaching a wait, so something absorbed its ``Suspended``
-    (``gather(return_exceptions=True)``, ``asyncio.wait``, a bare ``except BaseException``)."""
+    """A workflow body went on after reaching a wait, so something absorbed its ``Suspended``
+    (``gather(return_exceptions=True)``, ``asyncio.wait``, a bare ``except BaseException``).
 
-    def __init__(self, workflow: str, waits: list[str]) -> None:
+    Raised by ``resume`` when such a body returns (``before`` is None), and by ``Run.step`` or
+    ``Run.transact`` called after the wait (``before`` names its key): that effect did not run.
+    """
+
+    def __init__(self, workflow: str, waits: list[str], *, before: str | None = None) -> None:
         self.workflow = workflow
         self.waits = list(waits)
+        self.before = before
+        what = "returned" if before is None else f"called {before!r}"
         super().__init__(
-            f"workflow {workflow!r} returned after reaching wait(s) {self.waits!r}: something "
+            f"workflow {workflow!r} {what} after reaching wait(s) {self.waits!r}: something "
             "swallowed Suspended; let it propagate (do not gather waits with return_exceptions=True)"
+            + ("" if before is None else f"; {before!r} did not run")
         )
 
 

@@ -6,7 +6,10 @@ workflow, the key and the rule, and nothing already stored is lost.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -15,6 +18,25 @@ from .errors import InvalidInput, InvalidKey, InvalidValue, InvalidWorkflowId
 
 INBOX_PREFIX = "inbox/"
 """Keys under this prefix are named by ``append``; ``record`` and ``supply`` refuse them."""
+
+RESERVED_PREFIX = "wd/"
+"""Keys under this prefix hold the library's own lifecycle records (``wd/finished``,
+``wd/failed/<n>``, ...; see ``without_durability.lifecycle``); ``record`` and ``supply`` refuse them
+from callers, so a body cannot forge a terminal state. ``load`` shows them like any record."""
+
+_LIFECYCLE_WRITES: ContextVar[bool] = ContextVar("wd_lifecycle_writes", default=False)
+
+
+@contextlib.contextmanager
+def lifecycle_writes() -> Iterator[None]:
+    """Inside this block (this task only), ``check_key`` lets ``wd/`` keys through: how the Worker
+    and ``rearm`` write lifecycle records through any store's ordinary ``record``/``supply``."""
+    token = _LIFECYCLE_WRITES.set(True)
+    try:
+        yield
+    finally:
+        _LIFECYCLE_WRITES.reset(token)
+
 
 INBOX_DIGITS = 20
 """Inbox keys carry a number zero-padded to this width (enough for any 64-bit counter), so they
@@ -64,7 +86,8 @@ def check_workflow(workflow: object) -> str:
 
 
 def check_key(workflow: str, key: object, *, inbox_allowed: bool = False) -> str:
-    """Refuse a key that is not a non-empty string, or that is under ``inbox/`` (append names those)."""
+    """Refuse a key that is not a non-empty string, or that is under ``inbox/`` (append names those)
+    or ``wd/`` (lifecycle records; allowed only inside ``lifecycle_writes``)."""
     if not isinstance(key, str) or not key:
         raise InvalidKey(f"workflow {workflow!r}: key must be a non-empty string, got {key!r}")
     if (why := _check_utf8("key", key)) is not None:
@@ -73,6 +96,12 @@ def check_key(workflow: str, key: object, *, inbox_allowed: bool = False) -> str
         raise InvalidKey(
             f"workflow {workflow!r}: key {key!r} starts with {INBOX_PREFIX!r}, which is reserved for "
             "keys the store names in append(); use append() to add a message, or another key"
+        )
+    if key.startswith(RESERVED_PREFIX) and not _LIFECYCLE_WRITES.get():
+        raise InvalidKey(
+            f"workflow {workflow!r}: key {key!r} starts with {RESERVED_PREFIX!r}, which is reserved "
+            "for the workflow's lifecycle records (finished, failed, attempts) that the Worker "
+            "writes; choose another key"
         )
     return key
 

@@ -9,6 +9,11 @@ A wait (``awaiting`` a value not yet supplied, ``sleep`` until a time not yet re
 itself onto the Run and raises ``Suspended``. ``resume`` turns that into ``Sleeping`` or
 ``Blocked``, naming every wait the body reached, and refuses (``Swallowed``) a body that returned
 after reaching one.
+
+Once a pass has reached a wait, it can only end: a later ``step`` or ``transact`` in that pass
+raises ``Swallowed`` before its effect runs (the body, or a branch of it, carried on past a
+``Suspended`` it should have let go), and once any write of the pass was ``Fenced``, every later
+operation raises ``Fenced`` and ``resume`` raises it too, whatever the body did with the first one.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing_extensions import TypeVar as TypeVarX
 
 from ._values import Pass, Recorded
 from .errors import Fenced, InvalidInput, InvalidValue, Suspended, Swallowed
+from .lifecycle import WorkflowFailed, status_of
 from .protocols import Durable
 from .rules import INBOX_PREFIX, check_key
 
@@ -82,6 +88,7 @@ class Run(Generic[E]):
         self._idle = asyncio.Event()
         self._idle.set()
         self._closed = False
+        self._fenced: Fenced | None = None
 
     @property
     def workflow(self) -> str:
@@ -103,6 +110,8 @@ class Run(Generic[E]):
     def _enter(self) -> None:
         if self._closed:
             raise _Closed(f"workflow {self.workflow!r}: this pass has ended")
+        if self._fenced is not None:  # the body caught a Fenced and carried on: stop it again
+            raise Fenced(self.workflow, self._pass.token, "an earlier write of this pass was refused")
         self._inflight += 1
         self._idle.clear()
 
@@ -110,6 +119,20 @@ class Run(Generic[E]):
         self._inflight -= 1
         if self._inflight == 0:
             self._idle.set()
+
+    def _unwaited(self, key: str) -> None:
+        """Refuse an effect once the pass has reached a wait: the body (or a branch of it) went on
+        past a ``Suspended``, and whatever it does now would run on a pass that is ending."""
+        if self._waits:
+            raise Swallowed(self.workflow, list(self._waits), before=key)
+
+    async def _write(self, write: Awaitable[Recorded]) -> Recorded:
+        """A write of this pass; a refusal is remembered, so the pass never ends as anything else."""
+        try:
+            return await write
+        except Fenced as exc:
+            self._fenced = exc
+            raise
 
     def _wait(self, key: str, until: datetime | None) -> Never:
         # Written onto the Run before raising, so a Suspended that gather() or asyncio.wait turns
@@ -127,8 +150,9 @@ class Run(Generic[E]):
         try:
             if key in self._records:
                 return None, None
+            self._unwaited(key)
             produced = await effect()
-            recorded = await self._durable.checkpointer.record(self._pass, key, produced)
+            recorded = await self._write(self._durable.checkpointer.record(self._pass, key, produced))
             self._records[key] = recorded.value
             return produced, recorded
         finally:
@@ -146,7 +170,8 @@ class Run(Generic[E]):
         it again, so an effect that leaves the store needs an idempotency key (derive it from the
         workflow and ``key``). The result is what the store holds even on the pass that ran the
         effect (a tuple comes back a list under ``JsonCodec``), and if another pass recorded first,
-        its value is the one handed back.
+        its value is the one handed back. Called after the pass reached a wait (a swallowed
+        ``Suspended``), it raises ``Swallowed`` and runs nothing.
         """
         await self._checkpoint(key, effect)
         return parse(self._records[key])
@@ -154,12 +179,14 @@ class Run(Generic[E]):
     async def transact(self, key: str, effect: E, parse: Callable[[object], T]) -> T:
         """Exactly once: the store performs ``effect`` and records its result under ``key`` in one
         commit (``Checkpointer.transact``); return ``parse`` of what it holds. ``effect`` is in the
-        store's own language (a SQLite/Postgres callback over a cursor, a Redis ``LuaEffect``)."""
+        store's own language (a SQLite/Postgres callback over a cursor, a Redis ``LuaEffect``).
+        Called after the pass reached a wait, it raises ``Swallowed`` and performs nothing."""
         check_key(self.workflow, key)
         self._enter()
         try:
             if key not in self._records:
-                recorded = await self._durable.checkpointer.transact(self._pass, key, effect)
+                self._unwaited(key)
+                recorded = await self._write(self._durable.checkpointer.transact(self._pass, key, effect))
                 self._records[key] = recorded.value
         finally:
             self._leave()
@@ -204,7 +231,9 @@ class Run(Generic[E]):
                     now = await self._durable.scheduler.now()
                     until = now + until
                 text = until.astimezone(UTC).isoformat()
-                recorded = await self._durable.checkpointer.record(self._pass, key, text)
+                # No _unwaited here: a deadline is no effect, and a fan-out racing a reply against a
+                # timeout must record its sleep after the other branch's wait to report both.
+                recorded = await self._write(self._durable.checkpointer.record(self._pass, key, text))
                 self._records[key] = recorded.value
             deadline = self._deadline(key)
             if now is None or now < deadline:  # the clock moved during the record: ask again
@@ -251,38 +280,79 @@ async def resume(
     sleep is pending; wake at its ``until``) or ``Blocked`` (only awaited values are missing), each
     naming every wait the body reached. Raises ``Swallowed`` if the body returned after reaching a
     wait (something turned its ``Suspended`` into a value). ``Fenced`` and the body's own errors
-    propagate: a fenced pass must stop, and nothing here retries. A ``TaskGroup`` fan-out's
+    propagate: a fenced pass must stop, and nothing here retries. A pass any of whose writes was
+    ``Fenced`` raises ``Fenced`` however the body ended (it may have caught the first one). A ``TaskGroup`` fan-out's
     exception group counts as a suspension when it holds only waits, and as ``Fenced`` (raised
     bare, so ``except Fenced`` works) when it holds a fence.
+
+    A workflow whose records say it finished (``wd/finished``) returns ``Finished`` with the
+    recorded result, and one that failed raises ``WorkflowFailed``; neither runs the body. Writing
+    those records is the Worker's part (``without_durability.lifecycle``).
 
     A fan-out's branches still inside a Run operation when the body ends are waited for, so every
     wait they reach is reported; any operation started after that stops its branch and does nothing.
     """
     records = await durable.checkpointer.load(pass_.workflow)
+    status = status_of(records)
+    if status.state == "finished":
+        return Finished(status.result)
+    if status.state == "failed":
+        raise WorkflowFailed(pass_.workflow, status.failure)
+    return await run_loaded(durable, pass_, records, body)
+
+
+async def run_loaded(
+    durable: Durable[E],
+    pass_: Pass,
+    records: dict[str, object],
+    body: Callable[[Run[E]], Awaitable[object]],
+) -> Finished | Sleeping | Blocked:
+    """``resume`` on records already loaded for ``pass_``, with no lifecycle check: for a caller
+    (the Worker) that read the lifecycle from the same load."""
     run = Run(durable, pass_, records)
     try:
         value = await body(run)
     except Suspended:
         # Let branches that are mid-operation (a sleep reading the clock) reach their own wait.
         await _settle(run)
+        _raise_if_fenced(run)
         return _suspended(run)
     except BaseExceptionGroup as group:  # a TaskGroup fan-out: its waits, a fence, or failures
         fenced = _first(group, Fenced)
         if fenced is not None:
             run._closed = True
             raise fenced from group
-        if group.subgroup(lambda e: not isinstance(e, Suspended | BaseExceptionGroup)) is None:
+        if group.subgroup(lambda e: not isinstance(e, BaseExceptionGroup) and not _a_wait(e)) is None:
             await _settle(run)
+            _raise_if_fenced(run)
             return _suspended(run)
         run._closed = True
+        _raise_if_fenced(run, group)
         raise
-    except BaseException:
+    except Fenced:
         run._closed = True
         raise
+    except BaseException as exc:
+        run._closed = True
+        _raise_if_fenced(run, exc)
+        raise
     await _settle(run)
+    _raise_if_fenced(run)
     if run._waits:
         raise Swallowed(pass_.workflow, list(run._waits))
     return Finished(value)
+
+
+def _a_wait(exc: BaseException) -> bool:
+    """Whether ``exc`` is a wait, or a step refused because a sibling branch had already reached
+    one (the branch that let its ``Suspended`` propagate is what ends the pass)."""
+    return isinstance(exc, Suspended) or (isinstance(exc, Swallowed) and exc.before is not None)
+
+
+def _raise_if_fenced(run: Run[E], cause: BaseException | None = None) -> None:
+    """A pass that met ``Fenced`` ends fenced, even if the body caught it and went on."""
+    if run._fenced is not None:
+        raise run._fenced from cause
 
 
 def _first(group: BaseExceptionGroup[BaseException], kind: type[X]) -> X | None:

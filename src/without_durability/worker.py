@@ -17,9 +17,20 @@ from typing import Generic, Never, Protocol
 from typing_extensions import TypeVar
 
 from ._values import Delivery, Pass
-from .errors import Contended, Fenced, InvalidInput
+from .errors import Contended, Fenced, InvalidInput, InvalidValue, StoreError, Swallowed
+from .lifecycle import (
+    FINISHED,
+    RetryPolicy,
+    Status,
+    error_key,
+    error_record,
+    failed_key,
+    failure_record,
+    status_of,
+)
 from .protocols import AnswersAndTakes, Durable
-from .run import Blocked, Finished, Run, Sleeping, resume
+from .rules import lifecycle_writes
+from .run import Blocked, Finished, Outcome, Run, Sleeping, run_loaded
 
 E = TypeVar("E", default=Never)
 
@@ -52,8 +63,17 @@ class Worker(Generic[E]):
     - A fenced pass (``Fenced`` from a write or from the renewal tick) stops at once: the body is
       cancelled, nothing is answered or released, and no compensation runs in it (``Fenced`` is a
       ``BaseException``). The pass that superseded it owns the workflow now.
-    - A body that fails (an ordinary exception, ``Swallowed`` included) is logged and its claim
-      released; its delivery is left unanswered, so it reappears once ``visibility`` lapses.
+    - Lifecycle (``without_durability.lifecycle``): a body that returns has its result recorded
+      under ``wd/finished``; a body that fails (an ordinary exception, ``Swallowed`` included) has
+      the failure counted in the store (``wd/error/<g>/<n>``, under the pass's fence) and its
+      delivery answered for ``retry.delay(n)`` later, until ``retry`` (a ``RetryPolicy``; default
+      unlimited attempts, 1s doubling to 100s) gives up or the error is non-retryable or
+      ``Swallowed``: then ``wd/failed/<g>`` is recorded and the delivery removed. A workflow found
+      finished or failed is released and answered at once without running its body, whatever
+      scheduled it, until ``rearm``. A pass killed outside the body (SIGKILL) counts no attempt,
+      nor does a ``StoreError`` (the store failed, not the body): its claim is released and its
+      delivery left unanswered, so it reappears once ``visibility`` lapses, as it does when the
+      store cannot record the failure.
     - Store errors outside a pass are logged and retried after ``poll_interval``.
     - When nothing is due, the worker waits ``poll_interval``; with a ``wakeup`` it waits on
       ``wakeup.wait(poll_interval)`` instead, so it takes as soon as the wakeup fires and polls
@@ -75,6 +95,7 @@ class Worker(Generic[E]):
         retry_contended: timedelta = timedelta(seconds=1),
         renew_every: timedelta | None = None,
         wakeup: Wakeup | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         renew_every = alive / 3 if renew_every is None else renew_every
         for name, value in (
@@ -96,6 +117,9 @@ class Worker(Generic[E]):
         self.retry_contended = retry_contended
         self.renew_every = renew_every
         self.wakeup = wakeup
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise InvalidInput(f"Worker retry must be a RetryPolicy, got {retry!r}")
+        self.retry = retry if retry is not None else RetryPolicy()
         self.passes = 0
         """Deliveries this worker has handled (claimed or contended) since it was made."""
         self._stopping = asyncio.Event()
@@ -213,9 +237,21 @@ class Worker(Generic[E]):
             self._answer = None
 
     async def _drive(self, delivery: Delivery, pass_: Pass) -> None:
+        checkpointer = self.durable.checkpointer
+        try:
+            records = await checkpointer.load(pass_.workflow)
+        except StoreError as exc:
+            await self._store_failed(pass_, exc)
+            return
+        status = status_of(records)
+        if status.state != "open":  # finished or failed: the body never runs again
+            await checkpointer.release(pass_)
+            self._answer = (delivery, None)
+            return
         fenced: list[Fenced] = []
-        task = asyncio.create_task(resume(self.durable, pass_, self.body))
+        task = asyncio.create_task(run_loaded(self.durable, pass_, records, self.body))
         ticker = asyncio.create_task(self._renew(pass_, task, fenced))
+        failure: BaseException | None = None
         try:
             outcome = await task
         except Fenced as exc:
@@ -226,13 +262,8 @@ class Worker(Generic[E]):
                 log.info("worker: %s", fenced[0])
                 return
             raise  # cancelled from outside: propagate
-        except (Exception, BaseExceptionGroup):  # a group: a TaskGroup's failures and waits
-            log.exception(
-                "worker: workflow %r failed; it runs again once its delivery's visibility lapses",
-                pass_.workflow,
-            )
-            await self.durable.checkpointer.release(pass_)
-            return
+        except (Exception, BaseExceptionGroup) as exc:  # a group: a TaskGroup's failures and waits
+            failure = exc
         finally:
             ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -240,14 +271,75 @@ class Worker(Generic[E]):
         if fenced:  # the pass ended just as the tick found it superseded: answer nothing
             log.info("worker: %s", fenced[0])
             return
+        if isinstance(failure, StoreError):  # the store failed, not the body: no attempt counted
+            await self._store_failed(pass_, failure)
+            return
+        try:
+            if failure is not None:
+                at = await self._failed(pass_, status, failure)
+            else:
+                at = await self._ended(pass_, status, outcome)
+        except Fenced as exc:  # superseded before its lifecycle record landed
+            log.info("worker: %s", exc)
+            return
+        except StoreError as exc:
+            await self._store_failed(pass_, exc)
+            return
         # Release before answering: a wakeup that arrived during the pass is visible at once, and
         # whoever takes it should find the claim free rather than Contended.
-        await self.durable.checkpointer.release(pass_)
+        await checkpointer.release(pass_)
+        self._answer = (delivery, at)
+
+    async def _store_failed(self, pass_: Pass, error: StoreError) -> None:
+        """Leave the delivery unanswered (it reappears once ``visibility`` lapses) and free the
+        claim if the store lets us: the store failed, not the body, so no attempt is counted."""
+        log.warning(
+            "worker: workflow %r: the store failed (%s); it runs again once its delivery's "
+            "visibility lapses",
+            pass_.workflow,
+            error,
+        )
+        with contextlib.suppress(Exception):
+            await self.durable.checkpointer.release(pass_)
+
+    async def _ended(self, pass_: Pass, status: Status, outcome: Outcome) -> datetime | None:
+        """Record a finished body's result; the time to answer the delivery with."""
         if isinstance(outcome, Sleeping):
-            self._answer = (delivery, outcome.until)
-        else:
-            assert isinstance(outcome, Finished | Blocked)
-            self._answer = (delivery, None)
+            return outcome.until
+        if isinstance(outcome, Blocked):
+            return None
+        try:
+            with lifecycle_writes():
+                await self.durable.checkpointer.record(pass_, FINISHED, outcome.value)
+        except InvalidValue as exc:  # the result cannot be stored: retrying cannot change that
+            return await self._failed(pass_, status, exc, retryable=False)
+        return None
+
+    async def _failed(
+        self, pass_: Pass, status: Status, error: BaseException, *, retryable: bool = True
+    ) -> datetime | None:
+        """Count a failed pass in the store; fail the workflow or pick its retry time."""
+        attempt = status.attempts + 1
+        final = (
+            not retryable
+            or isinstance(error, Swallowed)
+            or not self.retry.retryable(error)
+            or self.retry.exhausted(attempt)
+        )
+        log.error(
+            "worker: workflow %r failed (attempt %d)%s",
+            pass_.workflow,
+            attempt,
+            "; giving up" if final else "",
+            exc_info=error,
+        )
+        record = self.durable.checkpointer.record
+        with lifecycle_writes():
+            await record(pass_, error_key(status.generation, attempt), error_record(error, attempt))
+            if final:
+                await record(pass_, failed_key(status.generation), failure_record(error, attempt))
+                return None
+        return await self.durable.scheduler.now() + self.retry.delay(attempt)
 
     async def _renew(
         self, pass_: Pass, task: asyncio.Task[Finished | Sleeping | Blocked], fenced: list[Fenced]

@@ -1,4 +1,10 @@
-"""The sweep: collect finished workflows, since nothing here expires on its own."""
+"""The sweep: collect finished and failed workflows, since nothing here expires on its own.
+
+Terminal is what the Worker's lifecycle records say (``without_durability.lifecycle``): a
+``wd/finished`` record, or more ``wd/failed/<g>`` than ``wd/rearmed/<g>`` records. A workflow
+waiting for an arrival is live however old its records are, so it is kept unless the caller asks,
+explicitly, to remove abandoned ones too (``abandoned_after``).
+"""
 
 from __future__ import annotations
 
@@ -8,12 +14,21 @@ from without_durability.errors import InvalidInput
 
 from ._boundary import Pool, connect
 
-# A workflow is finished enough to sweep when its newest record is older than the cutoff, it is
-# not queued in any namespace, and no live claim holds it.
+# A workflow may be swept when its newest record is older than the cutoff, it is terminal (or,
+# only when asked, untouched for abandoned_after), it is not queued in any namespace, and no live
+# claim holds it. Each row says which age found it, for the re-check below.
 FIND_IDLE = """
-SELECT cp.workflow FROM workflow_checkpoint cp
+SELECT cp.workflow,
+       bool_or(cp.key = 'wd/finished')
+       OR count(*) FILTER (WHERE cp.key LIKE 'wd/failed/%%')
+          > count(*) FILTER (WHERE cp.key LIKE 'wd/rearmed/%%') AS terminal
+  FROM workflow_checkpoint cp
  GROUP BY cp.workflow
-HAVING max(cp.written_at) < now() - %(age)s
+HAVING ((max(cp.written_at) < now() - %(age)s
+         AND (bool_or(cp.key = 'wd/finished')
+              OR count(*) FILTER (WHERE cp.key LIKE 'wd/failed/%%')
+                 > count(*) FILTER (WHERE cp.key LIKE 'wd/rearmed/%%')))
+        OR max(cp.written_at) < now() - %(abandoned)s::interval)
    AND NOT EXISTS (SELECT 1 FROM workflow_queue q WHERE q.workflow = cp.workflow)
    AND NOT EXISTS (SELECT 1 FROM workflow_claim c
                     WHERE c.workflow = cp.workflow AND c.alive_until > now())
@@ -32,7 +47,8 @@ RETURNING token
 HAS_CLAIM = "SELECT 1 FROM workflow_claim WHERE workflow = %(workflow)s"
 
 # Delete only if, in this newer snapshot, the workflow is still old and unqueued: a supply or a
-# wakeup that landed since it was found keeps it.
+# wakeup that landed since it was found keeps it. Its terminal state needs no re-check: only a new
+# record (a rearm) changes it, and that record is younger than the cutoff.
 SWEEP_FORGET = """
 DELETE FROM workflow_checkpoint
  WHERE workflow = %(workflow)s
@@ -60,12 +76,17 @@ DELETE FROM workflow_claim c
 """
 
 
-async def sweep(pool: Pool, older_than: timedelta) -> int:
-    """Delete the records of every workflow whose newest record is older than ``older_than`` and
-    that is neither queued nor held by a live claim (each such workflow is discarded: its token is
-    raised first, so a pass in flight is fenced), then delete claim rows lapsed for longer than
-    ``older_than`` whose workflow has no records and is not queued. Returns how many workflows'
-    records were deleted.
+async def sweep(pool: Pool, older_than: timedelta, *, abandoned_after: timedelta | None = None) -> int:
+    """Delete the records of every finished or failed workflow (per its ``wd/`` lifecycle records)
+    whose newest record is older than ``older_than`` and that is neither queued nor held by a live
+    claim (each such workflow is discarded: its token is raised first, so a pass in flight is
+    fenced), then delete claim rows lapsed for longer than ``older_than`` whose workflow has no
+    records and is not queued. Returns how many workflows' records were deleted.
+
+    A workflow that is neither finished nor failed (waiting for an arrival, or run by something
+    other than the Worker) is never swept by default, however old. ``abandoned_after`` (off by
+    default) sweeps those too once their newest record is older than it: only for an operator who
+    knows no arrival is coming, since a later ``arrive`` would then run the body from scratch.
 
     Nothing here runs on a schedule: call it from a periodic job. It never deletes the claim row of
     a workflow that still has records. A deleted claim row restarts that workflow's tokens at 1, so
@@ -74,12 +95,21 @@ async def sweep(pool: Pool, older_than: timedelta) -> int:
     """
     if not isinstance(older_than, timedelta) or older_than < timedelta(0):
         raise InvalidInput(f"sweep older_than must be a non-negative timedelta, got {older_than!r}")
+    if abandoned_after is not None and (
+        not isinstance(abandoned_after, timedelta) or abandoned_after < timedelta(0)
+    ):
+        raise InvalidInput(
+            f"sweep abandoned_after must be None (keep waiting workflows) or a non-negative "
+            f"timedelta, got {abandoned_after!r}"
+        )
+    found = {"age": older_than, "abandoned": abandoned_after}
     async with connect(pool, "finding workflows to sweep") as conn:
-        rows = await (await conn.execute(FIND_IDLE, {"age": older_than})).fetchall()
+        rows = await (await conn.execute(FIND_IDLE, found)).fetchall()
     swept = 0
-    for (workflow,) in rows:
+    for workflow, terminal in rows:
+        age = older_than if terminal else abandoned_after
         async with connect(pool, f"sweeping {workflow!r}", workflow) as conn:
-            params = {"workflow": workflow, "age": older_than}
+            params = {"workflow": workflow, "age": age}
             fenced = await (await conn.execute(SWEEP_FENCE, params)).fetchone()
             if fenced is None and await (await conn.execute(HAS_CLAIM, params)).fetchone():
                 continue  # claimed again since it was found: leave it

@@ -94,10 +94,17 @@ class RedisCheckpointer:
       than the last token when that is higher), so a claim hash that expired and was re-created
       still mints above every earlier token, as long as the server's clock does not step back by
       more than ``ttl``. Tokens are 13-digit numbers: exact in a double, in JSON, in Lua.
-    - Each write re-arms a TTL of at least ``ttl`` on the workflow's hashes, and a pass's claim,
-      renewals and writes keep both for its remaining budget plus ``ttl``, so neither runs out
-      under a live pass: a finished workflow is swept by Redis. A workflow left untouched for
-      longer than ``ttl`` loses its records, while a wakeup queued elsewhere may survive.
+    - ``ttl`` is a retention period that starts only at a terminal state: the records hash gets
+      it when the Worker records ``wd/finished`` or ``wd/failed/<g>`` (``without_durability.
+      lifecycle``), later writes extend it, and ``rearm`` removes it. A workflow that is not
+      terminal (sleeping, waiting for an arrival, or never run by a Worker) keeps its records
+      however long it waits, so a wakeup that outlives ``ttl`` never finds them gone and runs the
+      body from scratch. Why not a tombstone (``Expired`` on a later claim) instead: a waiting
+      workflow is live, and turning its next arrival into an error loses it just the same. This
+      is the rule every store keeps (Postgres ``sweep`` takes only terminal workflows; SQLite and
+      Memory remove nothing): only a terminal workflow is ever forgotten, and an id forgotten
+      after its retention is a new workflow. The claim hash keeps its own TTL (a pass's
+      remaining budget plus ``ttl``); tokens stay above every earlier one when it is re-created.
     - Record order lives in each hash field's value, so it survives the hash's conversion from
       listpack to hashtable.
     - Workflow ids may not contain ``{`` or ``}`` and are at most ``MAX_WORKFLOW_ID_BYTES`` long

@@ -7,6 +7,7 @@ from typing import Any
 from without_durability._values import Recorded
 from without_durability.clock import epoch_micros
 from without_durability.memory import MemoryCheckpointer, _Stored
+from without_durability.rules import lifecycle_writes
 
 from . import LEASE_CLOCK_KILLERS, Mutant, swap
 
@@ -78,3 +79,27 @@ MUTANTS = [
         swap("checkpointer", WonByDecodedValue),
     ),
 ]
+
+
+# -- lifecycle (issue 14) -------------------------------------------------------------------
+
+
+class SupplyTakesReservedKeys(MemoryCheckpointer):
+    """supply lets a caller write ``wd/`` keys, so anyone outside a pass can forge a finished or
+    failed workflow."""
+
+    async def supply(self, workflow: str, key: str, value: object) -> Recorded:
+        with lifecycle_writes():
+            return await super().supply(workflow, key, value)
+
+
+MUTANTS.append(
+    Mutant(
+        "memory-supply-takes-reserved-keys",
+        "memory",
+        "reserved-keys",
+        "supply accepts wd/ lifecycle keys from callers",
+        ("test_reserved_keys_are_refused_to_record_supply_and_arrive",),
+        swap("checkpointer", SupplyTakesReservedKeys),
+    )
+)

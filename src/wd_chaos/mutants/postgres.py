@@ -11,7 +11,7 @@ from typing import Any
 
 from without_durability._values import Pass, Recorded
 from without_durability.errors import Fenced
-from without_durability.rules import INBOX_DIGITS, INBOX_PREFIX
+from without_durability.rules import INBOX_DIGITS, INBOX_PREFIX, lifecycle_writes
 from without_durability_postgres import PostgresCheckpointer, PostgresScheduler
 from without_durability_postgres._boundary import connect
 from without_durability_postgres.checkpointer import PostgresEffect
@@ -430,3 +430,27 @@ MUTANTS = [
         swap("scheduler", AnswerAndTakeLocksFirst),
     ),
 ]
+
+
+# -- lifecycle (issue 14) -------------------------------------------------------------------
+
+
+class ReservedKeysAccepted(PostgresCheckpointer):
+    """record, supply and arrive let a caller write ``wd/`` keys, so a body or a client can forge a
+    finished or failed workflow."""
+
+    def _key(self, workflow: str, key: str) -> str:
+        with lifecycle_writes():
+            return super()._key(workflow, key)
+
+
+MUTANTS.append(
+    Mutant(
+        "postgres-reserved-keys-accepted",
+        "postgres",
+        "reserved-keys",
+        "record, supply and arrive accept wd/ lifecycle keys from callers",
+        ("test_reserved_keys_are_refused_to_record_supply_and_arrive",),
+        swap("checkpointer", ReservedKeysAccepted),
+    )
+)

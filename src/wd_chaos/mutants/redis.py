@@ -103,3 +103,36 @@ MUTANTS = [
         swap_scripts("scheduler", StreamWakeReinstatesCancelled),
     ),
 ]
+
+
+# -- lifecycle (issue 14) -------------------------------------------------------------------
+
+
+def _expire_open(name: str) -> str:
+    return _edit(
+        script_source(name),
+        "  else\n    keep(records, ms)\n  end",
+        "  else\n    extend(records, ms)\n  end",
+    )
+
+
+class RecordsExpireAfterLastWrite(RedisCheckpointer):
+    """Every write arms the records' TTL, terminal or not (the rule before issue 14): a workflow
+    sleeping or waiting past ``ttl`` loses its records and its next pass starts from scratch."""
+
+    script_overrides = {name: _expire_open(name) for name in ("record", "supply", "transact")}  # noqa: RUF012
+
+
+MUTANTS.append(
+    Mutant(
+        "redis-records-expire-while-open",
+        "redis-set",
+        "nothing-live-expires",
+        "every write arms the records' TTL, so a waiting workflow's records expire",
+        (
+            f"{REDIS_TESTS}::test_records_expire_only_once_the_workflow_is_terminal",
+            f"{REDIS_TESTS}::test_a_sleep_past_the_ttl_does_not_restart_the_workflow",
+        ),
+        swap_scripts("checkpointer", RecordsExpireAfterLastWrite),
+    )
+)

@@ -270,3 +270,30 @@ MUTANTS = [
         swap("scheduler", WakeReinstatesCancelled),
     ),
 ]
+
+
+# -- lifecycle (issue 14) -------------------------------------------------------------------
+
+
+class LoadHidesLifecycle(SqliteCheckpointer):
+    """load leaves out the ``wd/`` lifecycle records, so a finished or failed workflow looks open and
+    runs its body again."""
+
+    async def load(self, workflow: str) -> dict[str, object]:
+        return {k: v for k, v in (await super().load(workflow)).items() if not k.startswith("wd/")}
+
+
+MUTANTS.append(
+    Mutant(
+        "sqlite-load-hides-lifecycle",
+        "sqlite",
+        "lifecycle-visible",
+        "load leaves out wd/ lifecycle records, so terminal workflows run again",
+        (
+            "test_lifecycle_records_are_written_through_the_store_and_loaded",
+            "test_a_finished_workflow_records_its_result_and_never_runs_again",
+            "test_maximum_attempts_runs_the_body_exactly_that_often_across_workers",
+        ),
+        swap("checkpointer", LoadHidesLifecycle),
+    )
+)

@@ -772,6 +772,11 @@ def test_fuzzed_inputs_raise_only_library_errors_and_store_nothing(
     check_fuzzed_inputs(factory, server)
 
 
+# -- lifecycle (issue 14): waits, fences, terminal states, retries; the tests live in lifecycle.py --
+
+from .lifecycle import *  # noqa: E402, F403
+
+
 def _mark_async() -> None:
     """Mark every coroutine test for pytest-asyncio here, at definition, so the suite runs whatever
     asyncio mode the importing project uses (strict mode only runs marked tests)."""

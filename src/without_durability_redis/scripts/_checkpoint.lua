@@ -31,6 +31,28 @@ local function extend(key, ms)
   end
 end
 
+-- Extend a TTL already running (a terminal workflow's retention runs from its last write), never
+-- start one: a workflow that is not finished or failed keeps its records however long it waits.
+local function keep(key, ms)
+  local left = redis.call('PTTL', key)
+  if left >= 0 and left < ms then
+    redis.call('PEXPIRE', key, int(ms))
+  end
+end
+
+-- The records expire only once the workflow is terminal (without_durability.lifecycle): a
+-- finished or failed record starts the retention TTL, a rearm takes it away, any other write only
+-- extends one already running. So no waiting workflow is restarted because its records expired.
+local function retain(records, key, ms)
+  if key == 'wd/finished' or string.sub(key, 1, 10) == 'wd/failed/' then
+    extend(records, ms)
+  elseif string.sub(key, 1, 11) == 'wd/rearmed/' then
+    redis.call('PERSIST', records)
+  else
+    keep(records, ms)
+  end
+end
+
 -- Re-arm the claim's TTL to the budget still to run plus the TTL, so a live claim never expires
 -- and is re-created under a pass that still holds it. Returns that span, in milliseconds.
 local function arm_claim(claim, held, now, ttl_ms)
@@ -43,14 +65,15 @@ local function arm_claim(claim, held, now, ttl_ms)
   return ms
 end
 
--- A sign of life from the holder: liveness becomes min(now + window, budget). The records hash is
--- kept at least as long as the claim, so a pass never outlives the records it resumed from.
+-- A sign of life from the holder: liveness becomes min(now + window, budget). A terminal
+-- workflow's records are kept at least as long as the claim (an open one's never expire), so a
+-- pass never outlives the records it resumed from.
 local function renew(claim, records, now, ttl_ms)
   local v = redis.call('HMGET', claim, 'held', 'for')
   local held = tonumber(v[1])
   local alive = math.min(now + tonumber(v[2]), held)
   redis.call('HSET', claim, 'alive', int(alive))
-  extend(records, arm_claim(claim, held, now, ttl_ms))
+  keep(records, arm_claim(claim, held, now, ttl_ms))
 end
 
 local function encoding_of(stored)
@@ -68,7 +91,7 @@ local function put(records, key, encoded, now, ttl_ms)
     local position = redis.call('HLEN', records)
     redis.call('HSET', records, key, int(position) .. ':' .. int(now) .. ':' .. encoded)
   end
-  extend(records, tonumber(ttl_ms))
+  retain(records, key, tonumber(ttl_ms))
   if not stored then
     return {1}
   end

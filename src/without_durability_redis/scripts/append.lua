@@ -6,7 +6,7 @@
 -- ARGV[1] the value's encoding
 -- ARGV[2] the inbox prefix ("inbox/")
 -- ARGV[3] the width the number is zero-padded to
--- ARGV[4] TTL of both hashes, milliseconds
+-- ARGV[4] TTL of the nonces, and of the records once terminal, milliseconds
 -- ARGV[5] this call's nonce: the driver re-sends a script whose reply was lost, and the re-sent
 --         append must return the key it was given rather than append the message twice
 -- Returns the key.
@@ -18,6 +18,6 @@ local position = redis.call('HLEN', KEYS[1])
 local key = ARGV[2] .. string.format('%0' .. ARGV[3] .. 'd', position)
 redis.call('HSET', KEYS[1], key, int(position) .. ':' .. int(now_us()) .. ':' .. ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[5], key)
-extend(KEYS[1], tonumber(ARGV[4]))
-extend(KEYS[2], tonumber(ARGV[4]))
+keep(KEYS[1], tonumber(ARGV[4]))  -- an open workflow's records never expire (see retain)
+extend(KEYS[2], tonumber(ARGV[4]))  -- a nonce only has to outlive a re-sent script
 return key

@@ -6,7 +6,7 @@
 -- ARGV[1] the pass's token
 -- ARGV[2] the record key
 -- ARGV[3] the value's encoding
--- ARGV[4] TTL of both hashes, milliseconds
+-- ARGV[4] TTL, milliseconds (the claim's beyond its budget; the records' once terminal)
 -- Returns {'fenced'}, {'ok', 1} (the stored encoding is the one offered) or
 -- {'ok', 0, stored encoding}.
 if redis.call('HGET', KEYS[2], 'token') ~= ARGV[1] then

@@ -9,7 +9,7 @@
 -- ARGV[1] the pass's token
 -- ARGV[2] the record key
 -- ARGV[3] the largest encoding accepted, bytes
--- ARGV[4] TTL of both hashes, milliseconds
+-- ARGV[4] TTL, milliseconds (the claim's beyond its budget; the records' once terminal)
 -- ARGV[5] '1' when the codec renders JSON (the result must then parse as JSON), else '0'
 -- ARGV[6] this call's nonce: a re-sent transact that finds its own record reports it as its own
 -- ARGV[7..] the effect's args
