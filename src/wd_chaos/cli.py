@@ -9,11 +9,8 @@ with one line naming the cause (``--debug`` adds the traceback).
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import sys
-import tempfile
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,6 +25,7 @@ from rich.table import Table
 
 from . import checkers
 from .mutants.command import mutants_command
+from .options import Bounded, probe_dir, probe_file
 from .runner import Options, Outcome, analyze, check_options, run
 from .scenario import (
     OptionError,
@@ -36,11 +34,10 @@ from .scenario import (
     TimeLimit,
     WorkerCount,
     available,
-    bounded,
     find,
     load_file,
 )
-from .services import check_available
+from .services import check_available, sweep_stale
 
 console = Console(stderr=True)
 USAGE = 64
@@ -126,53 +123,6 @@ class _Cli(click.Group):
         if standalone_mode:
             sys.exit(code)
         return code
-
-
-class _Bounded(click.ParamType[Any, Any]):
-    """A number held to the bound a scenario file's ``field`` is held to (one place names it)."""
-
-    def __init__(self, kind: Any, base: click.ParamType[Any, Any], field: str) -> None:
-        self.kind, self.base, self.field = kind, base, field
-        self.name = base.name
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = self.base.convert(value, param, ctx)
-        try:
-            return bounded(self.kind, number, f"as the scenario files' {self.field}")
-        except OptionError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-def _probe_dir(folder: Path, option: str) -> None:
-    """Refuse, before a run starts, a folder its results could not be written to."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".wd-probe-", dir=folder)
-        try:
-            os.write(fd, b"probe\n")
-            os.fsync(fd)  # a full disk shows here, not at open
-        finally:
-            os.close(fd)
-            os.unlink(probe)
-    except OSError as exc:
-        raise click.BadParameter(
-            f"cannot write results to {folder}: {exc.strerror or exc}", param_hint=option
-        ) from exc
-
-
-def _probe_file(path: Path, option: str) -> None:
-    """Refuse, before a run starts, an output file that could not be written."""
-    existed = path.exists()
-    try:
-        if path.is_dir():
-            raise IsADirectoryError(21, "is a directory")
-        with path.open("a"):
-            pass
-    except OSError as exc:
-        raise click.BadParameter(f"cannot write {path}: {exc.strerror or exc}", param_hint=option) from exc
-    if not existed:
-        with contextlib.suppress(OSError):
-            path.unlink()
 
 
 def _label(valid: checkers.Valid, yes: str, no: str, unsure: str) -> str:
@@ -293,14 +243,14 @@ def list_() -> None:
 @click.option("--seed", type=int, default=None, help="Fixes the workload and the fault schedule.")
 @click.option(
     "--time-limit",
-    type=_Bounded(TimeLimit, click.FLOAT, "time_limit"),
+    type=Bounded(TimeLimit, click.FLOAT, "time_limit"),
     default=None,
     help="Seconds of workload and faults (0 < s <= 3600, past the first fault); longer scales "
     "the workflows (at most 10000) and repeats the faults.",
 )
 @click.option(
     "--workers",
-    type=_Bounded(WorkerCount, click.INT, "workload.workers"),
+    type=Bounded(WorkerCount, click.INT, "workload.workers"),
     default=None,
     help="Worker processes (1 to 64).",
 )
@@ -384,9 +334,9 @@ def run_cmd(
             raise HarnessError(f"{sc.name} on {st}: cannot get its servers: {reason}")
         planned.append((sc, opts))
     # every output path is tried before the first run: a lost report or junit file is found now
-    _probe_dir(report_dir, "--report-dir")
+    probe_dir(report_dir, "--report-dir")
     if junit:
-        _probe_file(junit, "--junit")
+        probe_file(junit, "--junit")
     if check_only:
         for sc, opts in planned:
             Console().print(f"{sc.name} on {opts.store}: would run (report in {report_dir})")
@@ -421,12 +371,26 @@ def analyze_cmd(run_dir: Path, junit: Path | None) -> None:
     """Re-check a stored run's history and final state; exit as ``run`` would. A folder that is
     not a finished run's, or whose history was cut or altered, exits 255 and is left as it was."""
     if junit:
-        _probe_file(junit, "--junit")
+        probe_file(junit, "--junit")
     outcome = analyze(run_dir)
     Console().print(_verdict_table(outcome))
     if junit:
         _junit(junit, [outcome])
     sys.exit(checkers.exit_code(outcome.valid))
+
+
+@main.command("clean")
+@click.option("--report-dir", type=click.Path(path_type=Path), default=Path("reports"))
+def clean_cmd(report_dir: Path) -> None:
+    """Remove what killed runs left behind: private servers whose owner is gone (killed, folder
+    removed), and unfinished run folders whose controller is gone (processes killed, marked
+    INTERRUPTED). Finished runs and running ones are left alone."""
+    from .lifeline import mark_stale_runs
+
+    did = mark_stale_runs(report_dir) + [f"removed server folder {p}" for p in sweep_stale()]
+    for line in did:
+        click.echo(line)
+    click.echo(f"cleaned: {len(did)} things" if did else "nothing to clean")
 
 
 main.add_command(mutants_command)

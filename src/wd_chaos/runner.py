@@ -26,8 +26,9 @@ from typing import Any
 from . import __version__, checkers, history, wallclock
 from .faults import Nemesis
 from .history import HistoryWriter, Tail
+from .lifeline import Lifeline, die_with_parent
 from .scenario import OptionError, Scenario, TimeLimit, WorkerCount, WorkflowCount, bounded, plan
-from .services import services
+from .services import services, sweep_stale
 from .stores import Spec, open_store, prepare, store_clocks
 from .workload import Recorder
 
@@ -73,7 +74,9 @@ class Cluster:
     def start(self, role: str, name: str, command: list[str] | None = None) -> None:
         command = command or [sys.executable, "-m", "wd_chaos.workload", role, str(self.config), name]
         env = {**os.environ, "WD_CHAOS_CONFIG": str(self.config), "LOCUST_SKIP_MONKEY_PATCH": "1"}
-        # A new session: Ctrl-C in the terminal reaches the runner only, which stops them itself.
+        # A new session: Ctrl-C in the terminal reaches the runner only, which stops them itself;
+        # the kernel kills them if the runner dies without doing so (lifeline.die_with_parent)
+        me = os.getpid()
         self.procs[name] = subprocess.Popen(
             command,
             env=env,
@@ -81,6 +84,7 @@ class Cluster:
             stderr=self.log,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=lambda: die_with_parent(me),  # prctl must run in the child, before exec
         )
 
     def pids(self) -> dict[str, int]:
@@ -386,7 +390,9 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
     workflows = [f"{scenario.name}-s{seed}-{i:04d}" for i in range(n_wf)]
     starts = sorted(round(rng.uniform(0, spread), 3) for _ in workflows)
     events = plan(scenario, seed, n_workers, limit)
+    sweep_stale()  # servers an earlier, killed run left behind
     run_dir = _run_dir(opts.report_dir, scenario.name, opts.store)
+    lifeline = Lifeline(run_dir)
     (run_dir / "scenario.json").write_text(scenario.model_dump_json(indent=2))
     names = [] if storm is not None else [f"worker-{i}" for i in range(n_workers)]
     partition = any(e["fault"] == "partition" for e in events)
@@ -474,7 +480,9 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
         # per-process histories for a post-mortem, and let the caller report it
         (run_dir / "INTERRUPTED").write_text(f"{type(exc).__name__}: {exc}\n")
         hist.close()
+        lifeline.release()
         raise
+    lifeline.release()
     (run_dir / "final.json").write_text(json.dumps(final, indent=1, default=str))
     hist.close()
     history.merge(sorted((run_dir / "procs").glob("*.jsonl")), run_dir / "history.jsonl")
