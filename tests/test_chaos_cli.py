@@ -312,17 +312,23 @@ def _living(procs: list[psutil.Process]) -> list[str]:
 
 
 @contextlib.contextmanager
-def _started_run(tmp_path: Path, store: str) -> Iterator[subprocess.Popen[bytes]]:
+def _started_run(
+    tmp_path: Path, store: str
+) -> Iterator[tuple[subprocess.Popen[bytes], list[psutil.Process]]]:
+    """A real ``wd-chaos run`` in the background, and a list the test fills with its processes:
+    whatever of them is left at the end is killed, so a failing test leaves no orphans either."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "wd_chaos.cli", "run", "lease-stall", "--store", store,
          "--time-limit", "60", "--report-dir", str(tmp_path)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
+    family: list[psutil.Process] = []
     try:
-        yield proc
+        yield proc, family
     finally:
-        for child in _family(proc.pid):
+        for child in family + _family(proc.pid):
             with contextlib.suppress(psutil.NoSuchProcess):
+                child.resume()
                 child.kill()
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
@@ -348,10 +354,10 @@ def _server_dirs(family: list[psutil.Process]) -> list[Path]:
 
 
 def test_a_sigkilled_run_leaves_no_process_and_says_interrupted(tmp_path: Path) -> None:
-    with _started_run(tmp_path, "postgres") as proc:
+    with _started_run(tmp_path, "postgres") as (proc, family):
         # the lease-stall scenario SIGSTOPs a worker inside a step from about 2 s in
         _wait_for("a worker SIGSTOPped by the stall fault", lambda: _stopped_worker(proc.pid), 90)
-        family = _family(proc.pid)
+        family += _family(proc.pid)
         assert any("postgres" in " ".join(p.cmdline()) for p in family), "expected a private postgres"
         servers = _server_dirs(family)
         assert servers, "expected the private postgres's folder on its command line"
@@ -365,9 +371,9 @@ def test_a_sigkilled_run_leaves_no_process_and_says_interrupted(tmp_path: Path) 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, SIGTERM_EXIT), (signal.SIGINT, SIGINT_EXIT)])
 def test_a_signal_stops_the_run_cleanly_with_its_own_code(tmp_path: Path, signum: int, code: int) -> None:
-    with _started_run(tmp_path, "sqlite") as proc:
+    with _started_run(tmp_path, "sqlite") as (proc, family):
         _wait_for("a worker SIGSTOPped by the stall fault", lambda: _stopped_worker(proc.pid), 90)
-        family = _family(proc.pid)
+        family += _family(proc.pid)
         os.kill(proc.pid, signum)
         assert proc.wait(timeout=60) == code
         assert proc.stderr is not None
