@@ -188,6 +188,16 @@ def test_an_unreachable_server_exits_255_with_one_line(
     assert all((r / "INTERRUPTED").exists() for r in runs), "a run that could not start must say so"
 
 
+def test_a_bad_scenario_file_exits_255_with_one_line_naming_its_fields(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "bad"\ntime_limit = -1\n[workload]\nworkers = 0\n')
+    done = _cli("run", str(bad), "--report-dir", str(tmp_path / "reports"))
+    assert done.returncode == CRASHED, done.stderr
+    line = _one_line_error(done)
+    assert "time_limit" in line and "workload.workers" in line, line
+    assert not (tmp_path / "reports").exists()
+
+
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     done = _cli("--debug", "analyze", str(tmp_path))
     assert done.returncode == CRASHED

@@ -45,7 +45,13 @@ USAGE = 64
 SIGINT_EXIT = 128 + signal.SIGINT
 SIGTERM_EXIT = 128 + signal.SIGTERM
 CRASHED = 255
+DOCUMENTED = frozenset({0, 1, 2, USAGE, SIGINT_EXIT, SIGTERM_EXIT, CRASHED})
+"""Every code ``wd-chaos`` exits with; anything else a command raised becomes 255."""
 _debug = {"on": False}
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 class HarnessError(RuntimeError):
@@ -74,9 +80,10 @@ def _exit_code(call: Callable[[], Any]) -> int:
         result = call()
         return result if isinstance(result, int) else 0
     except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            return exc.code or 0
-        click.echo(f"wd-chaos: error: {exc.code}", err=True)
+        if exc.code is None or exc.code in DOCUMENTED:
+            return int(exc.code or 0)
+        # a library's own exit (1 would read as INVALID): a harness failure
+        click.echo(f"wd-chaos: error: exited {_one_line(str(exc.code))}", err=True)
         return CRASHED
     except click.UsageError as exc:
         exc.show()
@@ -93,7 +100,7 @@ def _exit_code(call: Callable[[], Any]) -> int:
         if _debug["on"]:
             traceback.print_exc()
         text = str(exc) if isinstance(exc, HarnessError) else f"{type(exc).__name__}: {exc}"
-        click.echo(f"wd-chaos: error: {text}", err=True)  # unwrapped: one line a CI log can grep
+        click.echo(f"wd-chaos: error: {_one_line(text)}", err=True)  # one line a CI log can grep
         return CRASHED
 
 
