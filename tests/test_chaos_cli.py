@@ -289,6 +289,16 @@ def test_analyze_refuses_a_folder_missing_a_file(finished_run: Path, tmp_path: P
     assert remove in _one_line_error(done)
 
 
+def test_analyze_refuses_an_interrupted_run(finished_run: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run, run_dir)
+    (run_dir / "history.jsonl").unlink()
+    (run_dir / "INTERRUPTED").write_text("Stopped: SIGTERM\n")
+    done = _cli("analyze", str(run_dir))
+    assert done.returncode == CRASHED, done.stderr
+    assert "did not finish (Stopped: SIGTERM)" in _one_line_error(done)
+
+
 def test_analyze_of_an_empty_folder_exits_255(tmp_path: Path) -> None:
     done = _cli("analyze", str(tmp_path))
     assert done.returncode == CRASHED

@@ -482,7 +482,6 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
         hist.close()
         lifeline.release()
         raise
-    lifeline.release()
     (run_dir / "final.json").write_text(json.dumps(final, indent=1, default=str))
     hist.close()
     history.merge(sorted((run_dir / "procs").glob("*.jsonl")), run_dir / "history.jsonl")
@@ -503,7 +502,11 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
         "versions": _versions(),
     }
     (run_dir / "run.json").write_text(json.dumps(meta, indent=2))
-    return analyze(run_dir)
+    # released after the merge and the verdict: a kill before them still leaves INTERRUPTED
+    try:
+        return analyze(run_dir)
+    finally:
+        lifeline.release()
 
 
 class DamagedRun(ValueError):
