@@ -48,13 +48,14 @@ class Lifeline:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "wd_chaos.lifeline", str(os.getpid()), str(run_dir)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=(run_dir / "lifeline.log").open("ab"),
-            start_new_session=True,  # outlives the controller's process group and its Ctrl-C
-        )
+        with (run_dir / "lifeline.log").open("ab") as log:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "wd_chaos.lifeline", str(os.getpid()), str(run_dir)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                start_new_session=True,  # outlives the controller's process group and its Ctrl-C
+            )
 
     @property
     def pid(self) -> int:

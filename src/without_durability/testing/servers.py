@@ -574,6 +574,7 @@ def provide(kind: str, *, redis_fsync_always: bool = False) -> Iterator[Server]:
     if reason is not None:
         raise ServerUnavailable(reason)
     options = {"fsync_always": True} if kind == "redis" and redis_fsync_always else {}
+    sweep_stale()  # what a killed test session or run left: servers whose owner is gone
     with _LOCAL[kind](**options) as server:
         yield server
 
