@@ -8,8 +8,9 @@ loopback port, stopped and removed when the context exits, Ctrl-C included.
 
 A private server's folder carries an owner file (``wd-owner-PORT.json``: the pid that started it and
 the server's own pid). A process killed with SIGKILL cannot remove its servers; ``sweep_stale`` finds
-the folders whose owner is gone, kills their servers and removes them (``wd-chaos clean`` and every
-``wd-chaos run`` call it, and a run's lifeline does when its controller dies).
+the folders whose owner is gone, kills their servers and removes them (``provide`` calls it before
+starting a private server, as do ``wd-chaos clean`` and every ``wd-chaos run``, and a run's lifeline
+when its controller dies).
 
 Process management is mirakuru's (process groups, start checks, stop-then-kill) and free ports come
 from port-for; both are well-kept libraries used by pytest-postgresql and pytest-redis. Postgres keeps
