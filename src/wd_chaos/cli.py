@@ -1,11 +1,20 @@
-"""``wd-chaos``: list, run and analyze scenarios. Exit codes: 0 valid, 1 invalid, 2 unknown,
-255 the harness itself failed (a server could not be had, a bad scenario file)."""
+"""``wd-chaos``: list, run and analyze scenarios, and clean up after a killed run.
+
+Exit codes, and nothing else produces them: 0 valid, 1 invalid, 2 unknown (a verdict); 64 a usage
+error (a bad option or value, an output path that cannot be written; the run never started); 130
+interrupted by SIGINT, 143 by SIGTERM (the run's folder says ``INTERRUPTED``); 255 the harness
+itself failed (a server could not be had or reached, a bad scenario file, a damaged run folder),
+with one line naming the cause (``--debug`` adds the traceback).
+"""
 
 from __future__ import annotations
 
 import signal
 import sys
+import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any
 from xml.sax.saxutils import escape
 
@@ -16,12 +25,111 @@ from rich.table import Table
 
 from . import checkers
 from .mutants.command import mutants_command
-from .runner import Options, Outcome, analyze, run
-from .scenario import Scenario, ScenarioError, available, find, load_file
-from .services import ServerUnavailable, check_available
+from .options import Bounded, probe_dir, probe_file
+from .runner import Options, Outcome, analyze, check_options, run
+from .scenario import (
+    OptionError,
+    Scenario,
+    ScenarioError,
+    TimeLimit,
+    WorkerCount,
+    available,
+    find,
+    load_file,
+)
+from .services import check_available, sweep_stale
 
 console = Console(stderr=True)
+USAGE = 64
+"""A usage error (sysexits' EX_USAGE): none of the verdicts' 0, 1, 2."""
+SIGINT_EXIT = 128 + signal.SIGINT
+SIGTERM_EXIT = 128 + signal.SIGTERM
 CRASHED = 255
+DOCUMENTED = frozenset({0, 1, 2, USAGE, SIGINT_EXIT, SIGTERM_EXIT, CRASHED})
+"""Every code ``wd-chaos`` exits with; anything else a command raised becomes 255."""
+_debug = {"on": False}
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+class HarnessError(RuntimeError):
+    """The harness could not do what was asked (exit 255); the message is the one line shown."""
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGINT or SIGTERM reached the controller: it stops its processes and servers and exits
+    ``128 + signum``. A KeyboardInterrupt, so every cleanup path already handles it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    # the first signal starts the cleanup; more would cut it short, so they are ignored
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Stopped(signum)
+
+
+def _exit_code(call: Callable[[], Any]) -> int:
+    """Run the command line and turn whatever came out of it into one of the documented codes."""
+    try:
+        result = call()
+        return result if isinstance(result, int) else 0
+    except SystemExit as exc:
+        if exc.code is None or exc.code in DOCUMENTED:
+            return int(exc.code or 0)
+        # a library's own exit (1 would read as INVALID): a harness failure
+        click.echo(f"wd-chaos: error: exited {_one_line(str(exc.code))}", err=True)
+        return CRASHED
+    except click.UsageError as exc:
+        exc.show()
+        return USAGE
+    except click.ClickException as exc:
+        exc.show()
+        return CRASHED
+    except (click.Abort, KeyboardInterrupt) as exc:
+        stopped = exc if isinstance(exc, Stopped) else exc.__cause__
+        signum = stopped.signum if isinstance(stopped, Stopped) else signal.SIGINT
+        click.echo(f"wd-chaos: stopped by {signal.Signals(signum).name}", err=True)
+        return 128 + signum
+    except Exception as exc:
+        if _debug["on"]:
+            traceback.print_exc()
+        text = str(exc) if isinstance(exc, HarnessError) else f"{type(exc).__name__}: {exc}"
+        click.echo(f"wd-chaos: error: {_one_line(text)}", err=True)  # one line a CI log can grep
+        return CRASHED
+
+
+class _Cli(click.Group):
+    """A group whose exit codes are the documented ones: click's own usage errors exit 64, not 2
+    (which would read as UNKNOWN), and no exception leaves as a traceback and exit 1."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        _debug["on"] = False
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        for s in previous:
+            signal.signal(s, _stop)
+        try:
+            code = _exit_code(
+                lambda: super(_Cli, self).main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            )
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        if standalone_mode:
+            sys.exit(code)
+        return code
 
 
 def _label(valid: checkers.Valid, yes: str, no: str, unsure: str) -> str:
@@ -104,9 +212,12 @@ def _junit(path: Path, outcomes: list[Outcome]) -> None:
     )
 
 
-@click.group()
-def main() -> None:
-    """Fault-injection harness for without-durability's stores."""
+@click.group(cls=_Cli)
+@click.option("--debug", is_flag=True, help="Show the traceback of a harness error.")
+def main(debug: bool) -> None:
+    """Fault-injection harness for without-durability's stores. Exit codes: 0 valid, 1 invalid,
+    2 unknown; 64 a usage error; 130/143 stopped by SIGINT/SIGTERM; 255 the harness failed."""
+    _debug["on"] = debug
 
 
 @main.command("list")
@@ -139,11 +250,17 @@ def list_() -> None:
 @click.option("--seed", type=int, default=None, help="Fixes the workload and the fault schedule.")
 @click.option(
     "--time-limit",
-    type=float,
+    type=Bounded(TimeLimit, click.FLOAT, "time_limit"),
     default=None,
-    help="Seconds of workload and faults; longer scales the workflows and repeats the faults.",
+    help="Seconds of workload and faults (0 < s <= 3600, past the first fault); longer scales "
+    "the workflows (at most 10000) and repeats the faults.",
 )
-@click.option("--workers", type=int, default=None, help="Worker processes.")
+@click.option(
+    "--workers",
+    type=Bounded(WorkerCount, click.INT, "workload.workers"),
+    default=None,
+    help="Worker processes (1 to 64).",
+)
 @click.option("--report-dir", type=click.Path(path_type=Path), default=Path("reports"))
 @click.option("--junit", type=click.Path(path_type=Path), default=None)
 @click.option(
@@ -164,6 +281,12 @@ def list_() -> None:
     metavar="NAME",
     help="Break the store the way this wd_chaos.mutants catalogue entry says (it must be caught).",
 )
+@click.option(
+    "--check",
+    "check_only",
+    is_flag=True,
+    help="Validate the options and the servers' availability, print the runs, start nothing.",
+)
 def run_cmd(
     name: str | None,
     run_all: bool,
@@ -176,8 +299,11 @@ def run_cmd(
     checkpointer_class: str | None,
     client: str | None,
     mutant: str | None,
+    check_only: bool,
 ) -> None:
     """Run scenario NAME (or --all) and print a verdict; exit 0 valid, 1 invalid, 2 unknown."""
+    if name and run_all:
+        raise click.UsageError("give a scenario NAME or --all, not both")
     try:
         if run_all:
             jobs: list[tuple[Scenario, str]] = []
@@ -192,17 +318,9 @@ def run_cmd(
         else:
             raise click.UsageError("give a scenario NAME or --all (see wd-chaos list)")
     except ScenarioError as exc:
-        console.print(f"[red]{exc}")
-        sys.exit(CRASHED)
-    # a CI cancel (SIGTERM) cleans up like Ctrl-C: workers stopped, private servers removed
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    outcomes: list[Outcome] = []
+        raise HarnessError(str(exc)) from exc
+    planned: list[tuple[Scenario, Options]] = []
     for sc, st in jobs:
-        partition = any(f.kind == "partition" for f in sc.faults)
-        reason = check_available(st, partition)
-        if reason:
-            console.print(f"[red]{sc.name} on {st}: cannot get its servers: {reason}")
-            sys.exit(CRASHED)
         opts = Options(
             store=st,
             seed=seed,
@@ -213,6 +331,25 @@ def run_cmd(
             client=client,
             mutant=mutant,
         )
+        try:
+            check_options(sc, opts)
+        except OptionError as exc:
+            raise click.UsageError(f"{sc.name} on {st}: {exc}") from exc
+        partition = any(f.kind == "partition" for f in sc.faults)
+        reason = check_available(st, partition)
+        if reason:
+            raise HarnessError(f"{sc.name} on {st}: cannot get its servers: {reason}")
+        planned.append((sc, opts))
+    # every output path is tried before the first run: a lost report or junit file is found now
+    probe_dir(report_dir, "--report-dir")
+    if junit:
+        probe_file(junit, "--junit")
+    if check_only:
+        for sc, opts in planned:
+            Console().print(f"{sc.name} on {opts.store}: would run (report in {report_dir})")
+        return
+    outcomes: list[Outcome] = []
+    for sc, opts in planned:
         try:
             with Live(
                 _progress_view({"phase": "starting"}),
@@ -225,9 +362,8 @@ def run_cmd(
                     live.update(_progress_view(state))
 
                 outcome = run(sc, opts, show)
-        except (ServerUnavailable, ValueError) as exc:
-            console.print(f"[red]{sc.name} on {st}: {exc}")
-            sys.exit(CRASHED)
+        except Exception as exc:
+            raise HarnessError(f"{sc.name} on {opts.store}: {type(exc).__name__}: {exc}") from exc
         Console().print(_verdict_table(outcome))
         outcomes.append(outcome)
     if junit:
@@ -239,12 +375,29 @@ def run_cmd(
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--junit", type=click.Path(path_type=Path), default=None)
 def analyze_cmd(run_dir: Path, junit: Path | None) -> None:
-    """Re-check a stored run's history and final state; exit as ``run`` would."""
+    """Re-check a stored run's history and final state; exit as ``run`` would. A folder that is
+    not a finished run's, or whose history was cut or altered, exits 255 and is left as it was."""
+    if junit:
+        probe_file(junit, "--junit")
     outcome = analyze(run_dir)
     Console().print(_verdict_table(outcome))
     if junit:
         _junit(junit, [outcome])
     sys.exit(checkers.exit_code(outcome.valid))
+
+
+@main.command("clean")
+@click.option("--report-dir", type=click.Path(path_type=Path), default=Path("reports"))
+def clean_cmd(report_dir: Path) -> None:
+    """Remove what killed runs left behind: private servers whose owner is gone (killed, folder
+    removed), and unfinished run folders whose controller is gone (processes killed, marked
+    INTERRUPTED). Finished runs and running ones are left alone."""
+    from .lifeline import mark_stale_runs
+
+    did = mark_stale_runs(report_dir) + [f"removed server folder {p}" for p in sweep_stale()]
+    for line in did:
+        click.echo(line)
+    click.echo(f"cleaned: {len(did)} things" if did else "nothing to clean")
 
 
 main.add_command(mutants_command)

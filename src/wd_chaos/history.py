@@ -3,7 +3,9 @@
 Each process appends JSON lines to its own file with one ``write`` per line on an ``O_APPEND``
 descriptor, so a line is in the kernel before the call returns and a SIGKILL cannot tear or lose a
 line already written (it can only leave an invoke without its complete, which is the point).
-``merge`` joins the files into one ``history.jsonl`` ordered by the system-wide monotonic clock.
+``merge`` joins the files into one ``history.jsonl`` ordered by the system-wide monotonic clock
+and closes it with an ``end`` line (how many lines came before it and their SHA-256), so
+``load_finished`` can refuse a merged history that was cut, emptied or altered rather than judge it.
 
 Line kinds (``type``): ``invoke`` and ``complete`` of an operation (same ``op`` id), ``effect`` (a
 step's external effect, the world outside the store), ``fault`` (nemesis start/stop events and
@@ -42,6 +44,11 @@ def observation(items: Iterable[tuple[str, object]]) -> dict[str, list[str]]:
     and ``digests``, one per key in the same order."""
     pairs = list(items)
     return {"keys": [k for k, _ in pairs], "digests": [digest(v) for _, v in pairs]}
+
+
+class DamagedHistory(ValueError):
+    """A merged history that is not as its run wrote it (cut, emptied, a line altered, no end
+    line); the message names the file and what is wrong. Such a history is refused, not judged."""
 
 
 def _jsonable(value: object) -> object:
@@ -106,18 +113,69 @@ def read_lines(path: Path) -> Iterator[Op]:
 
 
 def merge(files: Iterable[Path], out: Path) -> list[Op]:
-    """Merge per-process files into ``out`` ordered by monotonic time; returns the merged ops."""
+    """Merge per-process files into ``out`` ordered by monotonic time, closed by the ``end`` line
+    ``load_finished`` verifies; returns the merged ops (without the end line)."""
     ops = [line for f in files for line in read_lines(f)]
     ops.sort(key=lambda o: (o["mono"], o.get("process", ""), o.get("op", "")))
-    with out.open("w") as handle:
+    digest = hashlib.sha256()
+    with out.open("wb") as handle:
         for line in ops:
-            handle.write(json.dumps(line, sort_keys=True) + "\n")
+            data = (json.dumps(line, sort_keys=True) + "\n").encode()
+            digest.update(data)
+            handle.write(data)
+        end = {"type": "end", "lines": len(ops), "sha256": digest.hexdigest()}
+        handle.write((json.dumps(end, sort_keys=True) + "\n").encode())
+        handle.flush()
+        os.fsync(handle.fileno())
     return ops
 
 
 def load(path: Path) -> list[Op]:
-    """Read a merged ``history.jsonl``."""
-    return list(read_lines(path))
+    """Read a history file leniently (a torn last line skipped, a trailing ``end`` line dropped),
+    for a file still being written; a finished run's history is read by ``load_finished``."""
+    ops = list(read_lines(path))
+    if ops and ops[-1].get("type") == "end":
+        ops.pop()
+    return ops
+
+
+def load_finished(path: Path) -> list[Op]:
+    """Read a finished run's merged ``history.jsonl``, verified against its ``end`` line (line
+    count and SHA-256); raises ``DamagedHistory`` for anything else. Returns the ops without it."""
+    again = "; this history cannot be judged (run the scenario again)"
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DamagedHistory(f"{path}: cannot read: {exc.strerror or exc}{again}") from exc
+    if not raw:
+        raise DamagedHistory(f"{path}: empty{again}")
+    if not raw.endswith(b"\n"):
+        raise DamagedHistory(f"{path}: cut in the middle of its last line{again}")
+    lines = raw.split(b"\n")[:-1]
+    try:
+        end = json.loads(lines[-1])
+    except ValueError:
+        end = None
+    if not isinstance(end, dict) or end.get("type") != "end":
+        raise DamagedHistory(
+            f"{path}: no end line (cut at a line boundary, or not written by a finished run){again}"
+        )
+    body = lines[:-1]
+    if end.get("lines") != len(body):
+        raise DamagedHistory(f"{path}: {len(body)} lines, its end line says {end.get('lines')}{again}")
+    digest = hashlib.sha256(b"".join(line + b"\n" for line in body)).hexdigest()
+    if digest != end.get("sha256"):
+        raise DamagedHistory(f"{path}: its lines do not match the SHA-256 of its end line (altered){again}")
+    ops: list[Op] = []
+    for number, line in enumerate(body, 1):
+        try:
+            op = json.loads(line)
+        except ValueError as exc:
+            raise DamagedHistory(f"{path}: line {number} is not JSON: {exc}{again}") from exc
+        if not isinstance(op, dict) or not isinstance(op.get("type"), str):
+            raise DamagedHistory(f"{path}: line {number} has no 'type' field{again}")
+        ops.append(op)
+    return ops
 
 
 class Tail:

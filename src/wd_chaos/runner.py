@@ -26,8 +26,9 @@ from typing import Any
 from . import __version__, checkers, history, wallclock
 from .faults import Nemesis
 from .history import HistoryWriter, Tail
-from .scenario import Scenario, plan
-from .services import services
+from .lifeline import Lifeline, die_with_parent
+from .scenario import OptionError, Scenario, TimeLimit, WorkerCount, WorkflowCount, bounded, plan
+from .services import services, sweep_stale
 from .stores import Spec, open_store, prepare, store_clocks
 from .workload import Recorder
 
@@ -73,7 +74,9 @@ class Cluster:
     def start(self, role: str, name: str, command: list[str] | None = None) -> None:
         command = command or [sys.executable, "-m", "wd_chaos.workload", role, str(self.config), name]
         env = {**os.environ, "WD_CHAOS_CONFIG": str(self.config), "LOCUST_SKIP_MONKEY_PATCH": "1"}
-        # A new session: Ctrl-C in the terminal reaches the runner only, which stops them itself.
+        # A new session: Ctrl-C in the terminal reaches the runner only, which stops them itself;
+        # the kernel kills them if the runner dies without doing so (lifeline.die_with_parent)
+        me = os.getpid()
         self.procs[name] = subprocess.Popen(
             command,
             env=env,
@@ -81,6 +84,7 @@ class Cluster:
             stderr=self.log,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=lambda: die_with_parent(me),  # prctl must run in the child, before exec
         )
 
     def pids(self) -> dict[str, int]:
@@ -345,14 +349,49 @@ def _heal(
     return done
 
 
-def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> Outcome:
-    """Run ``scenario`` on ``opts.store`` and store it under ``opts.report_dir``."""
+def check_options(scenario: Scenario, opts: Options) -> None:
+    """Refuse, with ``OptionError`` naming the option and its limit, what the command line may not
+    ask of ``scenario``: numbers outside the bounds its file is held to, a time limit so short that
+    no fault starts, or one that scales its workflows past the workflow limit; a store it does not
+    apply to; an unknown mutant. Starts nothing."""
+    if opts.store not in scenario.stores:
+        raise OptionError(
+            f"--store: scenario {scenario.name!r} applies to {scenario.stores}, not {opts.store!r}"
+        )
     if opts.mutant:
         from .stores import find_mutant
 
-        find_mutant(opts.mutant, opts.store)  # refuse a bad name before starting anything
-    if opts.store not in scenario.stores:
-        raise ValueError(f"scenario {scenario.name!r} applies to {scenario.stores}, not {opts.store!r}")
+        try:
+            find_mutant(opts.mutant, opts.store)
+        except ValueError as exc:
+            raise OptionError(f"--mutant: {exc}") from exc
+    if opts.workers is not None:
+        bounded(WorkerCount, opts.workers, "--workers")
+    if opts.time_limit is None:
+        return
+    limit = float(bounded(TimeLimit, opts.time_limit, "--time-limit"))
+    if scenario.storm is None:
+        n_wf = max(1, round(scenario.workload.workflows * limit / scenario.time_limit))
+        bounded(
+            WorkflowCount,
+            n_wf,
+            f"--time-limit {limit:g} scales {scenario.name}'s {scenario.workload.workflows} workflows "
+            f"(per {scenario.time_limit:g} s) to {n_wf}; workflows",
+        )
+    seed = scenario.seed if opts.seed is None else opts.seed
+    workers = opts.workers or scenario.workload.workers
+    if scenario.faults and not plan(scenario, seed, workers, limit):
+        first = min(f.at for f in scenario.faults)
+        raise OptionError(
+            f"--time-limit: {limit:g} s ends before {scenario.name}'s first fault (at {first:g} s), "
+            f"so the run would test nothing; give more than {first:g}"
+        )
+
+
+def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> Outcome:
+    """Run ``scenario`` on ``opts.store`` and store it under ``opts.report_dir``. Options the
+    scenario's bounds refuse raise ``OptionError`` (``check_options``) before anything starts."""
+    check_options(scenario, opts)
     seed = scenario.seed if opts.seed is None else opts.seed
     limit = scenario.time_limit if opts.time_limit is None else opts.time_limit
     scale = limit / scenario.time_limit
@@ -372,7 +411,9 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
     workflows = [f"{scenario.name}-s{seed}-{i:04d}" for i in range(n_wf)]
     starts = sorted(round(rng.uniform(0, spread), 3) for _ in workflows)
     events = plan(scenario, seed, n_workers, limit)
+    sweep_stale()  # servers an earlier, killed run left behind
     run_dir = _run_dir(opts.report_dir, scenario.name, opts.store)
+    lifeline = Lifeline(run_dir)
     (run_dir / "scenario.json").write_text(scenario.model_dump_json(indent=2))
     names = [] if storm is not None else [f"worker-{i}" for i in range(n_workers)]
     partition = any(e["fault"] == "partition" for e in events)
@@ -477,6 +518,7 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
         # per-process histories for a post-mortem, and let the caller report it
         (run_dir / "INTERRUPTED").write_text(f"{type(exc).__name__}: {exc}\n")
         hist.close()
+        lifeline.release()
         raise
     (run_dir / "final.json").write_text(json.dumps(final, indent=1, default=str))
     hist.close()
@@ -498,18 +540,48 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
         "versions": _versions(),
     }
     (run_dir / "run.json").write_text(json.dumps(meta, indent=2))
-    return analyze(run_dir)
+    # released after the merge and the verdict: a kill before them still leaves INTERRUPTED
+    try:
+        return analyze(run_dir)
+    finally:
+        lifeline.release()
+
+
+class DamagedRun(ValueError):
+    """A run folder ``analyze`` refuses to judge (interrupted, a file missing, cut or altered);
+    the message names the folder, the file and what is wrong."""
+
+
+def _read_run(run_dir: Path) -> tuple[Scenario, dict[str, Any], list[history.Op], dict[str, Any]]:
+    """Everything ``analyze`` judges, read and verified before anything in the folder is written."""
+    if not run_dir.is_dir():
+        raise DamagedRun(f"{run_dir}: not a run folder (no such directory)")
+    stopped = run_dir / "INTERRUPTED"
+    if stopped.exists() and not (run_dir / "history.jsonl").exists():
+        why = stopped.read_text(errors="replace").strip()
+        raise DamagedRun(f"{run_dir}: the run did not finish ({why}); nothing to judge")
+    try:
+        scenario = Scenario.model_validate_json((run_dir / "scenario.json").read_text())
+        meta = json.loads((run_dir / "run.json").read_text())
+        final = json.loads((run_dir / "final.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise DamagedRun(f"{run_dir}: not a finished run's folder: {exc}") from exc
+    if not isinstance(meta, dict) or not isinstance(final, dict):
+        raise DamagedRun(f"{run_dir}: run.json and final.json must each hold a JSON object")
+    try:
+        ops = history.load_finished(run_dir / "history.jsonl")
+    except history.DamagedHistory as exc:
+        raise DamagedRun(str(exc)) from exc
+    return scenario, meta, ops, final
 
 
 def analyze(run_dir: Path) -> Outcome:
     """Re-run the checkers on a stored run (history.jsonl, final.json, scenario.json) and rewrite
-    its summary.json and report.html."""
+    its summary.json and report.html. A folder that is not a finished run's, or whose history
+    fails its end line's check, raises ``DamagedRun`` and is left as it was."""
     from .report import write_report
 
-    scenario = Scenario.model_validate_json((run_dir / "scenario.json").read_text())
-    meta = json.loads((run_dir / "run.json").read_text())
-    ops = history.load(run_dir / "history.jsonl")
-    final = json.loads((run_dir / "final.json").read_text())
+    scenario, meta, ops, final = _read_run(run_dir)
     steps = wallclock.steps(ops)
     verdicts = checkers.check(ops, {**final, "wall_clock_steps": steps}, scenario.checks, scenario.bite)
     valid = checkers.overall(verdicts)

@@ -14,9 +14,9 @@ import math
 import random
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 StoreName = Literal["sqlite", "postgres", "redis"]
 CheckName = Literal[
@@ -77,11 +77,22 @@ class ScenarioError(ValueError):
     expected."""
 
 
+class OptionError(ValueError):
+    """A command-line value outside the bounds a scenario file is held to; the message names the
+    option, the limit and the value."""
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-Seconds = Annotated[float, Field(gt=0, description="a number of seconds > 0")]
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False, description="a number of seconds > 0")]
+TimeLimit = Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)]
+"""A run's workload phase in seconds: the scenario files' ``time_limit`` and ``--time-limit``."""
+WorkerCount = Annotated[int, Field(ge=1, le=64)]
+"""Worker processes: the scenario files' ``workload.workers`` and ``--workers``."""
+WorkflowCount = Annotated[int, Field(ge=1, le=10000)]
+"""Workflows a run seeds: ``workload.workflows``, and what ``--time-limit`` scales it to."""
 
 
 class Lease(_Strict):
@@ -102,8 +113,8 @@ class Lease(_Strict):
 class Workload(_Strict):
     """The test workflow and the outside writers."""
 
-    workflows: Annotated[int, Field(ge=1, le=10000)] = 12
-    workers: Annotated[int, Field(ge=1, le=64)] = 4
+    workflows: WorkflowCount = 12
+    workers: WorkerCount = 4
     messages: Annotated[int, Field(ge=0, le=100)] = 3
     writers: Annotated[int, Field(ge=1, le=16)] = 2
     step_seconds: Annotated[float, Field(ge=0)] = 0.3
@@ -218,7 +229,7 @@ class Scenario(_Strict):
     description: str = ""
     seed: int = 1
     stores: list[StoreName] = Field(default_factory=_all_stores, min_length=1)
-    time_limit: Seconds = 30.0
+    time_limit: TimeLimit = 30.0
     """The workload phase: faults happen inside it; then everything is healed."""
     heal_seconds: Seconds = 30.0
     """After the final heal, how long every workflow has to finish (liveness)."""
@@ -261,6 +272,8 @@ def _expected(error: dict[str, object]) -> str:
         return "a value (this field is required)"
     if kind in ("greater_than", "greater_than_equal", "less_than_equal") and isinstance(ctx, dict):
         return str(error.get("msg", "")).lower().replace("input should be", "a number")
+    if kind == "finite_number":
+        return "a finite number"
     if kind.startswith(("float", "int")):
         return "a number"
     if kind.startswith("string"):
@@ -272,6 +285,17 @@ def _expected(error: dict[str, object]) -> str:
     if kind == "union_tag_not_found":
         return "a 'kind' field: stall, kill, partition or restart"
     return str(error.get("msg", "")).removeprefix("Value error, ")
+
+
+def bounded(kind: Any, value: object, what: str) -> Any:
+    """``value`` checked against one of the bounded types above (``TimeLimit``, ``WorkerCount``,
+    ``WorkflowCount``), so a command line meets the limits a scenario file does. Raises
+    ``OptionError`` naming ``what``, the limit and the value."""
+    try:
+        return TypeAdapter(kind).validate_python(value)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise OptionError(f"{what}: expected {_expected(dict(err))}, got {value!r}") from exc
 
 
 def _where(loc: tuple[object, ...]) -> str:

@@ -14,11 +14,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from without_durability.testing.servers import Server, ServerUnavailable, provide, why_unavailable
+from without_durability.testing.servers import (
+    Server,
+    ServerUnavailable,
+    provide,
+    sweep_stale,
+    why_unavailable,
+)
 
 from .stores import Spec
 
-__all__ = ["Services", "ServerUnavailable", "services"]
+__all__ = ["Services", "ServerUnavailable", "services", "sweep_stale"]
 
 
 @dataclass

@@ -13,6 +13,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ..options import Bounded, probe_dir
+from ..scenario import TimeLimit
 from . import Mutant, catalogue
 from .runner import ChaosRunner, GateReport, run_gate
 
@@ -70,7 +72,13 @@ def _table(report: GateReport) -> Table:
     help="Also the mutants in MODULE's MUTANTS list (your own store's; repeatable).",
 )
 @click.option("--chaos/--no-chaos", default=True, help="Run killers that are wd-chaos scenarios too.")
-@click.option("--chaos-seconds", type=float, default=10.0, show_default=True)
+@click.option(
+    "--chaos-seconds",
+    type=Bounded(TimeLimit, click.FLOAT, "time_limit"),
+    default=10.0,
+    show_default=True,
+    help="The workload phase of each chaos killer's run (0 < s <= 3600).",
+)
 def mutants_command(
     store: str | None,
     names: tuple[str, ...],
@@ -94,6 +102,7 @@ def mutants_command(
         mutants = [m for m in mutants if m.name in names]
     if not mutants:
         raise click.UsageError("no mutants selected")
+    probe_dir(report_dir, "--report-dir")
     if modules:
         os.environ["WD_MUTANT_MODULES"] = ",".join(modules)
     out = report_dir / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-mutants"

@@ -6,6 +6,12 @@ A server comes from, first match wins: a URL in the environment (``WD_POSTGRES_U
 the binaries on PATH (``scripts/install-servers`` provides them) in a temporary folder on a free
 loopback port, stopped and removed when the context exits, Ctrl-C included.
 
+A private server's folder carries an owner file (``wd-owner-PORT.json``: the pid that started it and
+the server's own pid). A process killed with SIGKILL cannot remove its servers; ``sweep_stale`` finds
+the folders whose owner is gone, kills their servers and removes them (``provide`` calls it before
+starting a private server, as do ``wd-chaos clean`` and every ``wd-chaos run``, and a run's lifeline
+when its controller dies).
+
 Process management is mirakuru's (process groups, start checks, stop-then-kill) and free ports come
 from port-for; both are well-kept libraries used by pytest-postgresql and pytest-redis. Postgres keeps
 its shipped durability settings: fsync and synchronous_commit stay on.
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import os
 import pwd
 import shutil
@@ -96,6 +103,79 @@ def wait_for_port(host: str, port: int, timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+STALE_PREFIXES = ("wd-postgres-", "wd-redis-", "wd-redis-cluster-", "wd-toxiproxy-")
+"""The temporary folders a private server lives in (``tempfile.gettempdir()``)."""
+
+
+def _started(pid: int) -> float | None:
+    """When ``pid`` started (to tell it from a later process given the same pid), or None if gone."""
+    import psutil
+
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def _own(folder: Path, port: int, server_pid: int | None = None) -> None:
+    """Record who started the server on ``port`` in ``folder``, so a sweep can tell when it is stale."""
+    me = os.getpid()
+    record = {"owner": me, "owner_started": _started(me), "port": port, "server": server_pid}
+    if server_pid is not None:
+        record["server_started"] = _started(server_pid)
+    path = folder / f"wd-owner-{port}.json"
+    path.write_text(json.dumps(record))
+
+
+def _alive(pid: object, started: object) -> bool:
+    return isinstance(pid, int) and started is not None and _started(pid) == started
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a server and its process group (a postmaster's backends); SIGCONT first, since a
+    stopped process must run again to be reaped by its new parent."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        family = [root, *root.children(recursive=True)]
+        for proc in family:
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+        psutil.wait_procs(family, timeout=10)
+
+
+def sweep_stale(dead_owner: int | None = None, folder: Path | None = None) -> list[Path]:
+    """Kill the private servers whose owner process is gone (or is ``dead_owner``) and remove
+    their folders; returns the folders removed. A folder without an owner file is left alone
+    (an older version's, or not ours)."""
+    base = folder or Path(tempfile.gettempdir())
+    removed: list[Path] = []
+    for path in sorted(base.iterdir()):
+        if not path.is_dir() or not path.name.startswith(STALE_PREFIXES):
+            continue
+        records = []
+        for owner_file in path.glob("wd-owner-*.json"):
+            with contextlib.suppress(OSError, ValueError):
+                records.append(json.loads(owner_file.read_text()))
+        if not records:
+            continue
+        owners = {(r.get("owner"), r.get("owner_started")) for r in records}
+        if any(pid != dead_owner and _alive(pid, started) for pid, started in owners):
+            continue
+        for record in records:
+            server = record.get("server")
+            if isinstance(server, int) and _alive(server, record.get("server_started")):
+                _kill_tree(server)
+        postmaster = path / "data" / "postmaster.pid"
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            _kill_tree(int(postmaster.read_text().split()[0]))
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
 def _as_user(user: str) -> list[str]:
     """Postgres refuses to run as root: run it as ``user`` through setpriv (which execs, so the
     process we start is the server itself)."""
@@ -145,6 +225,7 @@ def local_postgres(port: int | None = None) -> Iterator[Server]:
     port = port or free_port()
     with tempfile.TemporaryDirectory(prefix="wd-postgres-") as tmp:
         root = Path(tmp)
+        _own(root, port)
         data = root / "data"
         prefix = _postgres_user_prefix(root)
         init = subprocess.run(
@@ -197,6 +278,7 @@ def local_postgres(port: int | None = None) -> Iterator[Server]:
             ex = _executor(command, "127.0.0.1", port, root / "postgres.log", signal.SIGINT)
             ex.start()
             state["ex"] = ex
+            _own(root, port, int(ex.process.pid))
             _wait_postgres_ready(isready, port)
             server.pid = _postmaster_pid(data, ex)
 
@@ -254,6 +336,7 @@ def local_redis(
     with contextlib.ExitStack() as stack:
         root = folder or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wd-redis-")))
         root.mkdir(parents=True, exist_ok=True)
+        _own(root, port)
         command = [
             binary,
             "--port",
@@ -287,6 +370,7 @@ def local_redis(
             ex.start()
             state["ex"] = ex
             server.pid = int(ex.process.pid)
+            _own(root, port, server.pid)
 
         def restart(kill: bool) -> None:
             ex = state["ex"]
@@ -358,6 +442,7 @@ def local_toxiproxy(port: int | None = None) -> Iterator[Server]:
     binary = find_binary("toxiproxy-server")
     port = port or free_port()
     with tempfile.TemporaryDirectory(prefix="wd-toxiproxy-") as tmp:
+        _own(Path(tmp), port)
         ex = _executor(
             [binary, "-host", "127.0.0.1", "-port", str(port)],
             "127.0.0.1",
@@ -366,6 +451,7 @@ def local_toxiproxy(port: int | None = None) -> Iterator[Server]:
             signal.SIGTERM,
         )
         ex.start()
+        _own(Path(tmp), port, int(ex.process.pid))
         try:
             yield Server(
                 "toxiproxy", f"http://127.0.0.1:{port}", "127.0.0.1", port, "local", pid=int(ex.process.pid)
@@ -489,6 +575,7 @@ def provide(kind: str, *, redis_fsync_always: bool = False) -> Iterator[Server]:
     if reason is not None:
         raise ServerUnavailable(reason)
     options = {"fsync_always": True} if kind == "redis" and redis_fsync_always else {}
+    sweep_stale()  # what a killed test session or run left: servers whose owner is gone
     with _LOCAL[kind](**options) as server:
         yield server
 
