@@ -64,14 +64,15 @@ async def open_store(spec: Spec) -> Opened:
 
 
 def find_mutant(name: str, store: str) -> Any:
-    """The catalogue entry ``name`` (``wd_chaos.mutants``), checked to derive from ``store``."""
-    from .mutants import catalogue
+    """The catalogue entry ``name`` (``wd_chaos.mutants``, plus the modules ``WD_MUTANT_MODULES``
+    names), checked to derive from ``store`` (a kind: ``redis`` takes ``redis-set`` mutants)."""
+    from .mutants import catalogue, modules_from_env
 
-    found = {m.name: m for m in catalogue()}
+    found = {m.name: m for m in catalogue(modules_from_env())}
     if name not in found:
         raise ValueError(f"no mutant {name!r}; the catalogue has {sorted(found)}")
     mutant = found[name]
-    if mutant.store != store:
+    if mutant.kind != store:
         raise ValueError(f"mutant {name!r} breaks the {mutant.store} store, not {store}")
     return mutant
 

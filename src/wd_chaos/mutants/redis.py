@@ -13,7 +13,7 @@ from without_durability_redis import RedisCheckpointer, RedisStreamScheduler
 from without_durability_redis._keys import check_id
 from without_durability_redis._scripts import Scripts, script_source, text
 
-from . import Mutant, Wrap, swap
+from . import Mutant, Swap, Wrap, swap
 
 REDIS_TESTS = "tests/test_redis.py"
 
@@ -24,17 +24,19 @@ def _edit(source: str, old: str, new: str) -> str:
     return source.replace(old, new)
 
 
-def swap_scripts(part: str, cls: type) -> Wrap:
-    """``swap``, then rebuild the part's scripts so ``cls.script_overrides`` take effect."""
-    base = swap(part, cls)
+class SwapScripts(Swap):
+    """``Swap``, then rebuild the part's scripts so ``cls.script_overrides`` take effect."""
 
-    def wrap(durable: Any) -> Any:
-        durable = base(durable)
-        target = getattr(durable, part)
-        target._scripts = Scripts(target.client, getattr(cls, "script_overrides", {}))
+    def __call__(self, durable: Any) -> Any:
+        durable = super().__call__(durable)
+        target = getattr(durable, self.part)
+        target._scripts = Scripts(target.client, getattr(self.cls, "script_overrides", {}))
         return durable
 
-    return wrap
+
+def swap_scripts(part: str, cls: type) -> Wrap:
+    """A ``SwapScripts`` of ``part`` to ``cls``."""
+    return SwapScripts(part, cls)
 
 
 class LoadByHashIteration(RedisCheckpointer):
