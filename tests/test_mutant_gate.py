@@ -81,3 +81,18 @@ def test_the_gate_runs_a_killer_file_under_its_projects_pytest_config(tmp_path: 
     args = _pytest_config([str(ROOT / "tests" / "test_worker.py")], tmp_path)
     assert args == ["--rootdir", str(ROOT), "-c", str(ROOT / "pyproject.toml")]
     assert "asyncio_mode=auto" in _pytest_config([], tmp_path)
+
+
+def test_a_wall_step_moves_the_clock_a_process_clock_store_reads_and_nothing_else(tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    from wd_chaos.scenario import find, plan
+    from wd_chaos.stores import WALL_OFFSET, stepped_clock
+    from without_durability.clock import system_clock
+
+    steps = [e for e in plan(find("lease-stall"), 1, 4, 24.0) if e["fault"] == "wall-step"]
+    assert [e["seconds"] for e in steps] == [30.0, -3.0, 30.0], steps
+    clock = stepped_clock(str(tmp_path / WALL_OFFSET))
+    assert abs(clock() - system_clock()) < timedelta(seconds=1), "no step yet, no offset"
+    (tmp_path / WALL_OFFSET).write_text("30.0")
+    assert clock() - system_clock() > timedelta(seconds=29), "the step did not reach the store's clock"

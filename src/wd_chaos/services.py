@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from without_durability.testing.servers import Server, ServerUnavailable, provide, why_unavailable
 
-from .stores import Spec
+from .stores import WALL_OFFSET, Spec
 
 __all__ = ["Services", "ServerUnavailable", "services"]
 
@@ -66,6 +66,7 @@ def services(
     with contextlib.ExitStack() as stack:
         if store == "sqlite":
             spec: Spec = {"kind": "sqlite", "path": str(run_dir / "store.db")}
+            spec["wall_offset"] = str(run_dir / WALL_OFFSET)  # what a wall-step fault moves
             server = None
         elif store in ("postgres", "redis"):
             # a restarted Redis keeps acknowledged writes only with an fsync per write

@@ -228,7 +228,6 @@ RETURNING q.workflow, q.visibility
 """
 
 
-
 def _answer_and_take(answer: str, *, exclude_answered: bool = True, answer_first: bool = True) -> str:
     """An answer_and_take statement with ``answer`` as its first CTE, written out the long way."""
     return f"""
