@@ -46,6 +46,9 @@ class Mutant:
     description: str
     killers: tuple[str, ...]
     wrap: Wrap
+    unseen_by_chaos: str = ""
+    """Where none of its killers is a chaos checker: why no wd-chaos run observes it (ever, or
+    until a workload, nemesis or checker is extended as the text says)."""
 
     @property
     def kind(self) -> str:

@@ -85,7 +85,7 @@ MUTANTS = [
         "redis-set",
         "load-order",
         "load orders records by hash iteration instead of the recorded position",
-        (f"{REDIS_TESTS}::test_order_survives_listpack_to_hashtable_conversion",),
+        (f"{REDIS_TESTS}::test_order_survives_listpack_to_hashtable_conversion", "chaos:append-storm:order"),
         swap("checkpointer", LoadByHashIteration),
     ),
     Mutant(
@@ -95,6 +95,7 @@ MUTANTS = [
         "the token is a plain counter that restarts when the claim hash expires",
         (f"{REDIS_TESTS}::test_expired_claim_hash_still_mints_a_higher_token",),
         swap_scripts("checkpointer", TokenPlainCounter),
+        unseen_by_chaos="not yet: the claim hash expires only after the store's TTL of idleness, longer than any run",
     ),
     Mutant(
         "redis-stream-wake-reinstates-cancelled",
@@ -103,5 +104,6 @@ MUTANTS = [
         "the stream's wake_at puts back a delivery cancelled since it was taken",
         ("test_wake_at_does_not_reinstate_a_cancelled_delivery",),
         swap_scripts("scheduler", StreamWakeReinstatesCancelled),
+        unseen_by_chaos="wd-chaos runs Redis with the set scheduler, so no run uses the stream's wake_at",
     ),
 ]

@@ -54,6 +54,8 @@ class MutantVerdict:
     """A unit or conformance test killed it."""
     killed_by_chaos: bool = False
     """A wd-chaos run (``chaos:<scenario>:<checker>``) killed it."""
+    unseen_by_chaos: str = ""
+    """The catalogue's reason no wd-chaos run can observe it, if it gives one."""
 
 
 @dataclass
@@ -225,6 +227,7 @@ def judge(mutants: Sequence[Mutant], results: Sequence[CheckResult], started: fl
                 evidence,
                 killed_by_tests=any(not k.startswith("chaos:") for k in killed_by),
                 killed_by_chaos=any(k.startswith("chaos:") for k in killed_by),
+                unseen_by_chaos=m.unseen_by_chaos,
             )
         )
     real_names = {m.store for m in mutants}
@@ -290,7 +293,8 @@ def write_report(report: GateReport, report_dir: Path) -> None:
         f"<tr class={'killed' if m.killed else 'survived'}><td>{html.escape(m.name)}</td>"
         f"<td>{html.escape(m.store)}</td><td>{html.escape(m.guarantee)}</td>"
         f"<td>{html.escape(m.description)}</td><td>{'killed' if m.killed else 'SURVIVED'}</td>"
-        f"<td>{'yes' if m.killed_by_tests else 'no'}</td><td>{'yes' if m.killed_by_chaos else 'no'}</td>"
+        f"<td>{'yes' if m.killed_by_tests else 'no'}</td>"
+        f"<td>{'yes' if m.killed_by_chaos else html.escape(m.unseen_by_chaos or 'no')}</td>"
         f"<td>{html.escape(', '.join(m.killed_by) or '-')}</td><td>{m.seconds:.1f}s</td>"
         f"<td><pre>{html.escape(m.evidence)}</pre></td></tr>"
         for m in report.mutants
