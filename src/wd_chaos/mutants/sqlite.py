@@ -213,7 +213,7 @@ MUTANTS = [
         "sqlite",
         "supply-not-gated",
         "supply refuses while a pass holds the claim",
-        ("test_supply_works_while_a_pass_holds_the_claim", "chaos:lease-stall:first-writer-wins"),
+        ("test_supply_works_while_a_pass_holds_the_claim", "chaos:budget-overrun:first-writer-wins"),
         swap("checkpointer", SupplyGatedOnClaim),
     ),
     Mutant(
