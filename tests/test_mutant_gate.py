@@ -96,3 +96,21 @@ def test_a_wall_step_moves_the_clock_a_process_clock_store_reads_and_nothing_els
     assert abs(clock() - system_clock()) < timedelta(seconds=1), "no step yet, no offset"
     (tmp_path / WALL_OFFSET).write_text("30.0")
     assert clock() - system_clock() > timedelta(seconds=29), "the step did not reach the store's clock"
+
+
+def test_a_process_a_check_starts_meets_the_mutant_through_the_environment() -> None:
+    import os
+    import subprocess
+
+    probe = (
+        "from wd_chaos.mutants import install_from_env\n"
+        "install_from_env()\n"
+        "from without_durability.sqlite import SqliteCheckpointer\n"
+        "print(SqliteCheckpointer.__name__)\n"
+    )
+    env = {**os.environ, "WD_MUTANT": "sqlite-renew-past-budget"}
+    got = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert got.stdout.strip() == "RenewPastBudget", got.stderr
+    env.pop("WD_MUTANT")
+    got = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert got.stdout.strip() == "SqliteCheckpointer", "a process outside a mutant's check met a mutant"

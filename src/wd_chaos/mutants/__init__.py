@@ -111,6 +111,25 @@ def replaced(mutant: Mutant) -> Iterator[None]:
             setattr(module, attr, base)
 
 
+MUTANT_ENV = "WD_MUTANT"
+"""Set to a mutant's name while a check runs on it, so a process the check starts can meet it too."""
+
+_INSTALLED = contextlib.ExitStack()
+
+
+def install_from_env() -> None:
+    """For a process a check starts (a worker script): put the mutant ``WD_MUTANT`` names in place
+    of the real class for this process's whole life, as ``replaced`` does in the check's own process.
+    Without ``WD_MUTANT``, nothing changes."""
+    name = os.environ.get(MUTANT_ENV)
+    if not name:
+        return
+    found = {m.name: m for m in catalogue(modules_from_env())}
+    if name not in found:
+        raise ValueError(f"{MUTANT_ENV}={name!r} names no mutant; the catalogue has {sorted(found)}")
+    _INSTALLED.enter_context(replaced(found[name]))
+
+
 def modules_from_env() -> list[str]:
     """The extra catalogue modules ``WD_MUTANT_MODULES`` names (comma-separated)."""
     return [m for m in os.environ.get("WD_MUTANT_MODULES", "").split(",") if m]

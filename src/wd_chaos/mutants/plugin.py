@@ -16,7 +16,7 @@ import pytest
 
 from without_durability.testing.harness import StoreFactory, StoreUnderTest, register, registered
 
-from . import Mutant, catalogue, modules_from_env, replaced
+from . import MUTANT_ENV, Mutant, catalogue, modules_from_env, replaced
 
 _MUTANTS: dict[str, Mutant] = {}
 
@@ -54,8 +54,16 @@ def _wd_mutant_everywhere(request: Any) -> Iterator[None]:
     if mutant is None:
         yield
         return
-    with replaced(mutant):
-        yield
+    before = os.environ.get(MUTANT_ENV)
+    os.environ[MUTANT_ENV] = mutant.name  # a process the check starts installs it too
+    try:
+        with replaced(mutant):
+            yield
+    finally:
+        if before is None:
+            os.environ.pop(MUTANT_ENV, None)
+        else:
+            os.environ[MUTANT_ENV] = before
 
 
 @pytest.hookimpl(tryfirst=True)
