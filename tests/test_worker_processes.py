@@ -64,19 +64,20 @@ class Shared:
 @pytest.fixture
 async def shared(wd_factory: tuple[StoreFactory, Any], tmp_path: Path) -> AsyncIterator[Shared]:
     factory, server = wd_factory
-    if factory.name == "sqlite":
+    kind = factory.store_kind  # a mutant of a store (the mutant gate) has that store's kind
+    if kind == "sqlite":
         path = tmp_path / "wd.db"
         sqlite = await SqliteDurable.open(path)
         try:
             yield Shared(sqlite, f"sqlite|{path}")
         finally:
             await sqlite.close()
-    elif factory.name == "postgres":
+    elif kind == "postgres":
         async with factory.open(server) as store:
             yield Shared(store.durable, f"postgres|{store.extra['schema']}|{server.url}")
-    elif factory.name in ("redis-set", "redis-stream"):
+    elif kind in ("redis-set", "redis-stream"):
         async with factory.open(server) as store:
-            yield Shared(store.durable, f"{factory.name}|{store.extra['prefix']}|{server.url}")
+            yield Shared(store.durable, f"{kind}|{store.extra['prefix']}|{server.url}")
     else:  # SHARED_STORES names only the stores handled above
         pytest.fail(f"the process tests do not reach the {factory.name} store from a process")
 

@@ -3,7 +3,9 @@
 Faults: ``stall`` (SIGSTOP a worker that is inside a step's effect, SIGCONT after the duration),
 ``kill`` (arm a failpoint; the first worker to reach it SIGKILLs itself and the runner restarts it),
 ``partition`` (a toxiproxy fault on the proxy between one worker and the store), ``restart`` (the
-store server is SIGKILLed and started again on the same data). Each writes a ``fault`` line with
+store server is SIGKILLed and started again on the same data), ``wall-step`` (the wall clock a
+process-clock store reads moves by so many seconds in every process, through ``WALL_OFFSET``). Each
+writes a ``fault`` line with
 ``phase`` start and stop (kill: armed by the nemesis, start by the dying worker, stop when the
 runner has restarted it) into the controller's history.
 """
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .history import HistoryWriter
+from .stores import WALL_OFFSET
 
 TARGET_WAIT = 6.0
 """How long a stall waits for a worker to be inside an effect before giving up on that event."""
@@ -52,6 +55,8 @@ class Nemesis:
         self.pending = sorted(events, key=lambda e: float(e["at"]))
         self.hist = hist
         self.armed = run_dir / "armed"
+        self.run_dir = run_dir
+        self.wall_offset = 0.0
         (self.armed / "taken").mkdir(parents=True, exist_ok=True)
         self.pids = pids
         self.busy = busy
@@ -132,6 +137,21 @@ class Nemesis:
                 self._line({**ev, "target": name}, "stop", target_pid=pid)
 
             self.active.append(_Active(time.monotonic() + float(ev["duration"]), ev, heal))
+        elif kind == "wall-step":
+            # a step proves most when it lands on a pass mid-step, whose lease it must not lapse
+            if not self.busy("step") - self.stalled and elapsed - float(ev["at"]) <= TARGET_WAIT:
+                return False
+            if self.server is not None:
+                self._line(
+                    ev, "skipped", why="the store decides by its server's clock, which a run cannot step"
+                )
+            else:
+                self.wall_offset += float(ev["seconds"])
+                # written aside and renamed, so no process reads a half-written offset
+                aside = self.run_dir / f"{WALL_OFFSET}.new"
+                aside.write_text(repr(self.wall_offset))
+                aside.replace(self.run_dir / WALL_OFFSET)
+                self._line(ev, "start", offset=self.wall_offset)
         elif kind == "restart":
             self._line(ev, "start", target_pid=self.server.pid)
             self.server.restart(kill=True)

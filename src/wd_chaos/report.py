@@ -205,12 +205,16 @@ def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: d
         else ""
     )
     steps = summary.get("wall_clock_steps", [])
-    clock = f"<p>leases measured on the {esc(str(summary.get('lease_clock', 'unrecorded')))} clock; " + (
-        "this machine's wall clock stepped during the run (not a scheduled fault): "
-        + "; ".join(f"{s['seconds']:+.3f} s near {esc(str(s['wall']))}" for s in steps)
-        if steps
-        else "this machine's wall clock did not step during the run"
-    ) + "</p>"
+    clock = (
+        f"<p>leases measured on the {esc(str(summary.get('lease_clock', 'unrecorded')))} clock; "
+        + (
+            "this machine's wall clock stepped during the run (not a scheduled fault): "
+            + "; ".join(f"{s['seconds']:+.3f} s near {esc(str(s['wall']))}" for s in steps)
+            if steps
+            else "this machine's wall clock did not step during the run"
+        )
+        + "</p>"
+    )
     overall = summary["valid"]
     title = f"{summary['scenario']} on {summary['store']}"
     try:

@@ -198,7 +198,19 @@ class RestartFault(_Fault):
     kind: Literal["restart"]
 
 
-Fault = Annotated[StallFault | KillFault | PartitionFault | RestartFault, Field(discriminator="kind")]
+class WallStepFault(_Fault):
+    """Step the wall clock a process-clock store (SQLite) reads, in every process of the run, by
+    ``seconds`` (negative: back), as NTP or a resumed VM would; the harness's own clock, which the
+    history is stamped by, does not move, so the checkers judge the store by real time. Skipped for a
+    server's store, whose clock a run cannot step."""
+
+    kind: Literal["wall-step"]
+    seconds: float
+
+
+Fault = Annotated[
+    StallFault | KillFault | PartitionFault | RestartFault | WallStepFault, Field(discriminator="kind")
+]
 
 
 class Storm(_Strict):
@@ -283,7 +295,7 @@ def _expected(error: dict[str, object]) -> str:
     if kind == "union_tag_invalid" and isinstance(ctx, dict):
         return f"kind = one of {ctx.get('expected_tags')}"
     if kind == "union_tag_not_found":
-        return "a 'kind' field: stall, kill, partition or restart"
+        return "a 'kind' field: stall, kill, partition, restart or wall-step"
     return str(error.get("msg", "")).removeprefix("Value error, ")
 
 
@@ -303,7 +315,7 @@ def _where(loc: tuple[object, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("stall", "kill", "partition", "restart"):
+        elif part in ("stall", "kill", "partition", "restart", "wall-step"):
             continue  # the discriminator's branch name is noise in a field path
         else:
             out += ("." if out else "") + str(part)
@@ -389,6 +401,9 @@ def plan(scenario: Scenario, seed: int, workers: int, time_limit: float) -> list
             elif isinstance(fault, PartitionFault):
                 event["mode"] = fault.mode
                 event["duration"] = fault.duration
+            elif isinstance(fault, WallStepFault):
+                event["seconds"] = fault.seconds
+                event["target"] = "store"
             else:
                 event["target"] = "store"
             events.append(event)

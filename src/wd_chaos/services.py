@@ -22,7 +22,7 @@ from without_durability.testing.servers import (
     why_unavailable,
 )
 
-from .stores import Spec
+from .stores import WALL_OFFSET, Spec
 
 __all__ = ["Services", "ServerUnavailable", "services", "sweep_stale"]
 
@@ -72,6 +72,7 @@ def services(
     with contextlib.ExitStack() as stack:
         if store == "sqlite":
             spec: Spec = {"kind": "sqlite", "path": str(run_dir / "store.db")}
+            spec["wall_offset"] = str(run_dir / WALL_OFFSET)  # what a wall-step fault moves
             server = None
         elif store in ("postgres", "redis"):
             # a restarted Redis keeps acknowledged writes only with an fsync per write

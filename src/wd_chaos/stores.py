@@ -19,6 +19,29 @@ from typing import Any
 
 Spec = dict[str, Any]
 LEDGER = "chaos_ledger"
+WALL_OFFSET = "wall-offset"
+"""The file in a run's directory holding the seconds a ``wall-step`` fault has moved the wall clock
+of a process-clock store; absent until the first step."""
+
+
+def stepped_clock(path: str) -> Any:
+    """The system clock plus the offset ``path`` holds (0 while it does not exist): the wall clock a
+    ``wall-step`` fault moves in every process at once."""
+    from datetime import timedelta
+    from pathlib import Path
+
+    from without_durability.clock import system_clock
+
+    offset_file = Path(path)
+
+    def clock() -> Any:
+        try:
+            offset = float(offset_file.read_text())
+        except (FileNotFoundError, ValueError):
+            offset = 0.0
+        return system_clock() + timedelta(seconds=offset)
+
+    return clock
 
 
 def load_class(path: str) -> Any:
@@ -65,14 +88,15 @@ async def open_store(spec: Spec) -> Opened:
 
 
 def find_mutant(name: str, store: str) -> Any:
-    """The catalogue entry ``name`` (``wd_chaos.mutants``), checked to derive from ``store``."""
-    from .mutants import catalogue
+    """The catalogue entry ``name`` (``wd_chaos.mutants``, plus the modules ``WD_MUTANT_MODULES``
+    names), checked to derive from ``store`` (a kind: ``redis`` takes ``redis-set`` mutants)."""
+    from .mutants import catalogue, modules_from_env
 
-    found = {m.name: m for m in catalogue()}
+    found = {m.name: m for m in catalogue(modules_from_env())}
     if name not in found:
         raise ValueError(f"no mutant {name!r}; the catalogue has {sorted(found)}")
     mutant = found[name]
-    if mutant.store != store:
+    if mutant.kind != store:
         raise ValueError(f"mutant {name!r} breaks the {mutant.store} store, not {store}")
     return mutant
 
@@ -108,6 +132,7 @@ async def prepare(spec: Spec) -> None:
 async def _sqlite(spec: Spec) -> Opened:
     import sqlite3
 
+    from without_durability.clock import monotonic_micros, system_clock
     from without_durability.sqlite import (
         SqliteCheckpointer,
         SqliteDurable,
@@ -117,7 +142,13 @@ async def _sqlite(spec: Spec) -> Opened:
 
     conn = await sqlite_connect(spec["path"])
     cls = load_class(spec["checkpointer_class"]) if spec.get("checkpointer_class") else (SqliteCheckpointer)
-    durable = SqliteDurable(cls(conn), SqliteScheduler(conn, namespace=spec.get("namespace", "default")))
+    # the wall clock a wall-step fault moves; claim deadlines stay on the monotonic clock, as the
+    # store's own default puts them
+    clock = stepped_clock(spec["wall_offset"]) if spec.get("wall_offset") else system_clock
+    durable = SqliteDurable(
+        cls(conn, clock=clock, lease_clock=monotonic_micros),
+        SqliteScheduler(conn, clock=clock, namespace=spec.get("namespace", "default")),
+    )
     if spec.get("prepare"):
         await conn.write(
             lambda cur: cur.execute(

@@ -767,7 +767,9 @@ class SqliteCheckpointer:
             result = self._perform(cur, effect, pass_.workflow, key)
             encoded = self._encode(pass_.workflow, key, result)
             # after the effect: the renewal counts from, and the record is stamped, when it lands
-            _fenced_unless(cur.execute(FENCE_AND_RENEW, {**names, "now": self._lease_now()}).fetchone(), pass_)
+            _fenced_unless(
+                cur.execute(FENCE_AND_RENEW, {**names, "now": self._lease_now()}).fetchone(), pass_
+            )
             return self._put(cur, pass_.workflow, key, encoded, self._stamp())
 
         return await self.conn.write(job)

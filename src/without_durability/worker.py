@@ -155,7 +155,9 @@ class Worker(Generic[E]):
             try:
                 await self._send_answer()
             except Exception:
-                log.exception("worker: answering the last delivery failed; it reappears once its visibility lapses")
+                log.exception(
+                    "worker: answering the last delivery failed; it reappears once its visibility lapses"
+                )
 
     async def _idle(self) -> None:
         """Wait out the poll interval, or less if the wakeup fires or ``stop`` is called."""

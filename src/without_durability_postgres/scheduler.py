@@ -93,16 +93,22 @@ UPDATE workflow_queue AS q
  WHERE q.namespace = %(namespace)s AND q.workflow = next.workflow
 RETURNING q.workflow, q.visibility
 """
-FINISH_AND_TAKE = """
+FINISH_AND_TAKE = (
+    """
 WITH answered AS (
     DELETE FROM workflow_queue
      WHERE namespace = %(namespace)s AND workflow = %(workflow)s AND visibility = %(receipt)s
-    RETURNING 1""" + _THEN_TAKE
-WAKE_AT_AND_TAKE = """
+    RETURNING 1"""
+    + _THEN_TAKE
+)
+WAKE_AT_AND_TAKE = (
+    """
 WITH answered AS (
     UPDATE workflow_queue SET visibility = %(at)s
      WHERE namespace = %(namespace)s AND workflow = %(workflow)s AND visibility = %(receipt)s
-    RETURNING 1""" + _THEN_TAKE
+    RETURNING 1"""
+    + _THEN_TAKE
+)
 
 CANCEL = "DELETE FROM workflow_queue WHERE namespace = %(namespace)s AND workflow = %(workflow)s"
 

@@ -110,4 +110,8 @@ async def serve(durable: Durable[Any], alive: float, step_seconds: float) -> Non
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    with contextlib.suppress(ImportError):  # under the mutant gate, this process meets the mutant too
+        from wd_chaos.mutants import install_from_env
+
+        install_from_env()
     asyncio.run(main(sys.argv[1], float(sys.argv[2]), float(sys.argv[3])))

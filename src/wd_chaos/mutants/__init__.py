@@ -8,17 +8,24 @@ fail at least one of its killers, and the real store must pass all of them.
 
 A mutant is a small subclass of a real store class. ``wrap`` swaps the class of the live checkpointer
 or scheduler inside a freshly opened ``Durable``, so the mutant shares the real store's connection, pool
-or client, and the suite's effect kit and the harness's workers need nothing special.
+or client, and the suite's effect kit and the harness's workers need nothing special. A test that
+builds its own store must meet the mutant too: ``replaced`` puts the mutant class in place of the real
+one in every loaded module while a check runs on the mutant (the gate's plugin does this per test), and
+every process of a wd-chaos run opens its stores through the spec that names the mutant.
 
 To add a mutant for your own store: write the subclass next to the others (or in your own module),
-append a ``Mutant`` to a list, and pass that module to ``wd-chaos mutants --catalogue module``.
+append a ``Mutant`` to a list, and pass that module to ``wd-chaos mutants --catalogue module``
+(``WD_MUTANT_MODULES``, comma-separated, carries those modules to every process of the run).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
-from collections.abc import Callable, Iterable
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,21 +46,93 @@ class Mutant:
     description: str
     killers: tuple[str, ...]
     wrap: Wrap
+    unseen_by_chaos: str = ""
+    """Where none of its killers is a chaos checker: why no wd-chaos run observes it (ever, or
+    until a workload, nemesis or checker is extended as the text says)."""
+
+    @property
+    def kind(self) -> str:
+        """The wd-chaos store kind (sqlite, postgres, redis) of ``store``: ``redis-set`` is ``redis``."""
+        return self.store.partition("-")[0]
+
+
+class Swap:
+    """A ``wrap`` that turns the durable's ``part`` ("checkpointer" or "scheduler") into an instance
+    of ``cls``, which must subclass that part's class directly: same object, same connection, one
+    method broken. ``cls`` is kept so ``replaced`` can put it in place of the real class."""
+
+    def __init__(self, part: str, cls: type) -> None:
+        self.part = part
+        self.cls = cls
+
+    def __call__(self, durable: Any) -> Any:
+        target = getattr(durable, self.part)
+        base = self.cls.__mro__[1]
+        if not isinstance(target, base):
+            raise TypeError(f"{self.cls.__name__} mutates {base.__name__}, not {type(target).__name__}")
+        target.__class__ = self.cls
+        return durable
 
 
 def swap(part: str, cls: type) -> Wrap:
-    """A ``wrap`` that turns the durable's ``part`` ("checkpointer" or "scheduler") into an instance
-    of ``cls``, which must subclass that part's class directly: same object, same connection, one
-    method broken."""
+    """A ``Swap`` of ``part`` to ``cls`` (see ``Swap``)."""
+    return Swap(part, cls)
 
-    def wrap(durable: Any) -> Any:
-        target = getattr(durable, part)
-        if not isinstance(target, cls.__mro__[1]):
-            raise TypeError(f"{cls.__name__} mutates {cls.__mro__[1].__name__}, not {type(target).__name__}")
-        target.__class__ = cls
-        return durable
 
-    return wrap
+def mutant_class(mutant: Mutant) -> type | None:
+    """The subclass ``mutant`` swaps in, when its ``wrap`` is (or wraps) a ``Swap``; else None."""
+    return mutant.wrap.cls if isinstance(mutant.wrap, Swap) else None
+
+
+@contextlib.contextmanager
+def replaced(mutant: Mutant) -> Iterator[None]:
+    """While open, every loaded module's name for the real class (the store's own module, and every
+    module that imported it by name, tests included) names the mutant class instead, so a store a
+    check builds itself is the mutant too. The mutant's own module keeps the real name (its subclass
+    may call the real method through it). Restored on exit."""
+    cls = mutant_class(mutant)
+    if cls is None:
+        yield
+        return
+    base = cls.__mro__[1]
+    changed: list[tuple[Any, str]] = []
+    for module in list(sys.modules.values()):
+        if module is None or getattr(module, "__name__", None) == cls.__module__:
+            continue
+        names = getattr(module, "__dict__", {})
+        for attr, value in list(names.items()):
+            if value is base:
+                setattr(module, attr, cls)
+                changed.append((module, attr))
+    try:
+        yield
+    finally:
+        for module, attr in changed:
+            setattr(module, attr, base)
+
+
+MUTANT_ENV = "WD_MUTANT"
+"""Set to a mutant's name while a check runs on it, so a process the check starts can meet it too."""
+
+_INSTALLED = contextlib.ExitStack()
+
+
+def install_from_env() -> None:
+    """For a process a check starts (a worker script): put the mutant ``WD_MUTANT`` names in place
+    of the real class for this process's whole life, as ``replaced`` does in the check's own process.
+    Without ``WD_MUTANT``, nothing changes."""
+    name = os.environ.get(MUTANT_ENV)
+    if not name:
+        return
+    found = {m.name: m for m in catalogue(modules_from_env())}
+    if name not in found:
+        raise ValueError(f"{MUTANT_ENV}={name!r} names no mutant; the catalogue has {sorted(found)}")
+    _INSTALLED.enter_context(replaced(found[name]))
+
+
+def modules_from_env() -> list[str]:
+    """The extra catalogue modules ``WD_MUTANT_MODULES`` names (comma-separated)."""
+    return [m for m in os.environ.get("WD_MUTANT_MODULES", "").split(",") if m]
 
 
 BUILT_IN = ("memory", "sqlite", "postgres", "redis")

@@ -52,11 +52,19 @@ def chaos_runner(seconds: float) -> ChaosRunner:
 
 def _table(report: GateReport) -> Table:
     table = Table(title="mutant gate")
-    for column in ("mutant", "guarantee", "verdict", "killed by", "time"):
+    for column in ("mutant", "guarantee", "verdict", "by tests", "by wd-chaos", "killed by", "time"):
         table.add_column(column, overflow="fold")
     for m in report.mutants:
         verdict = "[green]killed" if m.killed else "[red bold]SURVIVED"
-        table.add_row(m.name, m.guarantee, verdict, ", ".join(m.killed_by) or "-", f"{m.seconds:.1f}s")
+        table.add_row(
+            m.name,
+            m.guarantee,
+            verdict,
+            "yes" if m.killed_by_tests else "no",
+            "yes" if m.killed_by_chaos else "no",
+            ", ".join(m.killed_by) or "-",
+            f"{m.seconds:.1f}s",
+        )
     return table
 
 
@@ -117,6 +125,7 @@ def mutants_command(
     verdict = "[green]PASS" if report.passed else "[red bold]FAIL"
     console.print(
         f"{verdict}: {len(report.mutants) - len(survivors)}/{len(report.mutants)} killed"
+        f" (by tests {report.killed_by_tests}, by wd-chaos {report.killed_by_chaos})"
         f"{', survivors: ' + ', '.join(survivors) if survivors else ''}; "
         f"real stores {'pass' if not bad_real else 'FAIL'}; {report.seconds}s; report {out / 'mutants.html'}"
     )

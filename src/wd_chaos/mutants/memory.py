@@ -61,6 +61,7 @@ MUTANTS = [
         "claim deadlines on the wall clock, which a step (NTP, a resumed VM) moves",
         LEASE_CLOCK_KILLERS,
         swap("checkpointer", LeasesOnWallClock),
+        unseen_by_chaos="Memory lives in one process: wd-chaos runs stores that many processes share",
     ),
     Mutant(
         "memory-skips-codec",
@@ -69,6 +70,7 @@ MUTANTS = [
         "the Memory store keeps values by identity instead of through its codec",
         ("test_first_writer_wins_with_won_from_encodings", "test_store_agrees_with_memory_model"),
         swap("checkpointer", SkipsCodec),
+        unseen_by_chaos="Memory lives in one process: wd-chaos runs stores that many processes share",
     ),
     Mutant(
         "memory-won-by-decoded-value",
@@ -77,6 +79,7 @@ MUTANTS = [
         "record reports won by comparing decoded values, so a tuple that won reads as lost",
         ("test_first_writer_wins_with_won_from_encodings",),
         swap("checkpointer", WonByDecodedValue),
+        unseen_by_chaos="Memory lives in one process: wd-chaos runs stores that many processes share",
     ),
 ]
 

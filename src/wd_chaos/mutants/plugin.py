@@ -1,12 +1,14 @@
 """A pytest plugin registering every mutant as a store for the conformance suite (``-p
 wd_chaos.mutants.plugin``). Mutant factories share their real store's server and open a fresh real
-store, then apply the mutant's ``wrap``. ``WD_MUTANT_MODULES`` (comma-separated) adds catalogues."""
+store, then apply the mutant's ``wrap``; while a check runs on a mutant, the mutant class also replaces
+the real one in every loaded module, so a store the check builds itself is the mutant too.
+``WD_MUTANT_MODULES`` (comma-separated) adds catalogues."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -14,7 +16,9 @@ import pytest
 
 from without_durability.testing.harness import StoreFactory, StoreUnderTest, register, registered
 
-from . import Mutant, catalogue
+from . import MUTANT_ENV, Mutant, catalogue, modules_from_env, replaced
+
+_MUTANTS: dict[str, Mutant] = {}
 
 
 def mutant_factory(mutant: Mutant, base: StoreFactory) -> StoreFactory:
@@ -35,11 +39,31 @@ def mutant_factory(mutant: Mutant, base: StoreFactory) -> StoreFactory:
 def register_all() -> list[Mutant]:
     """Register a factory for every mutant whose real store is registered; return those mutants."""
     stores = registered()
-    extra = [m for m in os.environ.get("WD_MUTANT_MODULES", "").split(",") if m]
-    mutants = [m for m in catalogue(extra) if m.store in stores]
+    mutants = [m for m in catalogue(modules_from_env()) if m.store in stores]
     for mutant in mutants:
         register(mutant_factory(mutant, stores[mutant.store]))
+        _MUTANTS[mutant.name] = mutant
     return mutants
+
+
+@pytest.fixture(autouse=True)
+def _wd_mutant_everywhere(request: Any) -> Iterator[None]:
+    """On a mutant's parameter, the mutant class stands in for the real one for the whole check."""
+    callspec = getattr(request.node, "callspec", None)
+    mutant = _MUTANTS.get(callspec.params.get("_wd_store_name", "")) if callspec is not None else None
+    if mutant is None:
+        yield
+        return
+    before = os.environ.get(MUTANT_ENV)
+    os.environ[MUTANT_ENV] = mutant.name  # a process the check starts installs it too
+    try:
+        with replaced(mutant):
+            yield
+    finally:
+        if before is None:
+            os.environ.pop(MUTANT_ENV, None)
+        else:
+            os.environ[MUTANT_ENV] = before
 
 
 @pytest.hookimpl(tryfirst=True)

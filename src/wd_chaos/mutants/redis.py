@@ -13,7 +13,7 @@ from without_durability_redis import RedisCheckpointer, RedisStreamScheduler
 from without_durability_redis._keys import check_id
 from without_durability_redis._scripts import Scripts, script_source, text
 
-from . import Mutant, Wrap, swap
+from . import Mutant, Swap, Wrap, swap
 
 REDIS_TESTS = "tests/test_redis.py"
 
@@ -24,17 +24,19 @@ def _edit(source: str, old: str, new: str) -> str:
     return source.replace(old, new)
 
 
-def swap_scripts(part: str, cls: type) -> Wrap:
-    """``swap``, then rebuild the part's scripts so ``cls.script_overrides`` take effect."""
-    base = swap(part, cls)
+class SwapScripts(Swap):
+    """``Swap``, then rebuild the part's scripts so ``cls.script_overrides`` take effect."""
 
-    def wrap(durable: Any) -> Any:
-        durable = base(durable)
-        target = getattr(durable, part)
-        target._scripts = Scripts(target.client, getattr(cls, "script_overrides", {}))
+    def __call__(self, durable: Any) -> Any:
+        durable = super().__call__(durable)
+        target = getattr(durable, self.part)
+        target._scripts = Scripts(target.client, getattr(self.cls, "script_overrides", {}))
         return durable
 
-    return wrap
+
+def swap_scripts(part: str, cls: type) -> Wrap:
+    """A ``SwapScripts`` of ``part`` to ``cls``."""
+    return SwapScripts(part, cls)
 
 
 class LoadByHashIteration(RedisCheckpointer):
@@ -83,7 +85,7 @@ MUTANTS = [
         "redis-set",
         "load-order",
         "load orders records by hash iteration instead of the recorded position",
-        (f"{REDIS_TESTS}::test_order_survives_listpack_to_hashtable_conversion",),
+        (f"{REDIS_TESTS}::test_order_survives_listpack_to_hashtable_conversion", "chaos:append-storm:order"),
         swap("checkpointer", LoadByHashIteration),
     ),
     Mutant(
@@ -93,6 +95,7 @@ MUTANTS = [
         "the token is a plain counter that restarts when the claim hash expires",
         (f"{REDIS_TESTS}::test_expired_claim_hash_still_mints_a_higher_token",),
         swap_scripts("checkpointer", TokenPlainCounter),
+        unseen_by_chaos="not yet: the claim hash expires only after the store's TTL of idleness, longer than any run",
     ),
     Mutant(
         "redis-stream-wake-reinstates-cancelled",
@@ -101,6 +104,7 @@ MUTANTS = [
         "the stream's wake_at puts back a delivery cancelled since it was taken",
         ("test_wake_at_does_not_reinstate_a_cancelled_delivery",),
         swap_scripts("scheduler", StreamWakeReinstatesCancelled),
+        unseen_by_chaos="wd-chaos runs Redis with the set scheduler, so no run uses the stream's wake_at",
     ),
 ]
 

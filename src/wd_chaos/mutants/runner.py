@@ -50,6 +50,12 @@ class MutantVerdict:
     killed_by: list[str] = field(default_factory=list)
     seconds: float = 0.0
     evidence: str = ""
+    killed_by_tests: bool = False
+    """A unit or conformance test killed it."""
+    killed_by_chaos: bool = False
+    """A wd-chaos run (``chaos:<scenario>:<checker>``) killed it."""
+    unseen_by_chaos: str = ""
+    """The catalogue's reason no wd-chaos run can observe it, if it gives one."""
 
 
 @dataclass
@@ -64,6 +70,16 @@ class GateReport:
     def passed(self) -> bool:
         """Every mutant killed and every real store passing every check it ran."""
         return all(m.killed for m in self.mutants) and all(r.outcome == "passed" for r in self.real)
+
+    @property
+    def killed_by_tests(self) -> int:
+        """How many mutants a unit or conformance test killed."""
+        return sum(m.killed_by_tests for m in self.mutants)
+
+    @property
+    def killed_by_chaos(self) -> int:
+        """How many mutants a wd-chaos run killed."""
+        return sum(m.killed_by_chaos for m in self.mutants)
 
 
 def check_name(killer: str) -> str:
@@ -121,10 +137,7 @@ def run_conformance(
         "no:cacheprovider",
         "-p",
         "no:locust",
-        "--rootdir",
-        str(workdir),
-        "-c",
-        os.devnull,
+        *_pytest_config(files, workdir),
         "-q",
         "--no-header",
         "-k",
@@ -144,20 +157,63 @@ def run_conformance(
     return _junit_results(junit, stores)
 
 
+def _pytest_config(files: Sequence[str], workdir: Path) -> list[str]:
+    """The killers' own project's pytest configuration (its rootdir and ini: asyncio mode, timeouts,
+    plugins its tests rely on), found upward from the first killer file; with no file, no ini but
+    the asyncio mode the conformance suite's async checks need."""
+    for file in files[:1]:
+        for folder in Path(file).parents:
+            for name in ("pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg"):
+                ini = folder / name
+                if ini.is_file() and (name == "pytest.ini" or _has_pytest_section(ini)):
+                    return ["--rootdir", str(folder), "-c", str(ini)]
+    return ["--rootdir", str(workdir), "-c", os.devnull, "-o", "asyncio_mode=auto"]
+
+
+def _has_pytest_section(ini: Path) -> bool:
+    text = ini.read_text(errors="replace")
+    return (
+        "[tool.pytest.ini_options]" in text
+        if ini.suffix == ".toml"
+        else "[pytest]" in text or "[tool:pytest]" in text
+    )
+
+
 ChaosRunner = Callable[[str, str, str | None, Path], dict[str, str]]
 """(scenario, store, mutant name or None, report dir) -> checker name -> verdict."""
 
 
 def judge(mutants: Sequence[Mutant], results: Sequence[CheckResult], started: float) -> GateReport:
-    """Turn check results into verdicts: killed by any failing killer; real stores must pass all."""
+    """Turn check results into verdicts. A mutant is killed by a killer that failed on it while the
+    same check passed on its real store in this run (a check that fails on the real store too proves
+    nothing about the mutant); real stores must pass all."""
     by_store: dict[str, list[CheckResult]] = {}
     for r in results:
         by_store.setdefault(r.store, []).append(r)
     verdicts = []
     for m in mutants:
         mine = by_store.get(m.name, [])
+        real = by_store.get(m.store, [])
         named = {check_name(k) for k in m.killers}
-        hits = [r for r in mine if r.check in named and r.outcome == "failed"]
+
+        def real_passes(check: str, real: list[CheckResult] = real) -> bool:
+            outcomes = [r.outcome for r in real if r.check == check]
+            return bool(outcomes) and all(o == "passed" for o in outcomes)
+
+        failed = [r for r in mine if r.check in named and r.outcome == "failed"]
+        hits = [r for r in failed if real_passes(r.check)]
+        void = [r.check for r in failed if not real_passes(r.check)]
+        killed_by = list(dict.fromkeys(h.check for h in hits))
+        if hits:
+            evidence = hits[0].evidence
+        elif mine:
+            evidence = "no killer failed while its real store passed: " + ", ".join(
+                f"{r.check}={r.outcome}" + (" (the real store failed it too)" if r.check in void else "")
+                for r in mine
+                if r.check in named
+            )
+        else:
+            evidence = f"none of its checks ran: is its store {m.store!r} registered, and its server up?"
         verdicts.append(
             MutantVerdict(
                 m.name,
@@ -166,14 +222,12 @@ def judge(mutants: Sequence[Mutant], results: Sequence[CheckResult], started: fl
                 m.description,
                 list(m.killers),
                 bool(hits),
-                [h.check for h in hits],
+                killed_by,
                 round(sum(r.seconds for r in mine), 2),
-                hits[0].evidence
-                if hits
-                else "no killer failed: "
-                + ", ".join(f"{r.check}={r.outcome}" for r in mine if r.check in named)
-                if mine
-                else f"none of its checks ran: is its store {m.store!r} registered, and its server up?",
+                evidence,
+                killed_by_tests=any(not k.startswith("chaos:") for k in killed_by),
+                killed_by_chaos=any(k.startswith("chaos:") for k in killed_by),
+                unseen_by_chaos=m.unseen_by_chaos,
             )
         )
     real_names = {m.store for m in mutants}
@@ -196,31 +250,30 @@ def run_gate(mutants: Sequence[Mutant], report_dir: Path, *, chaos: ChaosRunner 
 
 
 def run_chaos_killers(mutants: Sequence[Mutant], report_dir: Path, chaos: ChaosRunner) -> list[CheckResult]:
-    """Each ``chaos:<scenario>:<checker>`` killer as a wd-chaos run on the mutant and on its real
-    store (once per scenario and store)."""
+    """Each ``chaos:<scenario>:<checker>`` killer judged on a wd-chaos run of its scenario on the
+    mutant and on its real store: one run per scenario and store, whatever number of killers (every
+    checker of a run judges the same history)."""
     results: list[CheckResult] = []
-    real_done: set[tuple[str, str]] = set()
+    runs: dict[tuple[str, str], tuple[dict[str, str], float]] = {}
+    real_judged: set[tuple[str, str]] = set()
     for m in mutants:
         for killer in m.killers:
             if not killer.startswith("chaos:"):
                 continue
             _, scenario, checker = killer.split(":", 2)
-            runs = [(m.name, m.name)]
-            if (scenario, m.store) not in real_done:
-                real_done.add((scenario, m.store))
-                runs.append((m.store, ""))
-            for store_name, mutant_name in runs:
-                t0 = time.monotonic()
-                verdicts = chaos(scenario, m.store, mutant_name or None, report_dir / "runs")
+            targets = [(m.name, m.name)]
+            if (killer, m.store) not in real_judged:
+                real_judged.add((killer, m.store))
+                targets.append((m.store, ""))
+            for store_name, mutant_name in targets:
+                if (scenario, store_name) not in runs:
+                    t0 = time.monotonic()
+                    verdicts = chaos(scenario, m.store, mutant_name or None, report_dir / "runs")
+                    runs[(scenario, store_name)] = (verdicts, round(time.monotonic() - t0, 1))
+                verdicts, seconds = runs[(scenario, store_name)]
                 outcome = {"valid": "passed", "invalid": "failed"}.get(verdicts.get(checker, ""), "error")
                 results.append(
-                    CheckResult(
-                        killer,
-                        store_name,
-                        outcome,
-                        round(time.monotonic() - t0, 1),
-                        verdicts.get("__evidence__", ""),
-                    )
+                    CheckResult(killer, store_name, outcome, seconds, verdicts.get("__evidence__", ""))
                 )
     return results
 
@@ -230,6 +283,8 @@ def write_report(report: GateReport, report_dir: Path) -> None:
     data = {
         "passed": report.passed,
         "seconds": report.seconds,
+        "killed_by_tests": report.killed_by_tests,
+        "killed_by_chaos": report.killed_by_chaos,
         "mutants": [asdict(m) for m in report.mutants],
         "real": [asdict(r) for r in report.real],
     }
@@ -238,6 +293,8 @@ def write_report(report: GateReport, report_dir: Path) -> None:
         f"<tr class={'killed' if m.killed else 'survived'}><td>{html.escape(m.name)}</td>"
         f"<td>{html.escape(m.store)}</td><td>{html.escape(m.guarantee)}</td>"
         f"<td>{html.escape(m.description)}</td><td>{'killed' if m.killed else 'SURVIVED'}</td>"
+        f"<td>{'yes' if m.killed_by_tests else 'no'}</td>"
+        f"<td>{'yes' if m.killed_by_chaos else html.escape(m.unseen_by_chaos or 'no')}</td>"
         f"<td>{html.escape(', '.join(m.killed_by) or '-')}</td><td>{m.seconds:.1f}s</td>"
         f"<td><pre>{html.escape(m.evidence)}</pre></td></tr>"
         for m in report.mutants
@@ -253,9 +310,11 @@ def write_report(report: GateReport, report_dir: Path) -> None:
 <style>body{{font:14px system-ui;margin:2em}}td,th{{border:1px solid #ccc;padding:4px;vertical-align:top}}
 table{{border-collapse:collapse}}.killed td:nth-child(5){{color:#080}}.survived{{background:#fdd}}
 pre{{white-space:pre-wrap;max-width:50em;margin:0}}</style>
-<h1>Mutant gate: {verdict}</h1><p>{len(report.mutants)} mutants, {report.seconds}s.</p>
+<h1>Mutant gate: {verdict}</h1><p>{len(report.mutants)} mutants, {report.seconds}s;
+killed by tests: {report.killed_by_tests}/{len(report.mutants)};
+killed by wd-chaos: {report.killed_by_chaos}/{len(report.mutants)}.</p>
 <table><tr><th>mutant</th><th>store</th><th>guarantee</th><th>what it breaks</th><th>verdict</th>
-<th>killed by</th><th>time</th><th>evidence</th></tr>{rows}</table>
+<th>by tests</th><th>by wd-chaos</th><th>killed by</th><th>time</th><th>evidence</th></tr>{rows}</table>
 <h2>The real stores on the same checks</h2>
 <table><tr><th>store</th><th>check</th><th>outcome</th><th>evidence</th></tr>{real_rows}</table>
 """)

@@ -183,7 +183,7 @@ MUTANTS = [
         "sqlite",
         "lease-clock",
         "claim deadlines on the wall clock, which a step (NTP, a resumed VM) moves",
-        LEASE_CLOCK_KILLERS,
+        (*LEASE_CLOCK_KILLERS, "chaos:lease-stall:fencing"),
         swap("checkpointer", LeasesOnWallClock),
     ),
     Mutant(
@@ -191,7 +191,7 @@ MUTANTS = [
         "sqlite",
         "budget",
         "renew carries liveness past the budget",
-        ("test_renew_never_passes_the_budget",),
+        ("test_renew_never_passes_the_budget", "chaos:budget-overrun:fencing"),
         swap("checkpointer", RenewPastBudget),
     ),
     Mutant(
@@ -201,13 +201,17 @@ MUTANTS = [
         "a claim row from before a reboot blocks its workflow for the old uptime",
         ("tests/test_lease_clock.py::test_a_claim_from_before_the_lease_clock_restarted_is_free",),
         swap("checkpointer", ClaimIgnoresRestart),
+        unseen_by_chaos="only a reboot restarts the monotonic clock, and a reboot ends every process a run has",
     ),
     Mutant(
         "sqlite-stamps-before-the-latest",
         "sqlite",
         "history-order",
         "a wall clock stepped back stamps a record before the one loaded ahead of it",
-        ("tests/test_lease_clock.py::test_a_wall_clock_stepped_back_keeps_history_in_order",),
+        (
+            "tests/test_lease_clock.py::test_a_wall_clock_stepped_back_keeps_history_in_order",
+            "chaos:lease-stall:order",
+        ),
         swap("checkpointer", StampsBeforeTheLatest),
     ),
     Mutant(
@@ -217,13 +221,14 @@ MUTANTS = [
         "a fenced record still renews the holder's claim",
         ("test_refused_write_renews_nobody",),
         swap("checkpointer", RefusedWriteRenews),
+        unseen_by_chaos="not yet: the liveness a refused write lends stays inside the holder's budget, and no checker yet proves a claim refused after its holder's own renewals ran out",
     ),
     Mutant(
         "sqlite-supply-gated-on-claim",
         "sqlite",
         "supply-not-gated",
         "supply refuses while a pass holds the claim",
-        ("test_supply_works_while_a_pass_holds_the_claim",),
+        ("test_supply_works_while_a_pass_holds_the_claim", "chaos:budget-overrun:first-writer-wins"),
         swap("checkpointer", SupplyGatedOnClaim),
     ),
     Mutant(
@@ -231,7 +236,7 @@ MUTANTS = [
         "sqlite",
         "history-stamps-winner",
         "a losing write moves the record's written_at",
-        ("test_history_stamps_the_winning_write_only",),
+        ("test_history_stamps_the_winning_write_only", "chaos:lease-stall:order"),
         swap("checkpointer", StampsLosingWrites),
     ),
     Mutant(
@@ -244,6 +249,7 @@ MUTANTS = [
             "test_tokens_strictly_increase_across_discards",
         ),
         swap("checkpointer", DiscardDeletesClaim),
+        unseen_by_chaos="not yet: no workload discards a workflow and claims it again, where the reused token would show",
     ),
     Mutant(
         "sqlite-transact-commits-separately",
@@ -252,6 +258,7 @@ MUTANTS = [
         "transact commits the effect and the record in two transactions",
         ("test_transact_superseded_mid_effect_rolls_back", "test_transact_whose_effect_fails_rolls_back"),
         swap("checkpointer", TransactCommitsSeparately),
+        unseen_by_chaos="not yet: the gap is between the mutant's own two commits, where no failpoint of the real store can kill a worker",
     ),
     Mutant(
         "sqlite-transact-effect-may-end-it",
@@ -268,6 +275,7 @@ MUTANTS = [
         "wake_at reinstates a delivery cancelled since it was taken",
         ("test_wake_at_does_not_reinstate_a_cancelled_delivery",),
         swap("scheduler", WakeReinstatesCancelled),
+        unseen_by_chaos="not yet: no workload cancels a delivery that a worker then wakes",
     ),
 ]
 
