@@ -36,8 +36,10 @@ from .scenario import (
     available,
     find,
     load_file,
+    load_schedule,
 )
 from .services import check_available, sweep_stale
+from .shrink import shrink_command
 
 console = Console(stderr=True)
 USAGE = 64
@@ -153,6 +155,8 @@ def _verdict_table(outcome: Outcome) -> Table:
             )
         table.add_row(v.name, mark, text)
     caption = f"report: {outcome.run_dir / 'report.html'}  ({s.get('wall_seconds')} s)"
+    if s.get("schedule_from", "seed") != "seed":
+        caption = f"fault schedule replayed from {s['schedule_from']}, not made from the seed\n" + caption
     for step in s.get("wall_clock_steps", []):
         caption = (
             f"this machine's wall clock stepped {step['seconds']:+.3f} s near {step['wall']} "
@@ -282,6 +286,15 @@ def list_() -> None:
     help="Break the store the way this wd_chaos.mutants catalogue entry says (it must be caught).",
 )
 @click.option(
+    "--schedule",
+    "schedule_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Run this exact fault schedule (a JSON list of events, or a run's run.json) instead of "
+    "the one the seed makes; a shrink's schedule.json is one.",
+)
+@click.option(
     "--check",
     "check_only",
     is_flag=True,
@@ -299,11 +312,20 @@ def run_cmd(
     checkpointer_class: str | None,
     client: str | None,
     mutant: str | None,
+    schedule_file: Path | None,
     check_only: bool,
 ) -> None:
     """Run scenario NAME (or --all) and print a verdict; exit 0 valid, 1 invalid, 2 unknown."""
     if name and run_all:
         raise click.UsageError("give a scenario NAME or --all, not both")
+    if schedule_file is not None and run_all:
+        raise click.UsageError("--schedule replays one scenario's schedule: give a NAME, not --all")
+    schedule = None
+    if schedule_file is not None:
+        try:
+            schedule = load_schedule(schedule_file)
+        except OptionError as exc:
+            raise click.BadParameter(str(exc), param_hint="--schedule") from exc
     try:
         if run_all:
             jobs: list[tuple[Scenario, str]] = []
@@ -330,6 +352,8 @@ def run_cmd(
             checkpointer_class=checkpointer_class,
             client=client,
             mutant=mutant,
+            schedule=schedule,
+            schedule_source=str(schedule_file) if schedule_file is not None else None,
         )
         try:
             check_options(sc, opts)
@@ -365,6 +389,10 @@ def run_cmd(
         except Exception as exc:
             raise HarnessError(f"{sc.name} on {opts.store}: {type(exc).__name__}: {exc}") from exc
         Console().print(_verdict_table(outcome))
+        if outcome.valid is False:  # one line of its own, so it copies whole
+            Console(soft_wrap=True).print(
+                f"smallest failing fault schedule: {shrink_command(outcome.run_dir)}", highlight=False
+            )
         outcomes.append(outcome)
     if junit:
         _junit(junit, outcomes)
@@ -384,6 +412,62 @@ def analyze_cmd(run_dir: Path, junit: Path | None) -> None:
     if junit:
         _junit(junit, [outcome])
     sys.exit(checkers.exit_code(outcome.valid))
+
+
+@main.command("shrink")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--report-dir", type=click.Path(path_type=Path), default=Path("reports"))
+@click.option(
+    "--attempts",
+    type=click.IntRange(1, 20),
+    default=2,
+    show_default=True,
+    help="Runs of each candidate schedule; it counts as failing when any of them fails.",
+)
+@click.option(
+    "--budget-minutes",
+    type=click.FloatRange(0, 24 * 60, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Start no new candidate after this long; the smallest failing schedule so far is kept.",
+)
+def shrink_cmd(run_dir: Path, report_dir: Path, attempts: int, budget_minutes: float) -> None:
+    """Find the smallest fault schedule under which the checker that failed RUN_DIR still fails,
+    re-running its scenario, store, seed, workload and mutant; write it to schedule.json with a
+    report and the replay command. Exit 1 a failing schedule was found (smaller, unless the report
+    says otherwise), 0 the failure did not reproduce, 64 RUN_DIR did not fail, 255 an error."""
+    from .runner import DamagedRun
+    from .shrink import NothingToShrink, shrink
+
+    probe_dir(report_dir, "--report-dir")
+    out = Console()
+
+    def say(line: str) -> None:
+        out.print(line, highlight=False)
+
+    try:
+        with console.status("shrinking") as status:
+
+            def show(state: dict[str, Any]) -> None:
+                status.update(f"{state.get('phase', '')} {state.get('elapsed', 0.0):5.1f}s")
+
+            result = shrink(run_dir, report_dir, attempts, budget_minutes * 60, say, show)
+    except NothingToShrink as exc:
+        raise click.UsageError(str(exc)) from exc
+    except DamagedRun as exc:
+        raise HarnessError(str(exc)) from exc
+    if not result.reproduced:
+        say(f"[yellow]the failure did not reproduce in {attempts} attempts; nothing shrunk[/]")
+        say(f"report: {result.folder / 'report.md'}")
+        sys.exit(0)
+    say(
+        f"[red bold]{len(result.original)} faults shrunk to {len(result.shrunk)}[/] "
+        f"({', '.join(result.targets)} still fails; {len(result.tried)} candidates"
+        f"{', budget spent' if result.out_of_budget else ''})"
+    )
+    say(f"schedule: {result.folder / 'schedule.json'}\nreport: {result.folder / 'report.md'}")
+    say(f"replay: {result.replay}")
+    sys.exit(1)
 
 
 @main.command("clean")

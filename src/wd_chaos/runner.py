@@ -47,6 +47,10 @@ class Options:
     checkpointer_class: str | None = None
     client: str | None = None
     mutant: str | None = None
+    schedule: list[dict[str, Any]] | None = None
+    """An exact fault schedule to run instead of the one ``plan`` makes from the seed (a replay)."""
+    schedule_source: str | None = None
+    """Where ``schedule`` came from (a file), recorded in run.json so a reader knows."""
 
 
 @dataclass
@@ -153,7 +157,11 @@ class Watch:
                     key = str(line.get("key"))
                     if key == "wd/finished" or key.startswith("wd/failed/"):
                         self._terminal_ops[str(line["op"])] = str(line.get("workflow"))
-                if line["type"] == "complete" and line["outcome"] == "ok" and line["op"] in self._terminal_ops:
+                if (
+                    line["type"] == "complete"
+                    and line["outcome"] == "ok"
+                    and line["op"] in self._terminal_ops
+                ):
                     self.terminal.add(self._terminal_ops[line["op"]])
                 if line["type"] == "invoke" and line["f"] == "effect":
                     self.in_effect[name] = str(line.get("key"))
@@ -367,6 +375,8 @@ def check_options(scenario: Scenario, opts: Options) -> None:
             raise OptionError(f"--mutant: {exc}") from exc
     if opts.workers is not None:
         bounded(WorkerCount, opts.workers, "--workers")
+    if opts.schedule is not None:
+        _check_schedule(scenario, opts)
     if opts.time_limit is None:
         return
     limit = float(bounded(TimeLimit, opts.time_limit, "--time-limit"))
@@ -380,12 +390,35 @@ def check_options(scenario: Scenario, opts: Options) -> None:
         )
     seed = scenario.seed if opts.seed is None else opts.seed
     workers = opts.workers or scenario.workload.workers
-    if scenario.faults and not plan(scenario, seed, workers, limit):
+    if opts.schedule is None and scenario.faults and not plan(scenario, seed, workers, limit):
         first = min(f.at for f in scenario.faults)
         raise OptionError(
             f"--time-limit: {limit:g} s ends before {scenario.name}'s first fault (at {first:g} s), "
             f"so the run would test nothing; give more than {first:g}"
         )
+
+
+def _check_schedule(scenario: Scenario, opts: Options) -> None:
+    """A replayed schedule must fit the run: its workers exist, its faults start inside the time
+    limit, and a storm scenario (which has no nemesis) takes none."""
+    source = opts.schedule_source or "--schedule"
+    schedule = opts.schedule or []
+    if scenario.storm is not None and schedule:
+        raise OptionError(f"{source}: {scenario.name} is a storm scenario; it runs no fault schedule")
+    workers = opts.workers or scenario.workload.workers
+    limit = scenario.time_limit if opts.time_limit is None else opts.time_limit
+    for i, ev in enumerate(schedule):
+        target = str(ev.get("target", ""))
+        if target.startswith("worker-") and int(target.removeprefix("worker-")) >= workers:
+            raise OptionError(
+                f"{source}: event [{i}].target: {target} does not exist in a run of {workers} workers "
+                f"(worker-0 to worker-{workers - 1}); give --workers or edit the event"
+            )
+        if float(ev["at"]) >= limit:
+            raise OptionError(
+                f"{source}: event [{i}].at: {ev['at']} s is not inside the time limit ({limit:g} s), "
+                f"so it would never start; give a longer --time-limit or drop the event"
+            )
 
 
 def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> Outcome:
@@ -410,7 +443,7 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
         spread = 0.0
     workflows = [f"{scenario.name}-s{seed}-{i:04d}" for i in range(n_wf)]
     starts = sorted(round(rng.uniform(0, spread), 3) for _ in workflows)
-    events = plan(scenario, seed, n_workers, limit)
+    events = plan(scenario, seed, n_workers, limit) if opts.schedule is None else list(opts.schedule)
     sweep_stale()  # servers an earlier, killed run left behind
     run_dir = _run_dir(opts.report_dir, scenario.name, opts.store)
     lifeline = Lifeline(run_dir)
@@ -533,6 +566,8 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
         "workers": n_workers,
         "workflows": n_wf,
         "schedule": events,
+        # a replayed schedule did not come from the seed: say so, and from where
+        "schedule_from": "seed" if opts.schedule is None else (opts.schedule_source or "replay"),
         "checkpointer_class": opts.checkpointer_class,
         "mutant": opts.mutant,
         "client": work.get("client", "harness"),

@@ -409,3 +409,77 @@ def plan(scenario: Scenario, seed: int, workers: int, time_limit: float) -> list
             events.append(event)
     events.sort(key=lambda e: float(str(e["at"])))
     return events
+
+
+class ScheduledEvent(_Strict):
+    """One event of a concrete fault schedule, as ``plan`` makes it and ``run.json`` records it;
+    a replayed schedule (``wd-chaos run --schedule``) is held to this form."""
+
+    fault: Literal["stall", "kill", "partition", "restart", "wall-step"]
+    index: Annotated[int, Field(ge=0)] = 0
+    """Which of the scenario's ``[[faults]]`` the event came from (informational on a replay)."""
+    at: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    target: Annotated[str, Field(pattern=r"^(worker-[0-9]+|store)$")]
+    inside: Literal["step", "transact"] | None = None
+    duration: Annotated[float | None, Field(gt=0, le=3600, allow_inf_nan=False)] = None
+    over: Literal["alive", "budget"] | None = None
+    failpoint: Literal["after-effect-before-record", "inside-transact", "after-claim"] | None = None
+    mode: Literal["down", "timeout", "latency", "reset_peer"] | None = None
+    seconds: Annotated[float | None, Field(allow_inf_nan=False)] = None
+
+    @model_validator(mode="after")
+    def _fields_of_its_kind(self) -> ScheduledEvent:
+        needs = {
+            "stall": ("duration",),
+            "partition": ("duration", "mode"),
+            "kill": ("failpoint",),
+            "wall-step": ("seconds",),
+            "restart": (),
+        }[self.fault]
+        missing = [name for name in needs if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"a {self.fault} event needs {', '.join(missing)}")
+        return self
+
+
+def parse_schedule(data: object, source: str) -> list[dict[str, object]]:
+    """Validate a fault schedule: a JSON list of events, or a run's ``run.json`` (an object whose
+    ``schedule`` is that list). Returns the events sorted by ``at``, as ``plan`` would give them,
+    without the fields left unset. Raises ``OptionError`` naming ``source``, the event's index and
+    the field."""
+    if isinstance(data, dict) and "schedule" in data:
+        data = data["schedule"]
+    if not isinstance(data, list):
+        raise OptionError(
+            f"{source}: expected a JSON list of fault events (or a run.json with a 'schedule'), "
+            f"got {type(data).__name__}"
+        )
+    try:
+        events = TypeAdapter(list[ScheduledEvent]).validate_python(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            got = err.get("input")
+            where = f"{source}: event {_where(tuple(err['loc']))}"
+            if err["type"] == "value_error":
+                lines.append(f"{where}: {_expected(dict(err))}")
+                continue
+            shown = "" if err["type"] == "missing" else f", got {got!r}"
+            lines.append(f"{where}: expected {_expected(dict(err))}{shown}")
+        raise OptionError("; ".join(lines)) from exc
+    out = [e.model_dump(exclude_none=True) for e in events]
+    out.sort(key=lambda e: float(str(e["at"])))
+    return out
+
+
+def load_schedule(path: Path) -> list[dict[str, object]]:
+    """Read and validate a schedule file (``parse_schedule``); errors name the file."""
+    import json
+
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise OptionError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise OptionError(f"{path}: not valid JSON: {exc}") from exc
+    return parse_schedule(data, str(path))
