@@ -440,7 +440,7 @@ def shrink_cmd(run_dir: Path, report_dir: Path, attempts: int, budget_minutes: f
     from .shrink import NothingToShrink, shrink
 
     probe_dir(report_dir, "--report-dir")
-    out = Console()
+    out = Console(soft_wrap=True)  # one line per candidate, whole, even in a CI log
 
     def say(line: str) -> None:
         out.print(line, highlight=False)

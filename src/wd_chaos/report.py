@@ -18,6 +18,7 @@ from typing import Any
 
 from .checkers import operations
 from .history import Op
+from .shrink import shrink_command
 
 _DETAIL = ("duration", "failpoint", "mode", "workflow", "key", "why", "over")
 FAULT_COLORS = {"stall": "#e4572e", "partition": "#f3a712", "restart": "#7b2cbf", "kill": "#222222"}
@@ -237,6 +238,18 @@ def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: d
         if summary.get("checkpointer_class")
         else ""
     )
+    source = str(summary.get("schedule_from", "seed"))
+    replayed = (
+        f"<p><b>fault schedule replayed from {esc(source)}</b>, not made from the seed</p>"
+        if source != "seed"
+        else ""
+    )
+    # a failing run says how to find the few faults that matter
+    shrink = (
+        f"<p>smallest failing fault schedule: <code>{esc(shrink_command(run_dir))}</code></p>"
+        if overall is False
+        else ""
+    )
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>{esc(title)}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}}
 table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #ccc;padding:4px 8px;
@@ -248,6 +261,7 @@ img{{max-width:100%}}</style></head><body>
 <p>seed {summary["seed"]}, time limit {summary["time_limit"]} s, {summary["workers"]} workers,
 {summary["workflows"]} workflows, wall {summary.get("wall_seconds")} s, exit code
 {summary["exit_code"]}{mutant}</p>
+{replayed}{shrink}
 {clock}
 <h2>Verdicts</h2><table><tr><th>checker</th><th>verdict</th><th>summary</th><th>counts</th></tr>
 {"".join(rows)}</table>
