@@ -120,3 +120,70 @@ def test_a_store_without_the_fence_on_record_is_caught() -> None:
     fencing = next(v for v in summary["verdicts"] if v["name"] == "fencing")
     assert fencing["valid"] is False, fencing
     assert any("superseded token" in str(e.get("why")) for e in fencing["evidence"]), fencing
+
+
+@pytest.mark.timeout(HARD_TIMEOUT + 60)
+def test_a_failing_run_shrinks_to_fewer_faults_that_still_fail_on_replay(tmp_path: Path) -> None:
+    """``wd-chaos shrink`` on the broken store's run finds a smaller schedule within a short budget,
+    and that schedule replayed with ``--schedule`` fails the run again."""
+    code, summary, output = _run(
+        "lease-stall", "sqlite", "--checkpointer-class", "mutants:RecordWithoutFence"
+    )
+    assert code == 1, f"the mutant was not caught (exit {code}):\n{output}"
+    assert f"wd-chaos shrink {summary['run_dir']}" in output  # the failing run says how to shrink it
+    shrunk = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wd_chaos.cli",
+            "shrink",
+            summary["run_dir"],
+            "--report-dir",
+            str(tmp_path),
+            "--attempts",
+            "1",
+            "--budget-minutes",
+            "1.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=HARD_TIMEOUT,
+        cwd=ROOT,
+        check=False,
+    )
+    assert shrunk.returncode == 1, f"shrink exited {shrunk.returncode}:\n{shrunk.stdout}{shrunk.stderr}"
+    (folder,) = tmp_path.glob("*-shrink-lease-stall-sqlite")
+    result = json.loads((folder / "shrink.json").read_text())
+    assert result["targets"] == ["fencing"], result["targets"]
+    assert 0 < len(result["shrunk"]["schedule"]) < len(summary["schedule"]), result["shrunk"]
+    replay = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "wd_chaos.cli",
+            "run",
+            "lease-stall",
+            "--store",
+            "sqlite",
+            "--checkpointer-class",
+            "mutants:RecordWithoutFence",
+            "--seed",
+            str(summary["seed"]),
+            "--time-limit",
+            str(result["shrunk"]["time_limit"]),
+            "--schedule",
+            str(folder / "schedule.json"),
+            "--report-dir",
+            str(tmp_path / "replay"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=HARD_TIMEOUT,
+        cwd=ROOT,
+        check=False,
+    )
+    assert replay.returncode == 1, f"the replay exited {replay.returncode}:\n{replay.stdout}{replay.stderr}"
+    (again,) = (tmp_path / "replay").glob("*-lease-stall-sqlite")
+    replayed = json.loads((again / "summary.json").read_text())
+    assert replayed["schedule_from"] == str(folder / "schedule.json")
+    assert len(replayed["schedule"]) == len(result["shrunk"]["schedule"])
