@@ -196,3 +196,32 @@ def test_a_bad_schedule_file_is_a_usage_error_before_anything_starts(tmp_path: P
         check=False,
     )
     assert done.returncode == USAGE and "not valid JSON" in done.stderr, done.stderr
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "wd_chaos.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+    )
+
+
+def test_shrinking_a_run_that_did_not_fail_is_a_usage_error(tmp_path: Path) -> None:
+    sc = find("lease-stall")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "scenario.json").write_text(sc.model_dump_json())
+    (run_dir / "run.json").write_text(
+        json.dumps({"scenario": sc.name, "store": "sqlite", "schedule": plan(sc, 1, 4, 24)})
+    )
+    verdicts = [{"name": "fencing", "valid": True}, {"name": "bite:stall-fenced", "valid": False}]
+    (run_dir / "summary.json").write_text(json.dumps({"valid": False, "verdicts": verdicts}))
+    done = _cli("shrink", str(run_dir), "--report-dir", str(tmp_path / "out"))
+    assert done.returncode == USAGE and "failed no checker" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # nothing ran
+    (run_dir / "run.json").unlink()
+    done = _cli("shrink", str(run_dir), "--report-dir", str(tmp_path / "out"))
+    assert done.returncode == 255 and "run.json" in done.stderr, done.stderr

@@ -370,7 +370,10 @@ def run_cmd(
         probe_file(junit, "--junit")
     if check_only:
         for sc, opts in planned:
-            Console().print(f"{sc.name} on {opts.store}: would run (report in {report_dir})")
+            replay = (
+                f", replaying {len(schedule)} faults from {schedule_file}" if schedule is not None else ""
+            )
+            Console().print(f"{sc.name} on {opts.store}: would run (report in {report_dir}{replay})")
         return
     outcomes: list[Outcome] = []
     for sc, opts in planned:
