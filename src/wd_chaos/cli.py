@@ -1,4 +1,4 @@
-"""``wd-chaos``: list, run and analyze scenarios, and clean up after a killed run.
+"""``wd-chaos``: list, run, analyze and shrink scenarios' runs, and clean up after a killed run.
 
 Exit codes, and nothing else produces them: 0 valid, 1 invalid, 2 unknown (a verdict); 64 a usage
 error (a bad option or value, an output path that cannot be written; the run never started); 130

@@ -151,6 +151,8 @@ class Result:
     tried: list[Tried]
     replay: str
     out_of_budget: bool
+    stopped: str | None = None
+    """Why the shrink ended early (an error, a signal); ``shrunk`` is then the last failing candidate."""
 
 
 def _read(run_dir: Path) -> tuple[Scenario, dict[str, Any], dict[str, Any]]:
@@ -252,17 +254,28 @@ def shrink(
         return entry.failed
 
     # the whole schedule first, cut to end after its last fault: if it does not fail, stop
-    reproduced = fails(original)
-    shrunk = original
-    if reproduced:
-        shrunk = simplify(ddmin(original, fails, stop), fails, stop)
-    shrunk_limit = candidate_limit(shrunk, full_limit)
-    schedule_file = folder / "schedule.json"
-    schedule_file.write_text(json.dumps(shrunk, indent=2) + "\n")
-    replay = replay_command(meta, schedule_file, shrunk_limit)
-    result = Result(folder, original, shrunk, shrunk_limit, reproduced, targets, tried, replay, stop())
-    _write_report(result, run_dir, meta)
-    return result
+    def finish(shrunk: list[Event], reproduced: bool, stopped: str | None = None) -> Result:
+        shrunk_limit = candidate_limit(shrunk, full_limit)
+        schedule_file = folder / "schedule.json"
+        schedule_file.write_text(json.dumps(shrunk, indent=2) + "\n")
+        replay = replay_command(meta, schedule_file, shrunk_limit)
+        result = Result(
+            folder, original, shrunk, shrunk_limit, reproduced, targets, tried, replay, stop(), stopped
+        )
+        _write_report(result, run_dir, meta)
+        return result
+
+    try:
+        reproduced = fails(original)
+        shrunk = simplify(ddmin(original, fails, stop), fails, stop) if reproduced else original
+    except BaseException as exc:
+        # a crashed candidate or Ctrl-C keeps what was found: the last candidate seen failing
+        # (ddmin and simplify only ever move to a failing one)
+        failing = [t.events for t in tried if t.failed]
+        if failing:
+            finish(failing[-1], True, f"{type(exc).__name__}: {exc}")
+        raise
+    return finish(shrunk, reproduced)
 
 
 def _write_report(result: Result, run_dir: Path, meta: dict[str, Any]) -> None:
@@ -272,6 +285,7 @@ def _write_report(result: Result, run_dir: Path, meta: dict[str, Any]) -> None:
         "targets": result.targets,
         "reproduced": result.reproduced,
         "out_of_budget": result.out_of_budget,
+        "stopped": result.stopped,
         "original": {"schedule": result.original, "time_limit": meta["time_limit"]},
         "shrunk": {"schedule": result.shrunk, "time_limit": result.shrunk_limit},
         "replay": result.replay,
@@ -311,7 +325,9 @@ def _write_report(result: Result, run_dir: Path, meta: dict[str, Any]) -> None:
 {meta["scenario"]} on {meta["store"]}, seed {meta["seed"]}, mutant {meta.get("mutant")},
 checkpointer class {meta.get("checkpointer_class")}, client {meta.get("client")}.
 Target: {", ".join(result.targets)} failing (in any attempt). {verdict};
-{len(result.tried)} candidates tried{"; the budget ran out" if result.out_of_budget else ""}.
+{len(result.tried)} candidates tried{"; the budget ran out" if result.out_of_budget else ""}{
+            f"; stopped early by {result.stopped}" if result.stopped else ""
+        }.
 
 Replay: `{result.replay}`
 
