@@ -187,3 +187,6 @@ def test_a_failing_run_shrinks_to_fewer_faults_that_still_fail_on_replay(tmp_pat
     replayed = json.loads((again / "summary.json").read_text())
     assert replayed["schedule_from"] == str(folder / "schedule.json")
     assert len(replayed["schedule"]) == len(result["shrunk"]["schedule"])
+    # the same failure, not merely some exit 1 (a fault that did not bite also exits 1)
+    fencing = next(v for v in replayed["verdicts"] if v["name"] == "fencing")
+    assert fencing["valid"] is False, fencing
