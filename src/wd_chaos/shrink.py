@@ -345,7 +345,7 @@ Replay: `{result.replay}`
 |---|---|---|---|---|
 """
         + "\n".join(
-            f"| {t.number} | {len(t.events)} | {t.time_limit} | {t.failed} | "
+            f"| {t.number} | {len(t.events)} | {t.time_limit} | {t.failed if t.runs else 'interrupted'} | "
             + ", ".join(Path(r["run_dir"]).name for r in t.runs)
             + " |"
             for t in result.tried
