@@ -409,6 +409,7 @@ MUTANTS = [
         "transact lets its effect COMMIT on its own: no guard row refuses the commit",
         (f"{PG_TESTS}::test_an_effect_that_ends_its_transaction_lands_nothing",),
         swap("checkpointer", TransactWithoutGuard),
+        unseen_by_chaos="a caller's effect that ends its own transaction is misuse of the API; the workload's ledger effect never does that",
     ),
     Mutant(
         "postgres-take-without-lock",
@@ -468,5 +469,6 @@ MUTANTS.append(
         "record, supply and arrive accept wd/ lifecycle keys from callers",
         ("test_reserved_keys_are_refused_to_record_supply_and_arrive",),
         swap("checkpointer", ReservedKeysAccepted),
+        unseen_by_chaos="a caller writing wd/ keys is misuse of the API, not a race; no workload client forges them",
     )
 )
