@@ -26,7 +26,7 @@ def private_redis(*, fsync_always: bool = False) -> Iterator[servers.Server]:
     try:
         servers.find_binary("redis-server")
     except servers.ServerUnavailable as exc:
-        pytest.skip(f"needs a private redis-server: {exc}")
+        pytest.fail(f"needs a private redis-server (bash scripts/install-servers installs it): {exc}")
     with servers.local_redis(fsync_always=fsync_always) as server:
         yield server
 
