@@ -587,6 +587,19 @@ class DamagedRun(ValueError):
     the message names the folder, the file and what is wrong."""
 
 
+def read_parts(run_dir: Path, *names: str) -> tuple[Scenario, list[dict[str, Any]]]:
+    """A run folder's ``scenario.json`` and the named JSON files, each of which must hold an
+    object; anything missing or malformed raises ``DamagedRun`` naming the folder."""
+    try:
+        scenario = Scenario.model_validate_json((run_dir / "scenario.json").read_text())
+        parts = [json.loads((run_dir / name).read_text()) for name in names]
+    except (OSError, ValueError) as exc:
+        raise DamagedRun(f"{run_dir}: not a finished run's folder: {exc}") from exc
+    if not all(isinstance(part, dict) for part in parts):
+        raise DamagedRun(f"{run_dir}: {' and '.join(names)} must each hold a JSON object")
+    return scenario, parts
+
+
 def _read_run(run_dir: Path) -> tuple[Scenario, dict[str, Any], list[history.Op], dict[str, Any]]:
     """Everything ``analyze`` judges, read and verified before anything in the folder is written."""
     if not run_dir.is_dir():
@@ -595,14 +608,7 @@ def _read_run(run_dir: Path) -> tuple[Scenario, dict[str, Any], list[history.Op]
     if stopped.exists() and not (run_dir / "history.jsonl").exists():
         why = stopped.read_text(errors="replace").strip()
         raise DamagedRun(f"{run_dir}: the run did not finish ({why}); nothing to judge")
-    try:
-        scenario = Scenario.model_validate_json((run_dir / "scenario.json").read_text())
-        meta = json.loads((run_dir / "run.json").read_text())
-        final = json.loads((run_dir / "final.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise DamagedRun(f"{run_dir}: not a finished run's folder: {exc}") from exc
-    if not isinstance(meta, dict) or not isinstance(final, dict):
-        raise DamagedRun(f"{run_dir}: run.json and final.json must each hold a JSON object")
+    scenario, (meta, final) = read_parts(run_dir, "run.json", "final.json")
     try:
         ops = history.load_finished(run_dir / "history.jsonl")
     except history.DamagedHistory as exc:

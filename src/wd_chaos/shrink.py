@@ -156,14 +156,9 @@ class Result:
 
 
 def _read(run_dir: Path) -> tuple[Scenario, dict[str, Any], dict[str, Any]]:
-    from .runner import DamagedRun
+    from .runner import read_parts
 
-    try:
-        scenario = Scenario.model_validate_json((run_dir / "scenario.json").read_text())
-        meta = json.loads((run_dir / "run.json").read_text())
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise DamagedRun(f"{run_dir}: not a finished run's folder: {exc}") from exc
+    scenario, (meta, summary) = read_parts(run_dir, "run.json", "summary.json")
     return scenario, meta, summary
 
 
