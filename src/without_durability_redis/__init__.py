@@ -25,7 +25,7 @@ from __future__ import annotations
 from ._keys import MAX_WORKFLOW_ID_BYTES, hash_tag
 from ._persistence import Persistence
 from ._scripts import SCRIPTS, script_source
-from .checkpointer import LuaEffect, LuaEffectFailed, RedisCheckpointer
+from .checkpointer import LuaEffect, LuaEffectFailed, NotReplicated, RedisCheckpointer
 from .schedulers import RedisSetScheduler, RedisStreamScheduler
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "SCRIPTS",
     "LuaEffect",
     "LuaEffectFailed",
+    "NotReplicated",
     "RedisCheckpointer",
     "RedisSetScheduler",
     "RedisStreamScheduler",

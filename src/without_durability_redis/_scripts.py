@@ -79,21 +79,26 @@ class Scripts:
             await self._client.initialize()
             self._ready = True
 
-    async def run(self, name: str, keys: Sequence[str], args: Sequence[object]) -> Any:
-        """Run script ``name`` with ``keys`` and ``args``."""
+    async def run(
+        self, name: str, keys: Sequence[str], args: Sequence[object], client: Any = None
+    ) -> Any:
+        """Run script ``name`` with ``keys`` and ``args`` (on ``client``, one connection of this
+        client's pool, when given)."""
         await self.ready()
         script = self._named.get(name)
         if script is None:
             body = self.source(name)
             script = self._named[name] = self._client.register_script(body)
-        return await script(keys=list(keys), args=[_arg(a) for a in args])
+        return await script(keys=list(keys), args=[_arg(a) for a in args], client=client)
 
     def source(self, name: str) -> str:
         """The text this client runs for script ``name``: an override, or the shipped script."""
         return self._overrides.get(name) or script_source(name)
 
-    async def run_source(self, text: str, keys: Sequence[str], args: Sequence[object]) -> Any:
-        """Run the script whose full text is ``text``."""
+    async def run_source(
+        self, text: str, keys: Sequence[str], args: Sequence[object], client: Any = None
+    ) -> Any:
+        """Run the script whose full text is ``text`` (on ``client`` when given, as ``run``)."""
         await self.ready()
         script = self._built.get(text)
         if script is None:
@@ -102,7 +107,7 @@ class Scripts:
                 self._built.popitem(last=False)
         else:
             self._built.move_to_end(text)
-        return await script(keys=list(keys), args=[_arg(a) for a in args])
+        return await script(keys=list(keys), args=[_arg(a) for a in args], client=client)
 
 
 def _arg(value: object) -> str | bytes | int | float:
@@ -116,6 +121,9 @@ def where(client: Client) -> str:
     if isinstance(client, redis.asyncio.cluster.RedisCluster):
         nodes = client.get_nodes()
         return "redis cluster " + ",".join(f"{n.host}:{n.port}" for n in nodes[:3])
+    service = getattr(client.connection_pool, "service_name", None)
+    if service is not None:  # a Sentinel client: the primary's address changes on failover
+        return f"redis sentinel service {service!r}"
     kwargs = client.connection_pool.connection_kwargs
     if "path" in kwargs:
         return f"redis at {kwargs['path']}"

@@ -8,11 +8,14 @@ them; every time is the server's (``TIME`` inside the script).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar
+
+import redis.asyncio.cluster
 
 from without_durability._values import Entry, Pass, Recorded
 from without_durability.codec import CheckpointCodec, JsonCodec, verify_codec
@@ -23,6 +26,7 @@ from without_durability.errors import (
     InvalidKey,
     InvalidValue,
     StoreError,
+    StoreUnavailable,
     WithoutDurabilityError,
 )
 from without_durability.rules import (
@@ -37,7 +41,7 @@ from without_durability.rules import (
 
 from ._keys import check_id, check_name, hash_tag
 from ._persistence import Persistence, read_persistence, warn
-from ._scripts import EFFECT_MARK, Client, Scripts, boundary, from_micros, span, text
+from ._scripts import EFFECT_MARK, Client, Scripts, boundary, from_micros, span, text, where
 
 _LONGEST = timedelta(days=365 * 100)
 
@@ -86,6 +90,17 @@ class LuaEffectFailed(WithoutDurabilityError):
         )
 
 
+class NotReplicated(StoreUnavailable):
+    """A write the primary applied that fewer replicas than ``RedisCheckpointer(replicas=n)`` asked
+    for acknowledged within ``replica_timeout``: it may or may not survive a failover, so treat it
+    as an unknown outcome (read back, or retry: every write here is first-writer-wins or fenced).
+    ``acked`` is how many replicas did acknowledge it."""
+
+    def __init__(self, message: str, acked: int) -> None:
+        self.acked = acked
+        super().__init__(message)
+
+
 class RedisCheckpointer:
     """``Checkpointer[LuaEffect]`` over a Redis server or a Redis Cluster (a ``redis.asyncio``
     client of either kind).
@@ -113,6 +128,13 @@ class RedisCheckpointer:
       fsync, asynchronous replication) a write that returned can still be lost in a crash. The
       checkpointer reads those settings the first time it reaches the server and says so:
       ``persistence.durable`` (and a logged warning when it is not True).
+    - Replication is asynchronous: a write the primary acknowledged and had not yet sent to a
+      replica is lost when that replica is promoted (Sentinel failover). ``replicas=n`` makes
+      every write wait (``WAIT n``, at most ``replica_timeout``) until ``n`` replicas have it; a
+      write that returned then survives the failover of its primary to one of them, and one that
+      did not reach them in time raises ``NotReplicated``. Reads do not wait. A Sentinel client
+      (``Sentinel(...).master_for(service)``) is taken as it is; ``replicas`` needs a client of one
+      server (a primary or a Sentinel's), not a ``RedisCluster``.
     """
 
     script_overrides: ClassVar[Mapping[str, str]] = {}
@@ -127,8 +149,25 @@ class RedisCheckpointer:
         ttl: timedelta = timedelta(days=7),
         codec: CheckpointCodec[str] | None = None,
         max_value_bytes: int = MAX_VALUE_BYTES,
+        replicas: int = 0,
+        replica_timeout: timedelta = timedelta(seconds=1),
     ) -> None:
         self.client = client
+        if not isinstance(replicas, int) or replicas < 0:
+            raise InvalidInput(
+                f"replicas must be an int >= 0 (how many replicas each write waits for), got {replicas!r}"
+            )
+        if replicas and isinstance(client, redis.asyncio.cluster.RedisCluster):
+            raise InvalidInput(
+                "replicas: WAIT is per connection and a RedisCluster spreads a workflow's writes "
+                "over nodes; give a client of one server (a primary, or Sentinel.master_for)"
+            )
+        if not isinstance(replica_timeout, timedelta) or replica_timeout < timedelta(milliseconds=1):
+            raise InvalidInput(
+                f"replica_timeout must be a timedelta of at least 1 ms, got {replica_timeout!r}"
+            )
+        self.replicas = replicas
+        self.replica_timeout = replica_timeout
         self.prefix = check_name("prefix", prefix, allow_empty=True)
         if not isinstance(ttl, timedelta) or ttl < timedelta(seconds=1):
             raise InvalidInput(f"ttl must be a timedelta of at least a second, got {ttl!r}")
@@ -185,7 +224,30 @@ class RedisCheckpointer:
     async def _run(self, what: str, name: str, keys: Sequence[str], args: Sequence[object]) -> Any:
         with boundary(self.client, what):
             await self._first_contact()
-            return await self._scripts.run(name, keys, args)
+            if not self.replicas:
+                return await self._scripts.run(name, keys, args)
+            async with self._replicated(what) as conn:
+                return await self._scripts.run(name, keys, args, client=conn)
+
+    @contextlib.asynccontextmanager
+    async def _replicated(self, what: str) -> AsyncIterator[Any]:
+        """One connection for the write and its WAIT: WAIT counts replicas that have this
+        connection's own writes, so both must go over the same one."""
+        conn: Any = self.client.client()  # type: ignore[union-attr]
+        try:
+            yield conn
+            ms = max(1, int(self.replica_timeout.total_seconds() * 1000))
+            acked = int(await conn.wait(self.replicas, ms))
+        finally:
+            await conn.aclose()
+        if acked < self.replicas:
+            raise NotReplicated(
+                f"{where(self.client)}: {what}: applied by the primary, but {acked} of the "
+                f"{self.replicas} replica(s) asked for acknowledged it within "
+                f"{self.replica_timeout.total_seconds():g}s; it may be lost in a failover, so its "
+                "outcome is unknown: read it back or retry it",
+                acked,
+            )
 
     @property
     def persistence(self) -> Persistence | None:
@@ -394,10 +456,15 @@ class RedisCheckpointer:
             uuid.uuid4().hex,
             *effect.args,
         ]
-        with boundary(self.client, f"transact {workflow!r}/{key!r}"):
+        what = f"transact {workflow!r}/{key!r}"
+        with boundary(self.client, what):
             await self._first_contact()
             try:
-                reply = await self._scripts.run_source(script, keys, args)
+                if self.replicas:
+                    async with self._replicated(what) as conn:
+                        reply = await self._scripts.run_source(script, keys, args, client=conn)
+                else:
+                    reply = await self._scripts.run_source(script, keys, args)
             except Exception as exc:
                 if "Error compiling script" in str(exc):
                     raise InvalidInput(
