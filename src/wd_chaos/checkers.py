@@ -956,6 +956,7 @@ def bite(kind: str) -> Callable[[list[Op], dict[str, Any]], Verdict]:
         "budget-fenced": budget_fenced,
         "none": none,
         **LIFECYCLE_BITES,
+        **FAILOVER_BITES,
     }
     return table[kind]
 
@@ -985,6 +986,7 @@ CHECKERS: dict[str, Callable[[list[Op], dict[str, Any]], Verdict]] = {
 
 # -- lifecycle (issue 14): the long-wait scenario's checkers, in their own module ----------------
 
+from .failover import FAILOVER_BITES  # noqa: E402
 from .lifecycle_checks import LIFECYCLE_BITES, LIFECYCLE_CHECKERS  # noqa: E402
 
 CHECKERS.update(LIFECYCLE_CHECKERS)
@@ -992,9 +994,11 @@ CHECKERS.update(LIFECYCLE_CHECKERS)
 
 def _register_observed() -> None:
     # observed.py builds on this module's Verdict and operations, so it registers once they exist
+    from .durability import durability
     from .observed import monotonic_loads
 
     CHECKERS["monotonic-loads"] = monotonic_loads
+    CHECKERS["durability"] = durability
 
 
 _register_observed()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import failover
 from .history import HistoryWriter
 from .stores import WALL_OFFSET
 
@@ -152,6 +153,8 @@ class Nemesis:
                 aside.write_text(repr(self.wall_offset))
                 aside.replace(self.run_dir / WALL_OFFSET)
                 self._line(ev, "start", offset=self.wall_offset)
+        elif kind == "failover":
+            failover.start(self, ev)
         elif kind == "restart":
             self._line(ev, "start", target_pid=self.server.pid)
             self.server.restart(kill=True)

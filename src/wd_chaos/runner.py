@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from . import __version__, checkers, history, wallclock
+from . import __version__, checkers, failover, history, wallclock
 from .faults import Nemesis
 from .history import HistoryWriter, Tail
 from .lifeline import Lifeline, die_with_parent
@@ -477,6 +477,7 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
             names,
             partition=partition,
             restart=any(e["fault"] == "restart" for e in events),
+            failover=failover.needs(events),
             checkpointer_class=opts.checkpointer_class,
             mutant=opts.mutant,
         ) as svc:

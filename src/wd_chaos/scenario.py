@@ -18,6 +18,8 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from .failover import FailoverFault
+
 StoreName = Literal["sqlite", "postgres", "redis"]
 CheckName = Literal[
     "fencing",
@@ -28,6 +30,7 @@ CheckName = Literal[
     "liveness",
     "take-exclusive",
     "monotonic-loads",
+    "durability",
     # lifecycle (issue 14): see lifecycle_checks.py
     "ledger-once",
     "no-rerun",
@@ -48,6 +51,7 @@ BITES = (
     "storm",
     "budget-fenced",
     "long-wait",
+    "failover-promoted",
     "none",
 )
 FAILPOINTS = ("after-effect-before-record", "inside-transact", "after-claim")
@@ -209,7 +213,8 @@ class WallStepFault(_Fault):
 
 
 Fault = Annotated[
-    StallFault | KillFault | PartitionFault | RestartFault | WallStepFault, Field(discriminator="kind")
+    StallFault | KillFault | PartitionFault | RestartFault | WallStepFault | FailoverFault,
+    Field(discriminator="kind"),
 ]
 
 
@@ -258,6 +263,7 @@ class Scenario(_Strict):
         "storm",
         "budget-fenced",
         "long-wait",
+        "failover-promoted",
         "none",
     ] = "none"
     lifecycle: Lifecycle | None = None
@@ -295,7 +301,7 @@ def _expected(error: dict[str, object]) -> str:
     if kind == "union_tag_invalid" and isinstance(ctx, dict):
         return f"kind = one of {ctx.get('expected_tags')}"
     if kind == "union_tag_not_found":
-        return "a 'kind' field: stall, kill, partition, restart or wall-step"
+        return "a 'kind' field: stall, kill, partition, restart, wall-step or failover"
     return str(error.get("msg", "")).removeprefix("Value error, ")
 
 
@@ -315,7 +321,7 @@ def _where(loc: tuple[object, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("stall", "kill", "partition", "restart", "wall-step"):
+        elif part in ("stall", "kill", "partition", "restart", "wall-step", "failover"):
             continue  # the discriminator's branch name is noise in a field path
         else:
             out += ("." if out else "") + str(part)
@@ -404,6 +410,8 @@ def plan(scenario: Scenario, seed: int, workers: int, time_limit: float) -> list
             elif isinstance(fault, WallStepFault):
                 event["seconds"] = fault.seconds
                 event["target"] = "store"
+            elif isinstance(fault, FailoverFault):
+                event.update(fault.event_fields())
             else:
                 event["target"] = "store"
             events.append(event)
@@ -415,7 +423,7 @@ class ScheduledEvent(_Strict):
     """One event of a concrete fault schedule, as ``plan`` makes it and ``run.json`` records it;
     a replayed schedule (``wd-chaos run --schedule``) is held to this form."""
 
-    fault: Literal["stall", "kill", "partition", "restart", "wall-step"]
+    fault: Literal["stall", "kill", "partition", "restart", "wall-step", "failover"]
     index: Annotated[int, Field(ge=0)] = 0
     """Which of the scenario's ``[[faults]]`` the event came from (informational on a replay)."""
     at: Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -426,6 +434,11 @@ class ScheduledEvent(_Strict):
     failpoint: Literal["after-effect-before-record", "inside-transact", "after-claim"] | None = None
     mode: Literal["down", "timeout", "latency", "reset_peer"] | None = None
     seconds: Annotated[float | None, Field(allow_inf_nan=False)] = None
+    # failover (see failover.FailoverFault)
+    replication: Literal["sync", "async"] | None = None
+    lag: Annotated[float | None, Field(ge=0, le=30)] = None
+    promote_after: Annotated[float | None, Field(ge=0, le=60)] = None
+    wait_replicas: Annotated[int | None, Field(ge=0, le=2)] = None
 
     @model_validator(mode="after")
     def _fields_of_its_kind(self) -> ScheduledEvent:
@@ -435,6 +448,7 @@ class ScheduledEvent(_Strict):
             "kill": ("failpoint",),
             "wall-step": ("seconds",),
             "restart": (),
+            "failover": ("replication",),
         }[self.fault]
         missing = [name for name in needs if getattr(self, name) is None]
         if missing:

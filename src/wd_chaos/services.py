@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,40 @@ def _swap_netloc(url: str, hostport: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+def _replicated(
+    stack: contextlib.ExitStack, store: str, event: dict[str, Any], run_dir: Path | None = None
+) -> tuple[Any, Spec]:
+    """A private replicated pair for a failover run, and the spec that follows its primary."""
+    from without_durability.testing.replicated import replicated_postgres, replicated_redis
+
+    tag = f"chaos_{secrets.token_hex(4)}"
+    if store == "postgres":
+        pair = stack.enter_context(replicated_postgres(synchronous=event.get("replication") != "async"))
+    else:
+        pair = stack.enter_context(replicated_redis())
+    if run_dir is not None:  # the servers' own account of the failover, kept with the run
+
+        def keep_logs() -> None:
+            (run_dir / "servers").mkdir(exist_ok=True)
+            for log in pair.log_files():
+                with contextlib.suppress(OSError):
+                    shutil.copy(log, run_dir / "servers" / f"{log.parent.name}-{log.name}")
+
+        stack.callback(keep_logs)
+    if store == "postgres":
+        return pair, {"kind": store, "url": pair.url, "schema": tag, "prefix": f"{tag}:"}
+    spec: Spec = {
+        "kind": store,
+        "url": pair.url,
+        "sentinels": [list(s) for s in pair.sentinels],
+        "service": pair.service,
+        "prefix": f"{tag}:",
+    }
+    if event.get("wait_replicas"):
+        spec["wait_replicas"] = int(event["wait_replicas"])
+    return pair, spec
+
+
 def check_available(store: str, partition: bool) -> str | None:
     """Why this run cannot have its servers (one message saying how to get them), or None."""
     kinds = ([] if store == "sqlite" else [store]) + (["toxiproxy"] if partition else [])
@@ -66,14 +101,19 @@ def services(
     restart: bool = False,
     checkpointer_class: str | None = None,
     mutant: str | None = None,
+    failover: dict[str, Any] | None = None,
 ) -> Iterator[Services]:
-    """Provide the servers a run needs and yield its ``Services``."""
+    """Provide the servers a run needs and yield its ``Services``. With ``failover`` (the run's
+    failover event) the store is a replicated pair (``failover.py``) that clients reach through
+    a client following the primary."""
     tag = f"chaos_{secrets.token_hex(4)}"
     with contextlib.ExitStack() as stack:
         if store == "sqlite":
             spec: Spec = {"kind": "sqlite", "path": str(run_dir / "store.db")}
             spec["wall_offset"] = str(run_dir / WALL_OFFSET)  # what a wall-step fault moves
             server = None
+        elif failover is not None and store in ("postgres", "redis"):
+            server, spec = _replicated(stack, store, failover, run_dir)
         elif store in ("postgres", "redis"):
             # a restarted Redis keeps acknowledged writes only with an fsync per write
             server = stack.enter_context(provide(store, redis_fsync_always=restart))

@@ -275,17 +275,28 @@ async def _redis(spec: Spec) -> Opened:
         RedisSetScheduler,
     )
 
-    client: Any = aioredis.Redis.from_url(
-        spec["url"],
-        socket_timeout=float(spec.get("timeout", 5)),
-        socket_connect_timeout=float(spec.get("timeout", 5)),
-    )
+    timeout = float(spec.get("timeout", 5))
+    client: Any
+    if spec.get("sentinels"):  # a replicated store: every connection asks where the primary is
+        from redis.asyncio.sentinel import Sentinel
+
+        untyped: Any = Sentinel  # redis-py leaves its constructor unannotated
+        sentinel = untyped(
+            [(str(h), int(p)) for h, p in spec["sentinels"]],
+            socket_timeout=timeout,
+            sentinel_kwargs={"socket_timeout": timeout, "socket_connect_timeout": timeout},
+        )
+        client = sentinel.master_for(spec["service"], socket_timeout=timeout, socket_connect_timeout=timeout)
+    else:
+        client = aioredis.Redis.from_url(spec["url"], socket_timeout=timeout, socket_connect_timeout=timeout)
     prefix = spec["prefix"]
     cls = load_class(spec["checkpointer_class"]) if spec.get("checkpointer_class") else (RedisCheckpointer)
+    options: dict[str, Any] = {"prefix": prefix}
     if spec.get("ttl"):  # a scenario's small retention (long-wait)
-        checkpointer = cls(client, prefix=prefix, ttl=timedelta(seconds=float(spec["ttl"])))
-    else:
-        checkpointer = cls(client, prefix=prefix)
+        options["ttl"] = timedelta(seconds=float(spec["ttl"]))
+    if spec.get("wait_replicas"):  # a failover run's WAIT
+        options["replicas"] = int(spec["wait_replicas"])
+    checkpointer = cls(client, **options)
     scheduler = RedisSetScheduler(client, prefix=prefix, namespace=spec.get("namespace", "default"))
     durable = SplitDurable(checkpointer, scheduler)
 

@@ -91,16 +91,37 @@ class Replicated:
             return [int(r.pid) for r in self.replicas if r.pid is not None]
         return [int(self._standby_pid())]
 
+    def _senders(self) -> list[int]:
+        """The primary's walsender processes (Postgres): what streams its WAL to the standby."""
+        import psutil
+
+        if self.kind != "postgres" or self.primary.pid is None:
+            return []
+        found = []
+        with contextlib.suppress(psutil.Error):
+            for proc in psutil.Process(self.primary.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if "walsender" in " ".join(proc.cmdline()):
+                        found.append(int(proc.pid))
+        return found
+
     def stall_standby(self) -> None:
-        """SIGSTOP the standby (every replica) and its children: it stops taking the primary's
-        changes, as a slow network or disk would hold it back."""
-        for pid in self._standbys():
+        """Hold replication back, as a slow network or disk would: SIGSTOP the standby (every
+        replica) and, on Postgres, the primary's walsenders (a stopped standby's kernel would
+        still take the stream into its socket buffer, and it would lose nothing)."""
+        for pid in self._senders() + self._standbys():
             _signal_tree(pid, signal.SIGSTOP)
 
     def resume_standby(self) -> None:
         """SIGCONT what ``stall_standby`` stopped."""
-        for pid in self._standbys():
+        for pid in self._senders() + self._standbys():
             _signal_tree(pid, signal.SIGCONT)
+
+    def log_files(self) -> list[Path]:
+        """The servers' (and Sentinels') log files, for a post-mortem of a failover."""
+        if self.kind == "postgres":
+            return [s.datadir.parent / "postgres.log" for s in (self.primary, self.standby) if s.datadir]
+        return sorted(self.primary.datadir.glob("*.log")) if self.primary.datadir else []
 
     def kill_primary(self) -> int:
         """SIGKILL the primary and every process under it; returns the pid killed."""

@@ -1,0 +1,159 @@
+"""The failover fault, as one package: its schedule entry, what it needs from the run's servers,
+the nemesis's action, and the check that it bit.
+
+The store runs replicated (``without_durability.testing.replicated``): Postgres with a streaming
+standby (synchronous or asynchronous), Redis with replicas under Sentinel; every process reaches
+it through a client that follows the primary. The fault, once per run:
+
+1. ``start``: the standby (every Redis replica) is stopped (SIGSTOP) for ``lag`` seconds, the lag
+   a slow network or disk gives it. A synchronous commit cannot return meanwhile; an asynchronous
+   one (and a Redis write that does not ``WAIT``) returns all the same.
+2. ``kill``: the primary and its children are SIGKILLed, as a crashed machine; the standby resumes.
+3. ``stop``: the standby is promoted (Postgres: ``pg_ctl promote`` ``promote_after`` seconds
+   later, as a failover manager would; Redis: the Sentinels elect a replica) and answers as the
+   primary. Whatever the primary acknowledged and the standby had not received is gone: the
+   ``durability`` checker counts it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from .checkers import Verdict
+    from .faults import Nemesis
+    from .history import Op
+
+PROMOTE_TIMEOUT = 30.0
+"""Seconds the nemesis waits for a promoted standby to answer as the primary."""
+
+
+class FailoverFault(BaseModel):
+    """Kill the replicated store's primary and promote its standby, once per run (there is one
+    standby to promote)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["failover"]
+    at: Annotated[float, Field(ge=0, description="seconds after the start")]
+    jitter: Annotated[float, Field(ge=0)] = 0.0
+    every: None = None
+    count: Literal[1] = 1
+    replication: Literal["sync", "async"] = "sync"
+    """Postgres: whether a commit waits for the standby (``synchronous_standby_names``)."""
+    lag: Annotated[float, Field(ge=0, le=30)] = 0.5
+    """Seconds the standby is stopped just before the primary is killed."""
+    promote_after: Annotated[float, Field(ge=0, le=60)] = 1.0
+    """Postgres: seconds between the kill and ``pg_ctl promote`` (a failover manager's detection
+    time). Redis: unused, the Sentinels decide (``down-after-milliseconds`` 1000)."""
+    wait_replicas: Annotated[int, Field(ge=0, le=2)] = 0
+    """Redis: the checkpointer waits for this many replicas to acknowledge each write (``WAIT``);
+    0 is Redis's default, asynchronous replication."""
+
+    def event_fields(self) -> dict[str, object]:
+        """What ``scenario.plan`` puts in this fault's event besides ``at``."""
+        return {
+            "target": "store",
+            "replication": self.replication,
+            "lag": self.lag,
+            "promote_after": self.promote_after,
+            "wait_replicas": self.wait_replicas,
+        }
+
+
+def needs(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run's failover event, if its schedule has one: the store must then be started
+    replicated, as that event says."""
+    return next((e for e in events if e.get("fault") == "failover"), None)
+
+
+def start(nemesis: Nemesis, ev: dict[str, Any]) -> None:
+    """Begin the fault (see the module docstring): stall the standby now; the nemesis's tick runs
+    the kill after ``lag`` and the promotion after ``promote_after``, and its final heal runs
+    whatever is still due, so a run that ends mid-failover still ends with a primary."""
+    from without_durability.testing.replicated import Replicated
+
+    from .faults import _Active
+
+    pair = nemesis.server
+    if not isinstance(pair, Replicated):
+        nemesis._line(ev, "skipped", why="the store was not started replicated")
+        return
+    nemesis._line(ev, "start", target_pid=pair.pid, standby_port=pair.standby.port)
+    pair.stall_standby()
+    lag = float(ev.get("lag", 0.0))
+
+    def kill() -> None:
+        old = pair.kill_primary()
+        pair.resume_standby()
+        nemesis._line(ev, "kill", target_pid=old, killed=not _alive(old))
+
+        def promote() -> None:
+            try:
+                new = pair.promote(PROMOTE_TIMEOUT)
+            except Exception as exc:  # the run goes on; the bite check says the fault failed
+                nemesis._line(ev, "stop", target_pid=old, promoted=False, why=str(exc)[:300])
+                return
+            nemesis._line(
+                ev, "stop", target_pid=old, promoted=True, primary_pid=new.pid, primary_port=new.port
+            )
+
+        wait = float(ev.get("promote_after", 0.0)) if pair.kind == "postgres" else 0.0
+        nemesis.active.append(_Active(time.monotonic() + wait, ev, promote))
+
+    nemesis.active.append(_Active(time.monotonic() + lag, ev, kill))
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    return False
+
+
+def failover_promoted(ops: list[Op], final: dict[str, Any]) -> Verdict:
+    """The failover bit: the old primary's process died, a different server answered as the
+    primary, at least one client operation failed across the failover, and writes were
+    acknowledged after it (by the new primary)."""
+    from .checkers import WRITES, _bit, _windows, operations
+
+    all_ops = operations(ops)
+    windows = _windows(ops, "failover")
+    kills = {
+        str(line.get("id")): line
+        for line in ops
+        if line["type"] == "fault" and line.get("fault") == "failover" and line.get("phase") == "kill"
+    }
+    hits = []
+    for start, stop in windows:
+        killed = kills.get(str(start.get("id")))
+        if stop is None or killed is None or not killed.get("killed") or not stop.get("promoted"):
+            continue
+        if stop.get("primary_pid") in (None, killed.get("target_pid")):
+            continue
+        broken = [
+            o
+            for o in all_ops
+            if o.outcome in ("failed", "unknown") and o.start <= stop["mono"] and o.end >= start["mono"]
+        ]
+        after = [o for o in all_ops if o.ok and o.f in WRITES and o.start > stop["mono"]]
+        if broken and after:
+            hits.append(
+                {
+                    **broken[0].brief(
+                        f"failed across the failover (primary pid {killed['target_pid']} killed, "
+                        f"pid {stop['primary_pid']} promoted); {len(after)} writes acknowledged after it"
+                    ),
+                    "failed_across": len(broken),
+                }
+            )
+    return _bit("failover-promoted", hits, len(windows), "failover(s) promoted a new primary under load")
+
+
+FAILOVER_BITES = {"failover-promoted": failover_promoted}
+"""The bite check by name, registered with ``checkers.bite``."""
