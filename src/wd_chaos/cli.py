@@ -331,6 +331,8 @@ def run_cmd(
             jobs: list[tuple[Scenario, str]] = []
             for sc_name in available():
                 sc = find(sc_name)
+                if sc.expect != "valid":  # shows writes lost by design; run it by name
+                    continue
                 for one in sc.stores:
                     if store is None or one == store:
                         jobs.append((sc, one))

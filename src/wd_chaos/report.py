@@ -20,8 +20,10 @@ from .checkers import operations
 from .history import Op
 from .shrink import shrink_command
 
-_DETAIL = ("duration", "failpoint", "mode", "workflow", "key", "why", "over")
+_DETAIL: tuple[str, ...] = ("duration", "failpoint", "mode", "workflow", "key", "why", "over")
+_DETAIL += ("replication", "lag", "wait_replicas", "killed", "promoted", "primary_pid", "primary_port")
 FAULT_COLORS = {"stall": "#e4572e", "partition": "#f3a712", "restart": "#7b2cbf", "kill": "#222222"}
+FAULT_COLORS["failover"] = "#0077b6"
 
 
 def _png(fig: Any) -> str:
@@ -41,7 +43,7 @@ def _windows(ops: list[Op], t0: int) -> list[tuple[str, float, float, str]]:
         if line["type"] != "fault":
             continue
         kind, phase, key = line.get("fault"), line.get("phase"), str(line.get("id"))
-        if kind in ("stall", "partition", "restart") and phase == "start":
+        if kind in ("stall", "partition", "restart", "failover") and phase == "start":
             starts[key] = line
         elif phase == "stop" and key in starts:
             s = starts.pop(key)
@@ -96,6 +98,8 @@ def timeline(ops: list[Op], offending: set[str] | None = None) -> str:
     for line in ops:
         if line["type"] == "fault" and line.get("fault") == "kill" and line.get("phase") == "start":
             ax.axvline((line["mono"] - t0) / 1e9, color=FAULT_COLORS["kill"], lw=0.8, ls=":")
+        elif line["type"] == "fault" and line.get("fault") == "failover" and line.get("phase") == "kill":
+            ax.axvline((line["mono"] - t0) / 1e9, color=FAULT_COLORS["failover"], lw=1.2, ls=":")
     for (wf, tok, pid), times in passes.items():
         if wf in row:
             lane = row[wf] + ((tok % 3) - 1) * 0.22  # overlapping passes of one workflow side by side
@@ -218,6 +222,12 @@ def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: d
     )
     overall = summary["valid"]
     title = f"{summary['scenario']} on {summary['store']}"
+    kept = next((v for v in summary["verdicts"] if v["name"] == "durability"), None)
+    if kept is not None and "acknowledged" in kept["counts"]:
+        clock += (
+            f"<p><b>durability: {kept['counts']['lost']} of {kept['counts']['acknowledged']} "
+            "acknowledged writes lost</b></p>"
+        )
     try:
         offending = {
             str(e["op"])

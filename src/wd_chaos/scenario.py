@@ -268,6 +268,10 @@ class Scenario(_Strict):
     ] = "none"
     lifecycle: Lifecycle | None = None
     """Retention and retries (the ``long-wait`` scenario): needs the library Worker client."""
+    expect: Literal["valid", "lost-writes"] = "valid"
+    """What a correct store gives here: ``valid``, or ``lost-writes`` where the deployment loses
+    acknowledged writes by design (asynchronous replication across a failover), so the chaos
+    gate requires ``durability`` to count them rather than the run to pass."""
 
     @model_validator(mode="after")
     def _lifecycle_needs_the_worker(self) -> Scenario:

@@ -106,11 +106,14 @@ class Replicated:
         return found
 
     def stall_standby(self) -> None:
-        """Hold replication back, as a slow network or disk would: SIGSTOP the standby (every
-        replica) and, on Postgres, the primary's walsenders (a stopped standby's kernel would
-        still take the stream into its socket buffer, and it would lose nothing)."""
+        """Hold replication back, as a slow network or a broken link would: SIGSTOP the standby
+        (every replica) and cut the stream at the primary (Postgres: SIGSTOP its walsenders;
+        Redis: ``CLIENT KILL TYPE replica``, and the stopped replicas cannot reconnect). A stopped
+        standby alone loses nothing: its kernel still takes the stream into its socket buffer."""
         for pid in self._senders() + self._standbys():
             _signal_tree(pid, signal.SIGSTOP)
+        if self.kind == "redis":
+            _redis(self.primary.port).client_kill_filter(_type="replica")
 
     def resume_standby(self) -> None:
         """SIGCONT what ``stall_standby`` stopped."""
