@@ -67,12 +67,10 @@ def test_durability_is_registered_and_runs_by_name() -> None:
 def _failover(h: H, *, promoted: bool = True, new_pid: int = 200) -> None:
     h.event("fault", "controller", 9, fault="failover", phase="start", id="failover-0", target_pid=100)
     h.call("record", "A", 1, "unknown", workflow=WF, token=1, key="x", value=1)
-    h.event(
-        "fault", "controller", 9, fault="failover", phase="kill", id="failover-0", target_pid=100, killed=True
-    )
+    h.event("fault", "controller", 9, fault="failover", phase="kill", id="failover-0", target_pid=100)
     h.event(
         "fault", "controller", 9, fault="failover", phase="stop", id="failover-0", target_pid=100,
-        promoted=promoted, primary_pid=new_pid,
+        killed=True, promoted=promoted, primary_pid=new_pid,
     )  # fmt: skip
     h.call("record", "A", 1, workflow=WF, token=2, key="y", value=2, res={"value": 2, "won": True})
 

@@ -88,19 +88,22 @@ def start(nemesis: Nemesis, ev: dict[str, Any]) -> None:
     lag = float(ev.get("lag", 0.0))
 
     def kill() -> None:
+        # the line goes first: killing waits for the processes to be reaped, which takes a while
+        nemesis._line(ev, "kill", target_pid=pair.pid)
         old = pair.kill_primary()
         pair.resume_standby()
-        nemesis._line(ev, "kill", target_pid=old, killed=not _alive(old))
+        killed = not _alive(old)
 
         def promote() -> None:
             try:
                 new = pair.promote(PROMOTE_TIMEOUT)
             except Exception as exc:  # the run goes on; the bite check says the fault failed
-                nemesis._line(ev, "stop", target_pid=old, promoted=False, why=str(exc)[:300])
+                nemesis._line(ev, "stop", target_pid=old, killed=killed, promoted=False, why=str(exc)[:300])
                 return
             nemesis._line(
-                ev, "stop", target_pid=old, promoted=True, primary_pid=new.pid, primary_port=new.port
-            )
+                ev, "stop", target_pid=old, killed=killed, promoted=True, primary_pid=new.pid,
+                primary_port=new.port,
+            )  # fmt: skip
 
         wait = float(ev.get("promote_after", 0.0)) if pair.kind == "postgres" else 0.0
         nemesis.active.append(_Active(time.monotonic() + wait, ev, promote))
@@ -132,7 +135,7 @@ def failover_promoted(ops: list[Op], final: dict[str, Any]) -> Verdict:
     hits = []
     for start, stop in windows:
         killed = kills.get(str(start.get("id")))
-        if stop is None or killed is None or not killed.get("killed") or not stop.get("promoted"):
+        if stop is None or killed is None or not stop.get("killed") or not stop.get("promoted"):
             continue
         if stop.get("primary_pid") in (None, killed.get("target_pid")):
             continue
