@@ -128,10 +128,19 @@ class Replicated:
 
     def kill_primary(self) -> int:
         """SIGKILL the primary and every process under it; returns the pid killed."""
+        import psutil
+
         pid = self.primary.pid
         if pid is None:
             raise ServerUnavailable(f"{self.kind} primary at {self.primary.url} has no known pid")
-        _kill_tree(pid)
+        with contextlib.suppress(psutil.Error):
+            family = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+            # SIGKILL before any SIGCONT: a stopped walsender let run for a moment would send
+            # the WAL it was holding back
+            for proc in family:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+        _kill_tree(pid)  # reaps what is left
         return pid
 
     def promote(self, timeout: float = 30.0) -> Server:
