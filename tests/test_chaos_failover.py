@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -126,3 +128,18 @@ def test_a_bad_failover_field_is_refused_by_name() -> None:
         scenario.parse(text, "f.toml")
     with pytest.raises(scenario.ScenarioError, match=r"faults\[0\]\.count"):
         scenario.parse(text.replace('"semi"', '"sync"\ncount = 2'), "f.toml")
+
+
+def test_a_failover_run_without_redis_sentinel_says_how_to_get_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wd_chaos.services import check_available
+
+    server = shutil.which("redis-server")
+    assert server, "redis-server must be installed (scripts/install-servers)"
+    (tmp_path / "redis-server").symlink_to(server)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("WD_REDIS_URL", raising=False)
+    assert check_available("redis", False) is None
+    reason = check_available("redis", False, True)
+    assert reason and "redis-sentinel was not found" in reason and "install-servers" in reason, reason

@@ -81,13 +81,24 @@ def _replicated(
     return pair, spec
 
 
-def check_available(store: str, partition: bool) -> str | None:
-    """Why this run cannot have its servers (one message saying how to get them), or None."""
+def check_available(store: str, partition: bool, failover: bool = False) -> str | None:
+    """Why this run cannot have its servers (one message saying how to get them), or None. A
+    failover run starts its replicated store privately, so it needs the binaries on PATH."""
     kinds = ([] if store == "sqlite" else [store]) + (["toxiproxy"] if partition else [])
     for kind in kinds:
         reason = why_unavailable(kind)
         if reason:
             return reason
+    if failover and store in ("postgres", "redis"):
+        from without_durability.testing.servers import find_binary
+
+        pg = "/usr/lib/postgresql/*/bin/"
+        needed = {"postgres": ["initdb", "postgres", "pg_basebackup", "pg_ctl", "pg_isready"]}
+        for name in needed.get(store, ["redis-server", "redis-sentinel"]):
+            try:
+                find_binary(name, pg + name)
+            except ServerUnavailable as exc:
+                return f"a failover run starts a replicated {store} itself: {exc}"
     return None
 
 
