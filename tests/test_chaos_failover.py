@@ -143,3 +143,23 @@ def test_a_failover_run_without_redis_sentinel_says_how_to_get_it(
     assert check_available("redis", False) is None
     reason = check_available("redis", False, True)
     assert reason and "redis-sentinel was not found" in reason and "install-servers" in reason, reason
+
+
+def test_a_partition_failover_bites_when_writes_were_answered_while_the_primary_was_cut_off() -> None:
+    h = H()
+    h.event("fault", "controller", 9, fault="failover", phase="start", id="failover-0", target_pid=100)
+    h.event(
+        "fault", "controller", 9, fault="failover", phase="stop", id="failover-0", target_pid=100,
+        isolated=True, promoted=True, primary_pid=200,
+    )  # fmt: skip
+    h.call("record", "A", 1, workflow=WF, token=2, key="y", value=2, res={"value": 2, "won": True})
+    assert failover_promoted(h.lines, {}).valid is False  # never rejoined: no window to judge
+    h.event("fault", "controller", 9, fault="failover", phase="rejoin", id="failover-0", target_pid=100)
+    assert failover_promoted(h.lines, {}).valid is True
+
+
+def test_the_extra_failover_scenarios_validate() -> None:
+    folder = Path(__file__).resolve().parents[1] / "scenarios" / "extra"
+    found = {p.stem: scenario.load_file(p) for p in folder.glob("failover-*.toml")}
+    assert set(found) == {"failover-partition", "failover-partition-nowait"}, found
+    assert found["failover-partition-nowait"].expect == "lost-writes"

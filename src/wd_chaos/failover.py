@@ -43,6 +43,13 @@ class FailoverFault(BaseModel):
     jitter: Annotated[float, Field(ge=0)] = 0.0
     every: None = None
     count: Literal[1] = 1
+    how: Literal["kill", "partition"] = "kill"
+    """``kill``: SIGKILL the primary (see the module docstring). ``partition`` (Redis): cut the
+    primary from the Sentinels and replicas while its clients still reach it; the Sentinels elect
+    a replica, clients holding connections to the old primary keep writing there for
+    ``isolated_for`` seconds, then it rejoins and is turned into a replica (Jepsen's 2013 run)."""
+    isolated_for: Annotated[float, Field(ge=0, le=60)] = 4.0
+    """``partition``: seconds the old primary stays cut off after the promotion."""
     replication: Literal["sync", "async"] = "sync"
     """Postgres: whether a commit waits for the standby (``synchronous_standby_names``)."""
     lag: Annotated[float, Field(ge=0, le=30)] = 0.5
@@ -58,6 +65,8 @@ class FailoverFault(BaseModel):
         """What ``scenario.plan`` puts in this fault's event besides ``at``."""
         return {
             "target": "store",
+            "how": self.how,
+            "isolated_for": self.isolated_for,
             "replication": self.replication,
             "lag": self.lag,
             "promote_after": self.promote_after,
@@ -82,6 +91,9 @@ def start(nemesis: Nemesis, ev: dict[str, Any]) -> None:
     pair = nemesis.server
     if not isinstance(pair, Replicated):
         nemesis._line(ev, "skipped", why="the store was not started replicated")
+        return
+    if ev.get("how") == "partition":
+        _partition(nemesis, pair, ev)
         return
     nemesis._line(ev, "start", target_pid=pair.pid, standby_port=pair.standby.port)
     pair.stall_standby()
@@ -111,6 +123,38 @@ def start(nemesis: Nemesis, ev: dict[str, Any]) -> None:
     nemesis.active.append(_Active(time.monotonic() + lag, ev, kill))
 
 
+def _partition(nemesis: Nemesis, pair: Any, ev: dict[str, Any]) -> None:
+    """``how = "partition"``: isolate the primary, wait for the Sentinels' choice, let the old
+    primary serve its clients for ``isolated_for`` s, then let it rejoin."""
+    from .faults import _Active
+
+    if pair.kind != "redis":
+        nemesis._line(ev, "skipped", why="a partition failover is offered for Redis only (use how = 'kill')")
+        return
+    old = pair.pid
+    nemesis._line(ev, "start", target_pid=old)
+    pair.isolate_primary()
+
+    def promote() -> None:
+        try:
+            new = pair.promote(PROMOTE_TIMEOUT)
+        except Exception as exc:
+            nemesis._line(ev, "stop", target_pid=old, isolated=True, promoted=False, why=str(exc)[:300])
+        else:
+            nemesis._line(
+                ev, "stop", target_pid=old, isolated=True, promoted=True, primary_pid=new.pid,
+                primary_port=new.port,
+            )  # fmt: skip
+
+        def rejoin() -> None:
+            pair.rejoin_primary()
+            nemesis._line(ev, "rejoin", target_pid=old)
+
+        nemesis.active.append(_Active(time.monotonic() + float(ev.get("isolated_for", 0.0)), ev, rejoin))
+
+    nemesis.active.append(_Active(time.monotonic(), ev, promote))
+
+
 def _alive(pid: int) -> bool:
     import psutil
 
@@ -132,18 +176,34 @@ def failover_promoted(ops: list[Op], final: dict[str, Any]) -> Verdict:
         for line in ops
         if line["type"] == "fault" and line.get("fault") == "failover" and line.get("phase") == "kill"
     }
+    rejoins = {
+        str(line.get("id")): line
+        for line in ops
+        if line["type"] == "fault" and line.get("fault") == "failover" and line.get("phase") == "rejoin"
+    }
     hits = []
     for start, stop in windows:
-        killed = kills.get(str(start.get("id")))
-        if stop is None or killed is None or not stop.get("killed") or not stop.get("promoted"):
+        if stop is None or not stop.get("promoted") or not (stop.get("killed") or stop.get("isolated")):
             continue
-        if stop.get("primary_pid") in (None, killed.get("target_pid")):
+        if stop.get("primary_pid") in (None, stop.get("target_pid")):
             continue
-        broken = [
-            o
-            for o in all_ops
-            if o.outcome in ("failed", "unknown") and o.start <= stop["mono"] and o.end >= start["mono"]
-        ]
+        killed = kills.get(str(start.get("id")), start)
+        if stop.get("isolated"):
+            # a cut-off primary keeps answering its clients (redis-py retries a dropped connection
+            # on its own, so none may fail): it bit if writes were answered while it was cut off
+            rejoin = rejoins.get(str(start.get("id")))
+            broken = [
+                o
+                for o in all_ops
+                if o.f in (*WRITES, "append") and o.complete is not None and rejoin is not None
+                and start["mono"] <= o.start <= rejoin["mono"]
+            ]  # fmt: skip
+        else:
+            broken = [
+                o
+                for o in all_ops
+                if o.outcome in ("failed", "unknown") and o.start <= stop["mono"] and o.end >= start["mono"]
+            ]
         after = [o for o in all_ops if o.ok and o.f in WRITES and o.start > stop["mono"]]
         if broken and after:
             hits.append(

@@ -440,6 +440,8 @@ class ScheduledEvent(_Strict):
     seconds: Annotated[float | None, Field(allow_inf_nan=False)] = None
     # failover (see failover.FailoverFault)
     replication: Literal["sync", "async"] | None = None
+    how: Literal["kill", "partition"] | None = None
+    isolated_for: Annotated[float | None, Field(ge=0, le=60)] = None
     lag: Annotated[float | None, Field(ge=0, le=30)] = None
     promote_after: Annotated[float | None, Field(ge=0, le=60)] = None
     wait_replicas: Annotated[int | None, Field(ge=0, le=2)] = None

@@ -120,6 +120,28 @@ class Replicated:
         for pid in self._senders() + self._standbys():
             _signal_tree(pid, signal.SIGCONT)
 
+    def isolate_primary(self) -> None:
+        """Redis: cut the primary from the Sentinels and the replicas while its clients still
+        reach it (the partition Jepsen ran in 2013): the commands they need (``LINK_COMMANDS``)
+        are taken from the user everyone connects as and their connections closed, so their
+        pings go unanswered. The Sentinels then elect a replica, and clients holding a connection
+        to the old primary keep writing to it until ``rejoin_primary``."""
+        if self.kind != "redis":
+            raise ServerUnavailable("isolate_primary is Redis's: a Postgres partition is not offered")
+        old = _redis(self.primary.port)
+        old.execute_command("ACL", "SETUSER", "default", *(f"-{c}" for c in LINK_COMMANDS))
+        old.client_kill_filter(_type="replica")
+        for client in old.client_list():
+            if str(client.get("name", "")).startswith("sentinel-"):
+                with contextlib.suppress(Exception):
+                    old.client_kill_filter(_id=client["id"])
+
+    def rejoin_primary(self) -> None:
+        """Heal ``isolate_primary``: the Sentinels reach the old primary again and turn it into a
+        replica of the new one, which throws away what it took while isolated."""
+        with contextlib.suppress(Exception):  # a killed primary has nothing to rejoin
+            _redis(self.primary.port).execute_command("ACL", "SETUSER", "default", "+@all")
+
     def log_files(self) -> list[Path]:
         """The servers' (and Sentinels') log files, for a post-mortem of a failover."""
         if self.kind == "postgres":
@@ -294,6 +316,10 @@ sentinel down-after-milliseconds {service} {down_ms}
 sentinel failover-timeout {service} 10000
 sentinel parallel-syncs {service} 1
 """
+
+LINK_COMMANDS = ("ping", "info", "replconf", "psync", "sync", "publish", "subscribe")
+"""What the Sentinels and the replicas need from a primary and its clients do not: taking these
+from the default user cuts the primary from them alone (``isolate_primary``)."""
 
 
 @contextlib.contextmanager
