@@ -1,7 +1,7 @@
-"""Where a run's store server (and toxiproxy) come from: ``without_durability.testing.servers``
-does the finding and starting (environment URL, then testcontainers when Docker answers, then a
-private instance from binaries on PATH, removed at exit, Ctrl-C included); this module turns a
-server into the store spec worker processes open, and puts toxiproxy between workers and store.
+"""Where a run's store server (and toxiproxy) come from: the store's kit holds its server recipe
+(``without_durability.testing.kit``; environment URL, then testcontainers when Docker answers, then a
+private instance from binaries on PATH, removed at exit, Ctrl-C included) and turns a server into the
+store spec worker processes open; this module puts toxiproxy between workers and store.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from without_durability.testing.kit import KitError, find_kit
 from without_durability.testing.servers import (
     Server,
     ServerUnavailable,
@@ -23,6 +24,7 @@ from without_durability.testing.servers import (
 )
 
 from .stores import WALL_OFFSET, Spec
+from .toxiproxy_server import TOXIPROXY_SERVER
 
 __all__ = ["Services", "ServerUnavailable", "services", "sweep_stale"]
 
@@ -48,12 +50,13 @@ def _swap_netloc(url: str, hostport: str) -> str:
 
 def check_available(store: str, partition: bool) -> str | None:
     """Why this run cannot have its servers (one message saying how to get them), or None."""
-    kinds = ([] if store == "sqlite" else [store]) + (["toxiproxy"] if partition else [])
-    for kind in kinds:
-        reason = why_unavailable(kind)
-        if reason:
-            return reason
-    return None
+    try:
+        reason = find_kit(store).unavailable()
+    except KitError as exc:
+        return str(exc)
+    if reason:
+        return reason
+    return why_unavailable(TOXIPROXY_SERVER) if partition else None
 
 
 @contextlib.contextmanager
@@ -64,42 +67,33 @@ def services(
     *,
     partition: bool,
     restart: bool = False,
-    checkpointer_class: str | None = None,
     mutant: str | None = None,
 ) -> Iterator[Services]:
     """Provide the servers a run needs and yield its ``Services``."""
     tag = f"chaos_{secrets.token_hex(4)}"
+    kit = find_kit(store)
     with contextlib.ExitStack() as stack:
-        if store == "sqlite":
-            spec: Spec = {"kind": "sqlite", "path": str(run_dir / "store.db")}
-            spec["wall_offset"] = str(run_dir / WALL_OFFSET)  # what a wall-step fault moves
-            server = None
-        elif store in ("postgres", "redis"):
-            # a restarted Redis keeps acknowledged writes only with an fsync per write
-            server = stack.enter_context(provide(store, redis_fsync_always=restart))
-            if restart and server.source != "local":
-                raise ServerUnavailable(
-                    f"a store restart needs a private {store} this run starts itself; "
-                    f"{store} came from {server.source} ({server.url}): unset its URL variable"
-                )
-            spec = {"kind": store, "url": server.url, "schema": tag, "prefix": f"{tag}:"}
-        else:
-            raise ValueError(f"unknown store {store!r}; expected sqlite, postgres or redis")
+        server: Server | None = stack.enter_context(kit.server(restartable=restart))
+        if restart and (server is None or server.source != "local"):
+            where = "no server" if server is None else f"{server.source} ({server.url}): unset its URL variable"
+            raise ServerUnavailable(
+                f"a store restart needs a private {kit.name} server this run starts itself; it has {where}"
+            )
+        spec: Spec = {"store": kit.name, **kit.worker_spec(server, run_dir, tag)}
         spec["namespace"] = "chaos"
-        if checkpointer_class:
-            spec["checkpointer_class"] = checkpointer_class
+        spec.setdefault("wall_offset", str(run_dir / WALL_OFFSET))  # what a wall-step fault moves
         if mutant:
             spec["mutant"] = mutant
         found = Services(spec, server)
         if partition:
-            if server is None:
+            if server is None or "proxy" not in kit.provides:
                 raise ServerUnavailable(
-                    "a partition needs a store reached over the network; "
-                    "SQLite is a file (use --store postgres or redis)"
+                    f"a partition needs a store reached at one network address; {kit.name} is not "
+                    "(choose a store whose kit provides 'proxy')"
                 )
             from .toxi import Toxi
 
-            proxy_server = stack.enter_context(provide("toxiproxy"))
+            proxy_server = stack.enter_context(provide(TOXIPROXY_SERVER))
             toxi = Toxi(proxy_server.url)
             stack.callback(toxi.remove_all)
             found.toxi = toxi
