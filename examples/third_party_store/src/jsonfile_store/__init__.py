@@ -293,17 +293,19 @@ class FileCheckpointer:
 
 
 class FileScheduler:
-    """``Scheduler`` over a ``JsonFile``: one visibility time per workflow and namespace. A
-    delivery's receipt is the visibility its take set, so ``wake_at`` tells its own delivery from a
-    wakeup or a cancel that came since."""
+    """``Scheduler`` over a ``JsonFile``: per workflow and namespace, a visibility time and a
+    revision that every ``schedule`` and ``take`` raises. A delivery's receipt is the time and the
+    revision its take set, so ``wake_at`` tells its own delivery from a wakeup or a cancel that came
+    since, even when the wakeup's time did not move the entry (a wall clock stepped forward past a
+    delivery's hiding time makes ``now`` later than it)."""
 
     def __init__(self, file: JsonFile, *, clock: Clock = system_clock, namespace: str = "default") -> None:
         self.file = file
         self.clock = clock
         self.namespace = namespace
 
-    def _queue(self, doc: dict[str, Any]) -> dict[str, str]:
-        queue: dict[str, str] = doc["queues"].setdefault(self.namespace, {})
+    def _queue(self, doc: dict[str, Any]) -> dict[str, list[Any]]:
+        queue: dict[str, list[Any]] = doc["queues"].setdefault(self.namespace, {})
         return queue
 
     async def now(self) -> datetime:
@@ -319,8 +321,10 @@ class FileScheduler:
             when = at if at is not None else self.clock()
             queue = self._queue(doc)
             current = queue.get(workflow)
-            if current is None or when < datetime.fromisoformat(current):
-                queue[workflow] = _iso(when)
+            if current is None:
+                queue[workflow] = [_iso(when), 1]
+            else:  # a new revision even when the time stays: a delivery out now must not drop it
+                queue[workflow] = [_iso(min(datetime.fromisoformat(current[0]), when)), current[1] + 1]
             return None, True
 
         await self.file.step(job)
@@ -332,14 +336,13 @@ class FileScheduler:
         def job(doc: dict[str, Any]) -> tuple[Delivery | None, bool]:
             now = self.clock()
             queue = self._queue(doc)
-            due = [(datetime.fromisoformat(at), wf) for wf, at in queue.items()]
+            due = [(datetime.fromisoformat(at), wf) for wf, (at, _) in queue.items()]
             due = [(at, wf) for at, wf in due if at <= now]
             if not due:
                 return None, False
             _, workflow = min(due)
-            hidden = _iso(now + visibility)
-            queue[workflow] = hidden
-            return Delivery(workflow, ("jsonfile", self.namespace, hidden)), True
+            entry = queue[workflow] = [_iso(now + visibility), queue[workflow][1] + 1]
+            return Delivery(workflow, ("jsonfile", self.namespace, *entry)), True
 
         return await self.file.step(job)
 
@@ -347,17 +350,17 @@ class FileScheduler:
         """See ``Scheduler.wake_at``."""
         check_time("wake_at at", at)
         receipt = delivery.receipt
-        if not (isinstance(receipt, tuple) and len(receipt) == 3 and receipt[0] == "jsonfile"):
+        if not (isinstance(receipt, tuple) and len(receipt) == 4 and receipt[0] == "jsonfile"):
             raise InvalidInput(f"{delivery!r} was not handed out by a FileScheduler")
 
         def job(doc: dict[str, Any]) -> tuple[None, bool]:
             queue = self._queue(doc)
-            if queue.get(delivery.workflow) != receipt[2]:
+            if queue.get(delivery.workflow) != list(receipt[2:]):
                 return None, False  # cancelled since (not reinstated) or woken since (that stands)
             if at is None:
                 del queue[delivery.workflow]
             else:
-                queue[delivery.workflow] = _iso(at)
+                queue[delivery.workflow] = [_iso(at), receipt[3] + 1]
             return None, True
 
         await self.file.step(job)
