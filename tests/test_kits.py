@@ -3,6 +3,9 @@ catalogue they name checked for killers that exist."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +122,22 @@ def test_every_killer_in_the_catalogue_exists(monkeypatch: Any) -> None:
     mutants = catalogue()
     check_killers(mutants, files_required=True)
     assert {"memory", "sqlite", "postgres", "redis-set"} <= {m.store for m in mutants}
+
+
+def test_wd_chaos_list_shows_every_installed_store_and_where_each_scenario_runs() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "wd_chaos.cli", "list"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "400"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    for name in kits():
+        assert any(line.startswith(f"│ {name} ") for line in lines), f"{name} missing:\n{done.stdout}"
+    transact = next(line for line in lines if line.startswith("│ transact-stall "))
+    assert "transact-pause" in transact and "postgres" in transact and "sqlite" not in transact, transact
+    lease = next(line for line in lines if line.startswith("│ lease-stall "))
+    assert "redis-stream" in lease and "redis-cluster" in lease, lease
