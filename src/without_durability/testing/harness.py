@@ -35,7 +35,7 @@ class TestClock(Protocol):
 
 
 class ManualTestClock:
-    """A ``TestClock`` over a ``ManualClock`` shared with the store (Memory, SQLite)."""
+    """A ``TestClock`` over a ``ManualClock`` shared with the store (a store deciding by its own process's clock)."""
 
     real = False
 

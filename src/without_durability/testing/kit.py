@@ -121,9 +121,9 @@ class StoreKit:
     description: str = ""
     family: str = ""
     """The store this kit is a form of, for ``@pytest.mark.wd_store(...)`` filters and mutants
-    (empty: its own name). ``redis-cluster`` is a form of the ``redis-set`` store's code."""
+    (empty: its own name); a kit that runs another kit's code on a different deployment may name it."""
     aliases: tuple[str, ...] = ()
-    """Other names that reach this kit (``redis`` for ``redis-set``)."""
+    """Other names that reach this kit (a store's older or shorter name)."""
     provides: frozenset[Capability] = frozenset()
     server_key: str = ""
     """Kits with the same key share one server per test session (empty: the kit's own name)."""

@@ -73,7 +73,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _canonical(name: str, factories: dict[str, StoreFactory]) -> str:
-    """``name``, or the kit it is an alias of (``redis`` reaches ``redis-set``)."""
+    """``name``, or the kit it is an alias of."""
     if name in factories:
         return name
     try:

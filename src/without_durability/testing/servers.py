@@ -16,7 +16,7 @@ servers and removes them (``provide`` calls it before starting a private server,
 clean`` and every ``wd-chaos run``, and a run's lifeline when its controller dies).
 
 Process management is mirakuru's (process groups, start checks, stop-then-kill) and free ports come
-from port-for; both are well-kept libraries used by pytest-postgresql and pytest-redis.
+from port-for; both are well-kept libraries that pytest's server plugins use.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class ServerUnavailable(RuntimeError):
 class Server:
     """A running server: where to reach it and, for a private instance, how to fault it.
 
-    ``pid`` is the server's own process (the postmaster, redis-server) for SIGSTOP/SIGKILL faults;
+    ``pid`` is the server's own process (not a wrapper's) for SIGSTOP/SIGKILL faults;
     ``restart`` stops it abruptly and starts it again on the same port and data. Both are None for a
     server this process did not start.
     """
