@@ -106,12 +106,12 @@ class Stopwatch:
 
 @contextlib.contextmanager
 def servers(*kinds: str) -> Iterator[dict[str, Any]]:
-    """The servers asked for, private instances with shipped durability settings (see
-    ``without_durability.testing.servers``)."""
-    from without_durability.testing import servers as srv
+    """The servers of the store kits asked for (``postgres``, ``redis``, ...), private instances with
+    shipped durability settings (see each kit's server recipe)."""
+    from without_durability.testing.kit import find_kit
 
     with contextlib.ExitStack() as stack:
-        yield {k: stack.enter_context(srv.provide(k)) for k in kinds}
+        yield {k: stack.enter_context(find_kit(k).server()) for k in kinds}
 
 
 async def postgres_settings(url: str) -> dict[str, str]:

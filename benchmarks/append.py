@@ -57,8 +57,8 @@ async def checkpointer(kind: str, urls: dict[str, str]) -> AsyncIterator[Any]:
             async with await SqliteDurable.open(Path(tmp) / "append.db") as durable:
                 yield durable.checkpointer
     elif kind in ("postgres", UNORDERED):
-        from without_durability.testing.stores.postgres import fresh_schema
         from without_durability_postgres import PostgresCheckpointer
+        from without_durability_postgres.kit import fresh_schema
 
         cls = _unordered() if kind == UNORDERED else PostgresCheckpointer
         async with fresh_schema(urls["postgres"], min_size=CONCURRENCY, max_size=CONCURRENCY) as (pool, _):
@@ -122,9 +122,9 @@ async def run_deliver(url: str, mode: str, m: int, seed: int) -> dict[str, Any]:
     """``PostgresDurable.deliver`` (append + schedule, one commit) to 1,000 workflows, with the wakeup
     NOTIFY ``off``, ``after`` the commit and coalesced (what ships), or ``inside`` the transaction
     (the naive way, which takes a database-wide lock at every commit)."""
-    from without_durability.testing.stores.postgres import fresh_schema
     from without_durability_postgres import PostgresCheckpointer, PostgresDurable, PostgresScheduler
     from without_durability_postgres._boundary import connect
+    from without_durability_postgres.kit import fresh_schema
     from without_durability_postgres.wakeup import CHANNEL, NOTIFY
 
     class NotifyInside(PostgresDurable):
@@ -165,8 +165,8 @@ async def run_deliver(url: str, mode: str, m: int, seed: int) -> dict[str, Any]:
 
 
 async def run_pgbench(url: str, k: int, m: int, folder: Path, *, ordered: bool = True) -> dict[str, Any]:
-    from without_durability.testing.stores.postgres import fresh_schema
     from without_durability_postgres import PostgresCheckpointer
+    from without_durability_postgres.kit import fresh_schema
 
     statement = PostgresCheckpointer.APPEND if ordered else _unordered().APPEND
     script = folder / f"pgbench_append{'' if ordered else '_without_turn'}.sql"

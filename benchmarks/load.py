@@ -55,7 +55,7 @@ def run_locust(folder: Path, name: str, store: str, url: str, seconds: int) -> d
 async def prepare(kind: str, name: str, urls: dict[str, str], stack: Any) -> str:
     """Fresh state for one run; the URL the locustfile should use."""
     if kind == "postgres":
-        from without_durability.testing.stores.postgres import fresh_schema
+        from without_durability_postgres.kit import fresh_schema
 
         pool, schema = await stack.enter_async_context(fresh_schema(urls["postgres"], min_size=1, max_size=2))
         if name == "take":

@@ -28,8 +28,8 @@ LONG = timedelta(hours=1)
 
 async def soak(url: str, minutes: float, workers: int, rate: float, folder: Path) -> dict[str, Any]:
     from without_durability import Run, Worker
-    from without_durability.testing.stores.postgres import fresh_schema
     from without_durability_postgres import PostgresCheckpointer, PostgresDurable, PostgresScheduler
+    from without_durability_postgres.kit import fresh_schema
 
     proc = psutil.Process()
     samples: list[tuple[float, int]] = []

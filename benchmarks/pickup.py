@@ -59,13 +59,13 @@ def quantile(xs: list[float], q: float) -> float:
 async def store(kind: str, wakeup: bool, urls: dict[str, str]) -> AsyncIterator[tuple[Any, Any]]:
     """(durable, wakeup or None) for one configuration."""
     if kind == "postgres":
-        from without_durability.testing.stores.postgres import fresh_schema
         from without_durability_postgres import (
             PostgresCheckpointer,
             PostgresDurable,
             PostgresScheduler,
             PostgresWakeup,
         )
+        from without_durability_postgres.kit import fresh_schema
 
         async with fresh_schema(urls["postgres"], min_size=3, max_size=6) as (pool, schema):
             sched = PostgresScheduler(pool, namespace=schema, notify=wakeup)

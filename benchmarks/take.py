@@ -163,8 +163,8 @@ async def drain_chained(sched: Any, n: int, workers: int) -> dict[str, Any]:
 
 async def postgres_ours(url: str, n: int, counts: Sequence[int], naive: bool,
                         chain: bool = False) -> list[dict[str, Any]]:
-    from without_durability.testing.stores.postgres import fresh_schema
     from without_durability_postgres import PostgresScheduler
+    from without_durability_postgres.kit import fresh_schema
 
     class NaiveScheduler(PostgresScheduler):
         TAKE = PostgresScheduler.TAKE.replace("FOR UPDATE SKIP LOCKED", "FOR UPDATE")
@@ -192,8 +192,8 @@ async def postgres_ours(url: str, n: int, counts: Sequence[int], naive: bool,
 
 async def postgres_batched(url: str, n: int, counts: Sequence[int], batch: int) -> list[dict[str, Any]]:
     """The batching option: each worker loops take_many(batch) -> finish_many(those)."""
-    from without_durability.testing.stores.postgres import fresh_schema
     from without_durability_postgres import PostgresScheduler
+    from without_durability_postgres.kit import fresh_schema
 
     rows = []
     for w in counts:
@@ -225,8 +225,8 @@ async def psycopg_raw(url: str, n: int, counts: Sequence[int], chain: bool) -> l
     be split into the driver's share and ours. ``chain``: FINISH_AND_TAKE, else TAKE then FINISH."""
     import psycopg
 
-    from without_durability.testing.stores.postgres import fresh_schema
     from without_durability_postgres import PostgresScheduler
+    from without_durability_postgres.kit import fresh_schema
 
     rows = []
     for w in counts:
@@ -272,7 +272,7 @@ async def pgbench(url: str, n: int, counts: Sequence[int], folder: Path, chain: 
     ``pgbench_script``, ``n / w`` transactions per client."""
     import psycopg
 
-    from without_durability.testing.stores.postgres import fresh_schema
+    from without_durability_postgres.kit import fresh_schema
 
     script = folder / ("pgbench_chain.sql" if chain else "pgbench_take.sql")
     script.write_text(pgbench_chain_script() if chain else pgbench_script())

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from wd_chaos.kits import chaos_kits, stores_for
 from wd_chaos.scenario import available, load_file
 from wd_chaos.services import check_available
 
@@ -27,12 +28,22 @@ SECONDS = float(os.environ.get("WD_CHAOS_GATE_SECONDS", "12"))
 HARD_TIMEOUT = 240
 
 
+FULL = ("sqlite", "postgres", "redis-set")
+"""The stores every scenario runs on here; every other installed kit that worker processes can open
+runs ``REPRESENTATIVE`` under the library Worker (a full matrix per kit would not fit CI's time)."""
+REPRESENTATIVE = "lease-stall"
+REPRESENTATIVE_SECONDS = 8.0
+
+
 def _cases() -> list[tuple[str, str]]:
     cases = []
     for name, path in available().items():
         scenario = load_file(path)
-        for store in scenario.stores if scenario.expect == "valid" else ():
-            cases.append((name, store))
+        if scenario.expect != "valid":
+            continue
+        for store in stores_for(scenario):
+            if store in FULL:
+                cases.append((name, store))
     return cases
 
 
@@ -40,7 +51,12 @@ def _lossy_cases() -> list[tuple[str, str]]:
     """Scenarios whose deployment loses acknowledged writes by design, each on its first store
     only (the gate's time allowance; the README gives the other stores' figures)."""
     found = [(name, load_file(path)) for name, path in available().items()]
-    return [(name, s.stores[0]) for name, s in found if s.expect == "lost-writes"]
+    return [(name, stores_for(s)[0]) for name, s in found if s.expect == "lost-writes"]
+
+
+def _worker_stores() -> list[str]:
+    """Every store the library Worker meets faults on: each kit that worker processes can open."""
+    return sorted(chaos_kits())
 
 
 def _run(name: str, store: str, *extra: str) -> tuple[int, dict[str, Any], str]:
@@ -50,6 +66,8 @@ def _run(name: str, store: str, *extra: str) -> tuple[int, dict[str, Any], str]:
     if reason:
         pytest.fail(f"{name} on {store}: servers unavailable: {reason}")
     seconds = min(SECONDS, 5.0) if scenario.storm is not None else SECONDS
+    if store not in FULL:
+        seconds = min(seconds, REPRESENTATIVE_SECONDS)
     command = [
         sys.executable,
         "-m",
@@ -133,10 +151,22 @@ def test_the_library_worker_under_faults(name: str) -> None:
     assert summary["client"] == "worker"
 
 
+@pytest.mark.parametrize("store", [s for s in _worker_stores() if s != "sqlite"])
+@pytest.mark.timeout(2 * HARD_TIMEOUT + 30)
+def test_the_library_worker_under_faults_on_every_store(store: str) -> None:
+    """``REPRESENTATIVE`` under the library Worker on every other kit worker processes can open (the
+    Redis stream scheduler and Redis Cluster included), and its fault bites."""
+    code, summary, output = _run_judged(REPRESENTATIVE, store, "--client", "worker")
+    assert code == 0, f"{REPRESENTATIVE} on {store} with the library Worker exited {code}:\n{output}"
+    assert summary["client"] == "worker" and summary["store"] == store, summary
+    bites = [v for v in summary["verdicts"] if str(v["name"]).startswith("bite")]
+    assert bites and all(v["valid"] is True for v in bites), bites
+
+
 @pytest.mark.timeout(HARD_TIMEOUT + 30)
 def test_a_store_without_the_fence_on_record_is_caught() -> None:
     code, summary, output = _run(
-        "lease-stall", "sqlite", "--checkpointer-class", "mutants:RecordWithoutFence"
+        "lease-stall", "sqlite", "--mutant", "sqlite-record-without-fence"
     )
     assert code == 1, f"the mutant was not caught (exit {code}):\n{output}"
     fencing = next(v for v in summary["verdicts"] if v["name"] == "fencing")
@@ -149,7 +179,7 @@ def test_a_failing_run_shrinks_to_fewer_faults_that_still_fail_on_replay(tmp_pat
     """``wd-chaos shrink`` on the broken store's run finds a smaller schedule within a short budget,
     and that schedule replayed with ``--schedule`` fails the run again."""
     code, summary, output = _run(
-        "lease-stall", "sqlite", "--checkpointer-class", "mutants:RecordWithoutFence"
+        "lease-stall", "sqlite", "--mutant", "sqlite-record-without-fence"
     )
     assert code == 1, f"the mutant was not caught (exit {code}):\n{output}"
     assert f"wd-chaos shrink {summary['run_dir']}" in output  # the failing run says how to shrink it
@@ -187,8 +217,8 @@ def test_a_failing_run_shrinks_to_fewer_faults_that_still_fail_on_replay(tmp_pat
             "lease-stall",
             "--store",
             "sqlite",
-            "--checkpointer-class",
-            "mutants:RecordWithoutFence",
+            "--mutant",
+            "sqlite-record-without-fence",
             "--seed",
             str(summary["seed"]),
             "--time-limit",

@@ -17,7 +17,7 @@ import threading
 from datetime import timedelta
 
 from without_durability import Contended, Fenced, Pass, SqliteDurable
-from without_durability.testing.stores.sqlite import create_ledger, sqlite_effects
+from without_durability.kits.sqlite import create_ledger, sqlite_effects
 
 LONG = timedelta(hours=1)
 

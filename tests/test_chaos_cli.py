@@ -407,7 +407,7 @@ def test_a_signal_stops_the_run_cleanly_with_its_own_code(tmp_path: Path, signum
 def test_clean_removes_a_server_whose_owner_was_killed(tmp_path: Path) -> None:
     owner = subprocess.Popen(
         [sys.executable, "-c",
-         "import time\nfrom without_durability.testing.servers import local_redis\n"
+         "import time\nfrom without_durability_redis.local_server import local_redis\n"
          "with local_redis() as s:\n    print(s.pid, s.datadir, flush=True)\n    time.sleep(600)\n"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

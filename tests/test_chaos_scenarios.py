@@ -23,7 +23,7 @@ def test_every_shipped_scenario_validates() -> None:
         ('name = "x"\ntime_limit = "soon"', "time_limit", "a number"),
         ('name = "x"\ntime_limt = 3', "time_limt", "no such field"),
         ('name = "x"\n[lease]\nalive = -1', "lease.alive", "greater than 0"),
-        ('name = "x"\nstores = ["oracle"]', "stores[0]", "'sqlite', 'postgres' or 'redis'"),
+        ('name = "x"\nstores = ["oracle"]', "stores", "no store kit 'oracle'; installed: memory,"),
         ('name = "x"\n[[faults]]\nkind = "flood"\nat = 1', "faults[0]", "kind = one of"),
         ('name = "x"\n[[faults]]\nkind = "stall"\nat = 1', "faults[0]", "exactly one of"),
         ('name = "x"\n[[faults]]\nkind = "kill"\nat = 1\nfailpoint = "nowhere"',

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from wd_chaos.toxi import Toxi
+from wd_chaos.toxiproxy_server import TOXIPROXY_SERVER
 from without_durability.testing.servers import provide
 
 # No skip when toxiproxy-server is missing: provide() fails with what to install, loudly.
@@ -53,7 +54,7 @@ def broken(listen: str) -> bool:
 
 @pytest.mark.parametrize("mode", ["down", "timeout", "reset_peer"])
 def test_each_partition_mode_breaks_the_connection_and_heal_restores_it(mode: str) -> None:
-    with provide("toxiproxy") as server, echo_server() as port:
+    with provide(TOXIPROXY_SERVER) as server, echo_server() as port:
         toxi = Toxi(server.url)
         assert b"v2.12.0" in toxi._server.version()
         listen = toxi.proxy(f"wd-test-{mode}", f"127.0.0.1:{port}")

@@ -13,6 +13,7 @@ from datetime import timedelta
 import pytest
 
 from without_durability.testing import servers
+from without_durability_redis.local_server import local_redis
 
 redis = pytest.importorskip("redis.asyncio")
 from without_durability_redis import RedisCheckpointer  # noqa: E402
@@ -27,7 +28,7 @@ def private_redis(*, fsync_always: bool = False) -> Iterator[servers.Server]:
         servers.find_binary("redis-server")
     except servers.ServerUnavailable as exc:
         pytest.fail(f"needs a private redis-server (bash scripts/install-servers installs it): {exc}")
-    with servers.local_redis(fsync_always=fsync_always) as server:
+    with local_redis(fsync_always=fsync_always) as server:
         yield server
 
 

@@ -32,7 +32,7 @@ from without_durability.errors import (
 )
 from without_durability.rules import lifecycle_writes
 from without_durability.testing.harness import StoreUnderTest
-from without_durability.testing.stores.postgres import LEDGER_ADD, fresh_schema
+from without_durability_postgres.kit import LEDGER_ADD, fresh_schema
 
 psycopg = pytest.importorskip("psycopg")
 psycopg_pool = pytest.importorskip("psycopg_pool")

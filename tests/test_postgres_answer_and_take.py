@@ -15,12 +15,12 @@ import pytest
 from without_durability import AnswersAndTakes, Delivery, Run, Worker
 from without_durability.errors import InvalidInput
 from without_durability.testing.harness import StoreUnderTest
-from without_durability.testing.stores.postgres import fresh_schema
 from without_durability_postgres import (
     PostgresCheckpointer,
     PostgresDurable,
     PostgresScheduler,
 )
+from without_durability_postgres.kit import fresh_schema
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.wd_store("postgres")]
 

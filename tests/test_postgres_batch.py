@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from without_durability.testing.harness import StoreUnderTest
-from without_durability.testing.stores.postgres import fresh_schema
 from without_durability_postgres import PostgresScheduler
+from without_durability_postgres.kit import fresh_schema
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.wd_store("postgres")]
 

@@ -26,8 +26,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from without_durability.errors import InvalidValue, StoreError
 from without_durability.testing.harness import StoreUnderTest
-from without_durability.testing.stores.postgres import fresh_schema
 from without_durability_postgres import PostgresCheckpointer, PostgresDurable, PostgresScheduler
+from without_durability_postgres.kit import fresh_schema
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.wd_store("postgres")]
 

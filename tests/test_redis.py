@@ -508,7 +508,7 @@ async def test_stream_cancel_drops_the_pending_entry(wd_store: Store) -> None:
 
 @pytest.mark.wd_store(["redis-set", "redis-stream", "redis-cluster", "redis-cluster-stream"])
 async def test_a_store_under_test_deletes_exactly_its_own_keys(wd_factory: Any) -> None:
-    from without_durability.testing.stores.redis import delete_prefix
+    from without_durability_redis.kit import delete_prefix
 
     factory, server = wd_factory
     async with factory.open(server) as store:

@@ -29,9 +29,9 @@ from without_durability import (
     StoreUnavailable,
     sqlite_connect,
 )
+from without_durability.kits.sqlite import LEDGER_ADD, create_ledger, sqlite_effects
 from without_durability.sqlite import SCHEMA_VERSION
 from without_durability.testing.harness import StoreUnderTest
-from without_durability.testing.stores.sqlite import LEDGER_ADD, create_ledger, sqlite_effects
 
 pytestmark = pytest.mark.asyncio
 

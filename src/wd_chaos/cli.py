@@ -24,6 +24,7 @@ from rich.live import Live
 from rich.table import Table
 
 from . import checkers
+from .kits import stores_for
 from .mutants.command import mutants_command
 from .options import Bounded, probe_dir, probe_file
 from .runner import Options, Outcome, analyze, check_options, run
@@ -224,16 +225,43 @@ def main(debug: bool) -> None:
     _debug["on"] = debug
 
 
+def _kit_name(store: str) -> str:
+    """``store``'s kit name, or a usage error naming the installed kits."""
+    from without_durability.testing.kit import KitError, resolve
+
+    try:
+        return resolve(store)
+    except KitError as exc:
+        raise click.BadParameter(str(exc), param_hint="--store") from exc
+
+
 @main.command("list")
 def list_() -> None:
-    """The scenarios and the stores each applies to."""
-    table = Table("scenario", "stores", "description")
+    """The installed store kits (what each provides) and the scenarios with the stores each runs on."""
+    from without_durability.testing.kit import broken_kits, kits
+
+    from .kits import stores_for
+
+    stores = Table("store", "provides", "server", "description", title="stores")
+    for name, kit in kits().items():
+        reason = kit.unavailable()
+        aliases = f" (also {', '.join(kit.aliases)})" if kit.aliases else ""
+        stores.add_row(
+            name + aliases,
+            ", ".join(sorted(kit.provides)) or "conformance suite only",
+            "[green]ok" if reason is None else f"[yellow]{reason}",
+            kit.description,
+        )
+    for name, why in broken_kits().items():
+        stores.add_row(name, "[red]failed to load", "", why)
+    Console().print(stores)
+    table = Table("scenario", "needs", "stores", "description", title="scenarios")
     for name, path in available().items():
         try:
             sc = load_file(path)
-            table.add_row(name, ", ".join(sc.stores), sc.description)
+            table.add_row(name, ", ".join(sorted(sc.requires())), ", ".join(stores_for(sc)), sc.description)
         except ScenarioError as exc:
-            table.add_row(name, "[red]invalid", str(exc))
+            table.add_row(name, "", "[red]invalid", str(exc))
     Console().print(table)
 
 
@@ -247,9 +275,9 @@ def list_() -> None:
 )
 @click.option(
     "--store",
-    type=click.Choice(["sqlite", "postgres", "redis"]),
     default=None,
-    help="The store to run against (default sqlite).",
+    metavar="NAME",
+    help="The store kit to run against (default sqlite; wd-chaos list shows those installed).",
 )
 @click.option("--seed", type=int, default=None, help="Fixes the workload and the fault schedule.")
 @click.option(
@@ -268,12 +296,6 @@ def list_() -> None:
 @click.option("--report-dir", type=click.Path(path_type=Path), default=Path("reports"))
 @click.option("--junit", type=click.Path(path_type=Path), default=None)
 @click.option(
-    "--checkpointer-class",
-    default=None,
-    metavar="MODULE:CLASS",
-    help="Use this checkpointer class in place of the store's own (a mutant).",
-)
-@click.option(
     "--client",
     type=click.Choice(["harness", "worker"]),
     default=None,
@@ -283,7 +305,8 @@ def list_() -> None:
     "--mutant",
     default=None,
     metavar="NAME",
-    help="Break the store the way this wd_chaos.mutants catalogue entry says (it must be caught).",
+    help="Break the store the way this catalogue mutant says (it must be caught; wd-chaos mutants "
+    "--store NAME runs them all).",
 )
 @click.option(
     "--schedule",
@@ -309,7 +332,6 @@ def run_cmd(
     workers: int | None,
     report_dir: Path,
     junit: Path | None,
-    checkpointer_class: str | None,
     client: str | None,
     mutant: str | None,
     schedule_file: Path | None,
@@ -333,8 +355,8 @@ def run_cmd(
                 sc = find(sc_name)
                 if sc.expect != "valid":  # shows writes lost by design; run it by name
                     continue
-                for one in sc.stores:
-                    if store is None or one == store:
+                for one in stores_for(sc):
+                    if store is None or one == _kit_name(store):
                         jobs.append((sc, one))
         elif name:
             sc = find(name)
@@ -351,7 +373,6 @@ def run_cmd(
             time_limit=time_limit,
             workers=workers,
             report_dir=report_dir,
-            checkpointer_class=checkpointer_class,
             client=client,
             mutant=mutant,
             schedule=schedule,

@@ -243,11 +243,7 @@ def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: d
         )
     except Exception as exc:  # a plot failure must not lose the verdict
         plots = f"<p>plots failed: {esc(repr(exc))}</p>"
-    mutant = (
-        f", checkpointer {esc(str(summary['checkpointer_class']))}"
-        if summary.get("checkpointer_class")
-        else ""
-    )
+    mutant = f", mutant {esc(str(summary['mutant']))}" if summary.get("mutant") else ""
     source = str(summary.get("schedule_from", "seed"))
     replayed = (
         f"<p><b>fault schedule replayed from {esc(source)}</b>, not made from the seed</p>"

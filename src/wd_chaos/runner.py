@@ -44,7 +44,6 @@ class Options:
     time_limit: float | None = None
     workers: int | None = None
     report_dir: Path = Path("reports")
-    checkpointer_class: str | None = None
     client: str | None = None
     mutant: str | None = None
     schedule: list[dict[str, Any]] | None = None
@@ -362,10 +361,9 @@ def check_options(scenario: Scenario, opts: Options) -> None:
     ask of ``scenario``: numbers outside the bounds its file is held to, a time limit so short that
     no fault starts, or one that scales its workflows past the workflow limit; a store it does not
     apply to; an unknown mutant. Starts nothing."""
-    if opts.store not in scenario.stores:
-        raise OptionError(
-            f"--store: scenario {scenario.name!r} applies to {scenario.stores}, not {opts.store!r}"
-        )
+    from .kits import check_store
+
+    opts.store = check_store(scenario, opts.store)  # an alias (redis) becomes its kit's name
     if opts.mutant:
         from .stores import find_mutant
 
@@ -478,7 +476,6 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
             partition=partition,
             restart=any(e["fault"] == "restart" for e in events),
             failover=failover.needs(events),
-            checkpointer_class=opts.checkpointer_class,
             mutant=opts.mutant,
         ) as svc:
             asyncio.run(prepare(svc.spec))
@@ -487,7 +484,7 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
             t0 = time.time()
             life = scenario.lifecycle
             store_spec = dict(svc.spec)
-            if life is not None and opts.store == "redis":
+            if life is not None:  # for a store whose retention is a time to live
                 store_spec["ttl"] = life.ttl  # small, so the waits outlast it
             failing: list[str] = []
             if life is not None:  # the seed picks which workflows fail on purpose
@@ -569,7 +566,6 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
         "schedule": events,
         # a replayed schedule did not come from the seed: say so, and from where
         "schedule_from": "seed" if opts.schedule is None else (opts.schedule_source or "replay"),
-        "checkpointer_class": opts.checkpointer_class,
         "mutant": opts.mutant,
         "client": work.get("client", "harness"),
         "wall_seconds": round(time.monotonic() - started, 2),

@@ -16,11 +16,23 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from without_durability.testing.kit import Capability, KitError, resolve
 
 from .failover import FailoverFault
 
-StoreName = Literal["sqlite", "postgres", "redis"]
+StoreName = str
+"""A store kit's name (or an alias of one): whatever is installed under the entry-point group
+``without_durability.stores``, checked when a scenario is read."""
 CheckName = Literal[
     "fencing",
     "first-writer-wins",
@@ -41,7 +53,6 @@ CheckName = Literal[
 ]
 
 # Read off the Literal types, so a name is added in one place.
-STORES: tuple[StoreName, ...] = get_args(StoreName)
 CHECKS: tuple[CheckName, ...] = get_args(CheckName)
 BITES = (
     "stall-fenced",
@@ -55,10 +66,6 @@ BITES = (
     "none",
 )
 FAILPOINTS = ("after-effect-before-record", "inside-transact", "after-claim")
-
-
-def _all_stores() -> list[StoreName]:
-    return list(STORES)
 
 
 def _default_checks() -> list[CheckName]:
@@ -245,7 +252,10 @@ class Scenario(_Strict):
     name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
     description: str = ""
     seed: int = 1
-    stores: list[StoreName] = Field(default_factory=_all_stores, min_length=1)
+    stores: list[StoreName] | None = Field(default=None, min_length=1)
+    """Only these stores (kit names); unset: every installed kit that provides what it needs."""
+    needs: list[Capability] = Field(default_factory=list)
+    """What a store's kit must provide besides what the faults imply (see ``requires``)."""
     time_limit: TimeLimit = 30.0
     """The workload phase: faults happen inside it; then everything is healed."""
     heal_seconds: Seconds = 30.0
@@ -272,6 +282,30 @@ class Scenario(_Strict):
     """What a correct store gives here: ``valid``, or ``lost-writes`` where the deployment loses
     acknowledged writes by design (asynchronous replication across a failover), so the chaos
     gate requires ``durability`` to count them rather than the run to pass."""
+
+    @field_validator("stores")
+    @classmethod
+    def _installed_kits(cls, stores: list[str] | None) -> list[str] | None:
+        if stores is None:
+            return None
+        try:
+            return [resolve(name) for name in stores]
+        except KitError as exc:
+            raise ValueError(str(exc)) from exc
+
+    def requires(self) -> frozenset[Capability]:
+        """What a store's kit must provide to run this scenario: worker processes always; a
+        restartable server for a restart fault; a proxy-able address for a partition; a pause
+        inside an open transaction for a stall inside ``transact``; and ``needs``."""
+        out: set[Capability] = {"workers", *self.needs}
+        for fault in self.faults:
+            if isinstance(fault, RestartFault):
+                out.add("restart")
+            elif isinstance(fault, PartitionFault):
+                out.add("proxy")
+            elif isinstance(fault, StallFault) and fault.inside == "transact":
+                out.add("transact-pause")
+        return frozenset(out)
 
     @model_validator(mode="after")
     def _lifecycle_needs_the_worker(self) -> Scenario:

@@ -1,7 +1,7 @@
-"""Where a run's store server (and toxiproxy) come from: ``without_durability.testing.servers``
-does the finding and starting (environment URL, then testcontainers when Docker answers, then a
-private instance from binaries on PATH, removed at exit, Ctrl-C included); this module turns a
-server into the store spec worker processes open, and puts toxiproxy between workers and store.
+"""Where a run's store server (and toxiproxy) come from: the store's kit holds its server recipe
+(``without_durability.testing.kit``; environment URL, then testcontainers when Docker answers, then a
+private instance from binaries on PATH, removed at exit, Ctrl-C included) and turns a server into the
+store spec worker processes open; this module puts toxiproxy between workers and store.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from without_durability.testing.kit import KitError, find_kit
 from without_durability.testing.servers import (
     Server,
     ServerUnavailable,
@@ -24,6 +25,10 @@ from without_durability.testing.servers import (
 )
 
 from .stores import WALL_OFFSET, Spec
+from .toxiproxy_server import TOXIPROXY_SERVER
+
+REPLICATED = ("postgres", "redis-set")
+"""The kits a failover run can replicate (``without_durability.testing.replicated``)."""
 
 __all__ = ["Services", "ServerUnavailable", "services", "sweep_stale"]
 
@@ -68,9 +73,9 @@ def _replicated(
 
         stack.callback(keep_logs)
     if store == "postgres":
-        return pair, {"kind": store, "url": pair.url, "schema": tag, "prefix": f"{tag}:"}
+        return pair, {"store": store, "url": pair.url, "schema": tag, "prefix": f"{tag}:"}
     spec: Spec = {
-        "kind": store,
+        "store": store,
         "url": pair.url,
         "sentinels": [list(s) for s in pair.sentinels],
         "service": pair.service,
@@ -84,21 +89,27 @@ def _replicated(
 def check_available(store: str, partition: bool, failover: bool = False) -> str | None:
     """Why this run cannot have its servers (one message saying how to get them), or None. A
     failover run starts its replicated store privately, so it needs the binaries on PATH."""
-    kinds = ([] if store == "sqlite" else [store]) + (["toxiproxy"] if partition else [])
-    for kind in kinds:
-        reason = why_unavailable(kind)
+    try:
+        kit = find_kit(store)
+        reason = kit.unavailable()
+    except KitError as exc:
+        return str(exc)
+    if reason:
+        return reason
+    if partition:
+        reason = why_unavailable(TOXIPROXY_SERVER)
         if reason:
             return reason
-    if failover and store in ("postgres", "redis"):
+    if failover and kit.name in REPLICATED:
         from without_durability.testing.servers import find_binary
 
         pg = "/usr/lib/postgresql/*/bin/"
         needed = {"postgres": ["initdb", "postgres", "pg_basebackup", "pg_ctl", "pg_isready"]}
-        for name in needed.get(store, ["redis-server", "redis-sentinel"]):
+        for name in needed.get(kit.name, ["redis-server", "redis-sentinel"]):
             try:
                 find_binary(name, pg + name)
             except ServerUnavailable as exc:
-                return f"a failover run starts a replicated {store} itself: {exc}"
+                return f"a failover run starts a replicated {kit.name} itself: {exc}"
     return None
 
 
@@ -110,7 +121,6 @@ def services(
     *,
     partition: bool,
     restart: bool = False,
-    checkpointer_class: str | None = None,
     mutant: str | None = None,
     failover: dict[str, Any] | None = None,
 ) -> Iterator[Services]:
@@ -119,38 +129,32 @@ def services(
     a client following the primary."""
     tag = f"chaos_{secrets.token_hex(4)}"
     with contextlib.ExitStack() as stack:
-        if store == "sqlite":
-            spec: Spec = {"kind": "sqlite", "path": str(run_dir / "store.db")}
-            spec["wall_offset"] = str(run_dir / WALL_OFFSET)  # what a wall-step fault moves
-            server = None
-        elif failover is not None and store in ("postgres", "redis"):
-            server, spec = _replicated(stack, store, failover, run_dir)
-        elif store in ("postgres", "redis"):
-            # a restarted Redis keeps acknowledged writes only with an fsync per write
-            server = stack.enter_context(provide(store, redis_fsync_always=restart))
-            if restart and server.source != "local":
-                raise ServerUnavailable(
-                    f"a store restart needs a private {store} this run starts itself; "
-                    f"{store} came from {server.source} ({server.url}): unset its URL variable"
-                )
-            spec = {"kind": store, "url": server.url, "schema": tag, "prefix": f"{tag}:"}
+        kit = find_kit(store)
+        server: Server | None
+        if failover is not None and kit.name in REPLICATED:
+            server, spec = _replicated(stack, kit.name, failover, run_dir)
         else:
-            raise ValueError(f"unknown store {store!r}; expected sqlite, postgres or redis")
+            server = stack.enter_context(kit.server(restartable=restart))
+            if restart and (server is None or server.source != "local"):
+                where = "no server" if server is None else f"{server.source} ({server.url}): unset its URL variable"
+                raise ServerUnavailable(
+                    f"a store restart needs a private {kit.name} server this run starts itself; it has {where}"
+                )
+            spec = {"store": kit.name, **kit.worker_spec(server, run_dir, tag)}
         spec["namespace"] = "chaos"
-        if checkpointer_class:
-            spec["checkpointer_class"] = checkpointer_class
+        spec.setdefault("wall_offset", str(run_dir / WALL_OFFSET))  # what a wall-step fault moves
         if mutant:
             spec["mutant"] = mutant
         found = Services(spec, server)
         if partition:
-            if server is None:
+            if server is None or "proxy" not in kit.provides:
                 raise ServerUnavailable(
-                    "a partition needs a store reached over the network; "
-                    "SQLite is a file (use --store postgres or redis)"
+                    f"a partition needs a store reached at one network address; {kit.name} is not "
+                    "(choose a store whose kit provides 'proxy')"
                 )
             from .toxi import Toxi
 
-            proxy_server = stack.enter_context(provide("toxiproxy"))
+            proxy_server = stack.enter_context(provide(TOXIPROXY_SERVER))
             toxi = Toxi(proxy_server.url)
             stack.callback(toxi.remove_all)
             found.toxi = toxi

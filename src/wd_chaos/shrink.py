@@ -170,8 +170,6 @@ def replay_command(meta: dict[str, Any], schedule_file: Path, time_limit: float)
     words += ["--time-limit", f"{time_limit:g}", "--schedule", str(schedule_file)]
     if meta.get("mutant"):
         words += ["--mutant", str(meta["mutant"])]
-    if meta.get("checkpointer_class"):
-        words += ["--checkpointer-class", str(meta["checkpointer_class"])]
     if meta.get("client") and meta["client"] != "harness":
         words += ["--client", str(meta["client"])]
     return shlex.join(words)
@@ -195,6 +193,11 @@ def shrink(
     if not targets:
         raise NothingToShrink(
             f"{run_dir}: the run failed no checker (valid: {summary.get('valid')}); nothing to shrink"
+        )
+    if meta.get("checkpointer_class"):  # a run from before the catalogue took that option's place
+        raise NothingToShrink(
+            f"{run_dir}: it ran with --checkpointer-class, which wd-chaos no longer has; run the "
+            "store's catalogue mutant instead (--mutant NAME; wd-chaos mutants --list names them)"
         )
     original = [dict(e) for e in meta.get("schedule", [])]
     if not original:
@@ -224,7 +227,6 @@ def shrink(
                 time_limit=limit,
                 workers=int(meta["workers"]),
                 report_dir=folder / "runs",
-                checkpointer_class=meta.get("checkpointer_class"),
                 client=meta.get("client"),
                 mutant=meta.get("mutant"),
                 schedule=events,
@@ -318,7 +320,7 @@ def _write_report(result: Result, run_dir: Path, meta: dict[str, Any]) -> None:
         f"""# Shrink of {run_dir}
 
 {meta["scenario"]} on {meta["store"]}, seed {meta["seed"]}, mutant {meta.get("mutant")},
-checkpointer class {meta.get("checkpointer_class")}, client {meta.get("client")}.
+client {meta.get("client")}.
 Target: {", ".join(result.targets)} failing (in any attempt). {verdict};
 {len(result.tried)} candidates tried{"; the budget ran out" if result.out_of_budget else ""}{
             f"; stopped early by {result.stopped}" if result.stopped else ""

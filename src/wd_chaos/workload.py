@@ -567,17 +567,17 @@ def _retry_policy(lifecycle: dict[str, Any] | None) -> Any:
 
 
 async def sweep_in_background(cfg: dict[str, Any], opened: Opened, hist: HistoryWriter) -> None:
-    """The scenario's sweeper: Postgres ``sweep`` every ``sweep_every`` s with ``older_than =
-    sweep_age`` (Redis's TTL and SQLite need no process), each run an ``info`` line."""
+    """The scenario's sweeper: the store's ``Opened.sweep`` (a store whose retention is a process,
+    such as Postgres's) every ``sweep_every`` s with ``older_than = sweep_age``, each run an ``info``
+    line; a store without one (a TTL, or nothing to sweep) needs no process."""
     lifecycle = cfg["lifecycle"]
-    if cfg["store"]["kind"] != "postgres":
+    sweep = opened.sweep
+    if sweep is None:
         return
-    from without_durability_postgres import sweep
-
     age = timedelta(seconds=float(lifecycle["sweep_age"]))
     while True:
         try:
-            swept = await sweep(opened.durable.pool, age)
+            swept = await sweep(age)
             hist.event("info", what="sweep", swept=swept)
         except Exception as exc:  # the store restarting: sweep again next time
             hist.event("info", what="sweep failed", error=f"{type(exc).__name__}: {exc}"[:300])

@@ -13,20 +13,25 @@ builds its own store must meet the mutant too: ``replaced`` puts the mutant clas
 one in every loaded module while a check runs on the mutant (the gate's plugin does this per test), and
 every process of a wd-chaos run opens its stores through the spec that names the mutant.
 
-To add a mutant for your own store: write the subclass next to the others (or in your own module),
-append a ``Mutant`` to a list, and pass that module to ``wd-chaos mutants --catalogue module``
-(``WD_MUTANT_MODULES``, comma-separated, carries those modules to every process of the run).
+The catalogue is the one mutant mechanism: each store's kit names the modules holding its mutants
+(``StoreKit.mutant_modules``, each with a ``MUTANTS`` list), and loading the catalogue checks that every
+killer a mutant names exists (a conformance test, a test in a file, a scenario and its checker). To add
+a mutant for your own store: write the subclass in your store's package, append a ``Mutant`` to its
+``MUTANTS`` list and name that module in your kit; ``wd-chaos mutants --catalogue module`` adds a module
+for one run (``WD_MUTANT_MODULES``, comma-separated, carries those modules to every process of the run).
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import functools
 import importlib
-import importlib.util
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 Wrap = Callable[[Any], Any]
@@ -50,10 +55,6 @@ class Mutant:
     """Where none of its killers is a chaos checker: why no wd-chaos run observes it (ever, or
     until a workload, nemesis or checker is extended as the text says)."""
 
-    @property
-    def kind(self) -> str:
-        """The wd-chaos store kind (sqlite, postgres, redis) of ``store``: ``redis-set`` is ``redis``."""
-        return self.store.partition("-")[0]
 
 
 class Swap:
@@ -135,8 +136,6 @@ def modules_from_env() -> list[str]:
     return [m for m in os.environ.get("WD_MUTANT_MODULES", "").split(",") if m]
 
 
-BUILT_IN = ("memory", "sqlite", "postgres", "redis")
-
 LEASE_CLOCK_KILLERS = (
     "tests/test_lease_clock.py::test_a_wall_clock_step_forward_does_not_lapse_a_live_claim",
     "tests/test_lease_clock.py::test_a_wall_clock_step_back_neither_frees_nor_keeps_a_pass",
@@ -144,24 +143,103 @@ LEASE_CLOCK_KILLERS = (
 """The checks that catch a process-clock store (Memory, SQLite) measuring leases on the wall clock."""
 
 
-def catalogue(modules: Iterable[str] = ()) -> list[Mutant]:
-    """Every mutant: the built-in ones whose store's driver is importable, then those in ``modules``
-    (each a module with a ``MUTANTS`` list)."""
-    found: list[Mutant] = []
-    for name in BUILT_IN:
-        if importlib.util.find_spec(f"{__name__}.{name}") is None:
-            continue
-        try:
-            module = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:  # that store's driver is not installed
-            if exc.name and exc.name.startswith(__name__):
-                raise
-            continue
-        found.extend(module.MUTANTS)
+class CatalogueError(ValueError):
+    """A mutant module that cannot be loaded, a repeated name, or a killer that names nothing; the
+    message names the mutant, the killer and what was looked for."""
+
+
+def _import_mutants(path: str, optional: bool) -> list[Mutant]:
+    try:
+        module = importlib.import_module(path)
+    except ModuleNotFoundError as exc:
+        # a kit's mutants need its driver; a kit whose driver is missing contributes none
+        if optional and exc.name and not path.startswith(exc.name) and exc.name != path:
+            return []
+        raise CatalogueError(f"mutant module {path!r} cannot be imported: {exc}") from exc
+    mutants = getattr(module, "MUTANTS", None)
+    if not isinstance(mutants, list):
+        raise CatalogueError(f"mutant module {path!r} has no MUTANTS list")
+    return mutants
+
+
+def catalogue(modules: Iterable[str] = (), *, check: bool = True) -> list[Mutant]:
+    """Every mutant: those each installed store kit names (``StoreKit.mutant_modules``; a kit whose
+    driver is not installed contributes none), then those in ``modules`` (each a module with a
+    ``MUTANTS`` list). With ``check``, every killer must exist (``check_killers``)."""
+    from without_durability.testing.kit import kits
+
+    paths: dict[str, bool] = {}
+    for kit in kits().values():
+        for path in kit.mutant_modules:
+            paths.setdefault(path, True)
     for path in modules:
-        found.extend(importlib.import_module(path).MUTANTS)
+        paths[path] = False
+    found: list[Mutant] = []
+    for path, optional in paths.items():
+        found.extend(_import_mutants(path, optional))
     names = [m.name for m in found]
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
-        raise ValueError(f"mutant names must be unique; repeated: {duplicated}")
+        raise CatalogueError(f"mutant names must be unique; repeated: {duplicated}")
+    if check:
+        check_killers(found)
     return found
+
+
+def check_killers(mutants: Iterable[Mutant], *, files_required: bool = False) -> None:
+    """Raise ``CatalogueError`` unless every killer names something that exists: a bare test name
+    a test of the conformance suite; ``path::test`` a test function in that file (a file missing
+    from this folder is an error only with ``files_required``: the gate runs from the project that
+    holds it); ``chaos:<scenario>:<checker>`` a scenario that exists and a checker it runs."""
+    from without_durability.testing import conformance
+
+    from ..scenario import ScenarioError, find
+
+    problems: list[str] = []
+    for m in mutants:
+        if not m.killers:
+            problems.append(f"{m.name}: names no killer")
+        for killer in m.killers:
+            if killer.startswith("chaos:"):
+                parts = killer.split(":")
+                if len(parts) != 3:
+                    problems.append(f"{m.name}: {killer!r} is not chaos:<scenario>:<checker>")
+                    continue
+                try:
+                    scenario = find(parts[1])
+                except ScenarioError as exc:
+                    problems.append(f"{m.name}: {killer!r}: {exc}")
+                    continue
+                if parts[2] not in scenario.checks:
+                    problems.append(
+                        f"{m.name}: {killer!r}: scenario {parts[1]} runs no checker {parts[2]!r} "
+                        f"(it runs {', '.join(scenario.checks)})"
+                    )
+            elif "::" in killer:
+                file, _, test = killer.partition("::")
+                why = _missing_test(Path(file), test, files_required)
+                if why:
+                    problems.append(f"{m.name}: {killer!r}: {why}")
+            elif not callable(getattr(conformance, killer, None)):
+                problems.append(
+                    f"{m.name}: {killer!r} is not a test of the conformance suite "
+                    "(without_durability.testing.conformance); name a file's test as path::test"
+                )
+    if problems:
+        raise CatalogueError("the mutant catalogue names killers that do not exist:\n  " + "\n  ".join(problems))
+
+
+@functools.cache
+def _tests_in(path: Path) -> frozenset[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    return frozenset(
+        node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    )
+
+
+def _missing_test(path: Path, test: str, files_required: bool) -> str | None:
+    if not path.is_file():
+        return f"no file {path} (from {Path.cwd()})" if files_required else None
+    if test.split("[")[0] not in _tests_in(path.resolve()):
+        return f"{path} defines no test {test!r}"
+    return None

@@ -13,13 +13,12 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from without_durability.testing.kit import KitError, resolve
+
 from ..options import Bounded, probe_dir
 from ..scenario import TimeLimit
-from . import Mutant, catalogue
+from . import CatalogueError, Mutant, catalogue, check_killers
 from .runner import ChaosRunner, GateReport, run_gate
-
-# A conformance store name -> the wd-chaos --store that runs the same store in worker processes.
-CHAOS_STORE = {"sqlite": "sqlite", "postgres": "postgres", "redis-set": "redis", "redis-stream": "redis"}
 
 
 def chaos_runner(seconds: float) -> ChaosRunner:
@@ -28,10 +27,11 @@ def chaos_runner(seconds: float) -> ChaosRunner:
     def run_one(scenario: str, store: str, mutant: str | None, report_dir: Path) -> dict[str, str]:
         from wd_chaos.runner import Options, run
         from wd_chaos.scenario import find
+        from without_durability.testing.kit import find_kit
 
-        if store not in CHAOS_STORE:
-            return {"__evidence__": f"wd-chaos has no multi-process form of store {store!r}"}
-        options = Options(store=CHAOS_STORE[store], time_limit=seconds, report_dir=report_dir, mutant=mutant)
+        if "workers" not in find_kit(store).provides:
+            return {"__evidence__": f"store kit {store!r} cannot be opened by worker processes"}
+        options = Options(store=store, time_limit=seconds, report_dir=report_dir, mutant=mutant)
         outcome = run(find(scenario), options)
         stepped = ""
         if outcome.valid not in (True, False) and outcome.summary.get("wall_clock_steps"):
@@ -69,7 +69,7 @@ def _table(report: GateReport) -> Table:
 
 
 @click.command("mutants")
-@click.option("--store", default=None, help="Only mutants of this store (memory, sqlite, postgres, redis).")
+@click.option("--store", default=None, help="Only mutants of this store kit (see wd-chaos list).")
 @click.option("--mutant", "names", multiple=True, help="Only this mutant (repeatable).")
 @click.option("--report-dir", type=click.Path(path_type=Path), default=Path("reports"))
 @click.option(
@@ -98,9 +98,13 @@ def mutants_command(
     """Run every mutant (a store with one guarantee removed) and its real store through the checks
     named for that guarantee. Exit 0 when every mutant is killed and every real store passes, else 1."""
     console = Console()
-    mutants: list[Mutant] = catalogue(modules)
-    if store:
-        mutants = [m for m in mutants if m.store.split("-")[0] == store]
+    try:
+        mutants: list[Mutant] = catalogue(modules)
+        if store:
+            kit = resolve(store)
+            mutants = [m for m in mutants if m.store == kit]
+    except (CatalogueError, KitError) as exc:
+        raise click.UsageError(str(exc)) from exc
     if names:
         unknown = sorted(set(names) - {m.name for m in mutants})
         if unknown:
@@ -110,6 +114,10 @@ def mutants_command(
         mutants = [m for m in mutants if m.name in names]
     if not mutants:
         raise click.UsageError("no mutants selected")
+    try:  # the killers these mutants name must be files here: the gate runs them from this folder
+        check_killers(mutants, files_required=True)
+    except CatalogueError as exc:
+        raise click.UsageError(str(exc)) from exc
     probe_dir(report_dir, "--report-dir")
     if modules:
         os.environ["WD_MUTANT_MODULES"] = ",".join(modules)

@@ -32,7 +32,13 @@ def mutant_factory(mutant: Mutant, base: StoreFactory) -> StoreFactory:
             yield sut
 
     return StoreFactory(
-        mutant.name, open_mutant, base.server, base.unavailable, mutant.description, base.store_kind
+        mutant.name,
+        open_mutant,
+        base.server,
+        base.unavailable,
+        mutant.description,
+        base.store_kind,
+        server_key=base.server_key,
     )
 
 

@@ -8,6 +8,7 @@ from datetime import datetime
 from without_durability import sqlite as store
 from without_durability._values import Delivery, Pass, Recorded
 from without_durability.errors import Contended, StoreError
+from without_durability.rules import check_key
 from without_durability.sqlite import SqliteCheckpointer, SqliteEffect, SqliteScheduler
 
 from . import LEASE_CLOCK_KILLERS, Mutant, swap
@@ -305,5 +306,33 @@ MUTANTS.append(
             "chaos:long-wait:attempt-limit",
         ),
         swap("checkpointer", LoadHidesLifecycle),
+    )
+)
+
+
+# -- fencing (the chaos gate's broken store, once a --checkpointer-class of its own) ---------
+
+
+class RecordWithoutFence(SqliteCheckpointer):
+    """``record`` writes first-writer-wins but never asks whether a newer pass exists."""
+
+    async def record(self, pass_: Pass, key: str, value: object) -> Recorded:
+        check_key(pass_.workflow, key)
+        encoded = self._encode(pass_.workflow, key, value)
+
+        def job(cur: sqlite3.Cursor) -> Recorded:
+            return self._put(cur, pass_.workflow, key, encoded, self._stamp())
+
+        return await self.conn.write(job)
+
+
+MUTANTS.append(
+    Mutant(
+        "sqlite-record-without-fence",
+        "sqlite",
+        "fencing",
+        "record skips the fence check, so a superseded pass still writes",
+        ("test_superseded_record_is_fenced_and_writes_nothing", "chaos:lease-stall:fencing"),
+        swap("checkpointer", RecordWithoutFence),
     )
 )

@@ -1,8 +1,10 @@
 """The conformance suite, shipped as a pytest plugin (``--wd-store NAME``).
 
-Register a ``StoreFactory`` for your store and import ``without_durability.testing.conformance`` into a
-test module; every guarantee of the contract then runs against it, including a Hypothesis model test
-that drives it side by side with the Memory store.
+Register a ``StoreKit`` for your store under the entry-point group ``without_durability.stores`` (or a
+``StoreFactory`` with ``register``) and import ``without_durability.testing.conformance`` into a test
+module; every guarantee of the contract then runs against it, including a Hypothesis model test that
+drives it side by side with the Memory store. A kit also carries the store into wd-chaos and the
+mutant gate (see ``kit.py``).
 """
 
 from __future__ import annotations
@@ -18,8 +20,13 @@ from .harness import (
     register,
     registered,
 )
+from .kit import Opened, StoreKit, find_kit, kits
 
 __all__ = [
+    "Opened",
+    "StoreKit",
+    "find_kit",
+    "kits",
     "EffectFailed",
     "EffectKit",
     "ManualTestClock",

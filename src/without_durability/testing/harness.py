@@ -1,8 +1,8 @@
 """What a store hands the conformance suite: the store itself, a clock the suite can move, and a kit of
 effects in the store's own language.
 
-A store plugs in by registering a ``StoreFactory`` whose ``open`` yields a fresh ``StoreUnderTest`` and
-cleans up after it. The suite is written once against this shape and run against every store.
+A store plugs in through its ``StoreKit`` (``kit.py``), registered by entry point, or by registering a
+``StoreFactory`` whose ``open`` yields a fresh ``StoreUnderTest`` and cleans up after it. The suite is written once against this shape and run against every store.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class TestClock(Protocol):
 
 
 class ManualTestClock:
-    """A ``TestClock`` over a ``ManualClock`` shared with the store (Memory, SQLite)."""
+    """A ``TestClock`` over a ``ManualClock`` shared with the store (a store deciding by its own process's clock)."""
 
     real = False
 
@@ -125,8 +125,10 @@ class StoreFactory:
     description: str = ""
     kind: str = ""
     """The store this factory is an instance of, for ``@pytest.mark.wd_store(...)`` filters; empty
-    means the factory's own name. A mutant of ``postgres`` has kind ``postgres``, so the Postgres
-    store's own tests run against it too."""
+    means the factory's own name. A mutant of a store has that store's kind, so the store's own
+    tests run against it too."""
+    server_key: object = None
+    """Factories with the same key share one session server (None: keyed by ``server`` itself)."""
 
     @property
     def store_kind(self) -> str:
@@ -145,7 +147,8 @@ def register(factory: StoreFactory) -> StoreFactory:
 
 
 def registered() -> dict[str, StoreFactory]:
-    """Every registered factory by name, the built-in ones included."""
-    from . import stores  # noqa: F401 - registers the built-in stores
+    """Every factory by name: each installed store kit's (entry-point group
+    ``without_durability.stores``), then those passed to ``register`` (which win on a clash)."""
+    from .kit import kits
 
-    return dict(_REGISTRY)
+    return {**{name: kit.factory() for name, kit in kits().items()}, **_REGISTRY}

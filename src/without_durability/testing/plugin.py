@@ -1,7 +1,8 @@
 """The conformance suite's pytest plugin: the ``--wd-store`` option and the fixtures that hand each
 test a fresh store.
 
-``--wd-store NAME`` (repeatable) picks stores from the registry. Without it, every registered store
+``--wd-store NAME`` (repeatable) picks stores from the registry: every installed ``StoreKit``
+(entry-point group ``without_durability.stores``) and every factory passed to ``register``. Without it, every registered store
 whose server can be had runs, and the header says which were left out and why. A store named
 explicitly whose server cannot be reached or started is an error, never a silent skip.
 """
@@ -16,6 +17,7 @@ import pytest
 import pytest_asyncio
 
 from .harness import StoreFactory, StoreUnderTest, registered
+from .kit import ENTRY_POINT_GROUP, KitError, broken_kits, resolve
 
 _SELECTED: pytest.StashKey[list[str]] = pytest.StashKey()
 _LEFT_OUT: pytest.StashKey[dict[str, str]] = pytest.StashKey()
@@ -42,9 +44,14 @@ def pytest_configure(config: pytest.Config) -> None:
     factories = registered()
     if "all" in names:  # every registered store, each required to run
         names = list(factories)
+    names = [_canonical(n, factories) for n in names]
     unknown = [n for n in names if n not in factories]
     if unknown:
-        raise pytest.UsageError(f"--wd-store: unknown store(s) {unknown}; registered: {sorted(factories)}")
+        broken = "".join(f"; {name} failed to load: {why}" for name, why in broken_kits().items())
+        raise pytest.UsageError(
+            f"--wd-store: unknown store(s) {unknown}; registered: {sorted(factories)}{broken} "
+            f"(a store registers itself under the entry-point group {ENTRY_POINT_GROUP})"
+        )
     left_out: dict[str, str] = {}
     if names:
         for name in names:
@@ -63,6 +70,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SELECTED] = selected
     config.stash[_LEFT_OUT] = left_out
     config.stash[_EXPLICIT] = bool(names)
+
+
+def _canonical(name: str, factories: dict[str, StoreFactory]) -> str:
+    """``name``, or the kit it is an alias of."""
+    if name in factories:
+        return name
+    try:
+        return resolve(name)
+    except KitError:
+        return name
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -104,7 +121,7 @@ class _Servers:
     def get(self, factory: StoreFactory) -> Any:
         # Keyed by the server recipe, so factories that share one (a store and its mutants) share
         # one server.
-        key = factory.server
+        key = factory.server_key if factory.server_key is not None else factory.server
         if key in self.failed:
             raise self.failed[key]
         if key not in self.started:

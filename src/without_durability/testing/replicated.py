@@ -26,18 +26,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from without_durability_postgres.local_server import (
+    _postgres_user_prefix,
+    _wait_postgres_ready,
+    local_postgres,
+)
+from without_durability_redis.local_server import local_redis
+
 from .servers import (
     Server,
     ServerUnavailable,
-    _executor,
     _kill_tree,
-    _own,
-    _postgres_user_prefix,
-    _wait_postgres_ready,
+    executor,
     find_binary,
     free_port,
-    local_postgres,
-    local_redis,
+    own,
     sweep_stale,
 )
 
@@ -224,7 +227,7 @@ def replicated_postgres(*, synchronous: bool = True) -> Iterator[Replicated]:
     with local_postgres() as primary, tempfile.TemporaryDirectory(prefix="wd-postgres-") as tmp:
         root = Path(tmp)
         port = free_port()
-        _own(root, port)
+        own(root, port)
         data = root / "data"
         prefix = _postgres_user_prefix(root)
         copied = subprocess.run(
@@ -240,10 +243,10 @@ def replicated_postgres(*, synchronous: bool = True) -> Iterator[Replicated]:
             "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200",
             "-c", "log_min_messages=warning", "-c", f"primary_conninfo={conninfo}",
         ]  # fmt: skip
-        ex = _executor(command, "127.0.0.1", port, root / "postgres.log", signal.SIGINT)
+        ex = executor(command, "127.0.0.1", port, root / "postgres.log", signal.SIGINT)
         ex.start()
         try:
-            _own(root, port, int(ex.process.pid))
+            own(root, port, int(ex.process.pid))
             _wait_postgres_ready(isready, port)
             standby = Server(
                 "postgres",
@@ -353,12 +356,12 @@ def replicated_redis(*, replicas: int = 2, down_after: float = 1.0) -> Iterator[
                     down_ms=int(down_after * 1000),
                 )
             )  # fmt: skip
-            ex = _executor(
+            ex = executor(
                 [binary, str(conf)], "127.0.0.1", port, root / f"sentinel-{port}.log", signal.SIGTERM
             )
             ex.start()
             stack.callback(ex.stop)
-            _own(root, port, int(ex.process.pid))
+            own(root, port, int(ex.process.pid))
             sentinels.append(("127.0.0.1", port))
         # a failover needs the Sentinels to know each other and the replicas (hello messages, ~2 s)
         for _ in _deadline(30, "the three Sentinels discovering each other and the replicas"):

@@ -1,20 +1,22 @@
-"""Real servers for tests and the chaos harness: Postgres, Redis, a Redis Cluster, toxiproxy.
+"""Real servers for tests and the chaos harness, whatever the store: where a server comes from, and
+the private instances' bookkeeping. Each store kit holds its own ``ServerRecipe`` (the environment
+variable naming a URL, the binaries, how to start a private instance, a container image); this module
+knows no store.
 
-A server comes from, first match wins: a URL in the environment (``WD_POSTGRES_URL``,
-``WD_REDIS_URL``, ``WD_REDIS_CLUSTER_URLS``, ``WD_TOXIPROXY_URL``, for example from
-``docker compose up``); testcontainers when a Docker engine answers; or a private instance started from
-the binaries on PATH (``scripts/install-servers`` provides them) in a temporary folder on a free
-loopback port, stopped and removed when the context exits, Ctrl-C included.
+A server comes from, first match wins: a URL in the recipe's environment variable (for example from
+``docker compose up``); testcontainers when a Docker engine answers and the recipe has a container;
+or a private instance started from the binaries on PATH (``scripts/install-servers`` provides them) in
+a temporary folder on a free loopback port, stopped and removed when the context exits, Ctrl-C
+included.
 
-A private server's folder carries an owner file (``wd-owner-PORT.json``: the pid that started it and
-the server's own pid). A process killed with SIGKILL cannot remove its servers; ``sweep_stale`` finds
-the folders whose owner is gone, kills their servers and removes them (``provide`` calls it before
-starting a private server, as do ``wd-chaos clean`` and every ``wd-chaos run``, and a run's lifeline
-when its controller dies).
+A private server's folder (``wd-<kind>-*`` under the temporary directory) carries an owner file
+(``wd-owner-PORT.json``: the pid that started it and the server's own pid). A process killed with
+SIGKILL cannot remove its servers; ``sweep_stale`` finds the folders whose owner is gone, kills their
+servers and removes them (``provide`` calls it before starting a private server, as do ``wd-chaos
+clean`` and every ``wd-chaos run``, and a run's lifeline when its controller dies).
 
 Process management is mirakuru's (process groups, start checks, stop-then-kill) and free ports come
-from port-for; both are well-kept libraries used by pytest-postgresql and pytest-redis. Postgres keeps
-its shipped durability settings: fsync and synchronous_commit stay on.
+from port-for; both are well-kept libraries that pytest's server plugins use.
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-INSTALL_HINT = "run scripts/install-servers (Debian: apt-get install postgresql redis-server; toxiproxy-server is built from its Go module)"
+INSTALL_HINT = "run scripts/install-servers (it installs every server the built-in kits and wd-chaos use)"
 
 
 class ServerUnavailable(RuntimeError):
@@ -47,7 +50,7 @@ class ServerUnavailable(RuntimeError):
 class Server:
     """A running server: where to reach it and, for a private instance, how to fault it.
 
-    ``pid`` is the server's own process (the postmaster, redis-server) for SIGSTOP/SIGKILL faults;
+    ``pid`` is the server's own process (not a wrapper's) for SIGSTOP/SIGKILL faults;
     ``restart`` stops it abruptly and starts it again on the same port and data. Both are None for a
     server this process did not start.
     """
@@ -73,8 +76,8 @@ class Server:
 
 
 def find_binary(name: str, *extra_globs: str) -> str:
-    """The path of ``name`` on PATH or in the given globs (Debian keeps Postgres in
-    /usr/lib/postgresql/N/bin), or ``ServerUnavailable`` saying how to get it."""
+    """The path of ``name`` on PATH or in the given globs (a distribution may keep a server's
+    programs off PATH), or ``ServerUnavailable`` saying how to get it."""
     found = shutil.which(name)
     if found:
         return found
@@ -103,8 +106,9 @@ def wait_for_port(host: str, port: int, timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
-STALE_PREFIXES = ("wd-postgres-", "wd-redis-", "wd-redis-cluster-", "wd-toxiproxy-")
-"""The temporary folders a private server lives in (``tempfile.gettempdir()``)."""
+STALE_PREFIX = "wd-"
+"""The temporary folders a private server lives in start so (``tempfile.gettempdir()``); only those
+holding an owner file are swept."""
 
 
 def _started(pid: int) -> float | None:
@@ -117,8 +121,9 @@ def _started(pid: int) -> float | None:
         return None
 
 
-def _own(folder: Path, port: int, server_pid: int | None = None) -> None:
-    """Record who started the server on ``port`` in ``folder``, so a sweep can tell when it is stale."""
+def own(folder: Path, port: int, server_pid: int | None = None) -> None:
+    """Record who started the server on ``port`` in ``folder`` (and the server's pid), so a sweep can
+    tell when it is stale; call it again with the new pid after a restart."""
     me = os.getpid()
     record = {"owner": me, "owner_started": _started(me), "port": port, "server": server_pid}
     if server_pid is not None:
@@ -153,7 +158,7 @@ def sweep_stale(dead_owner: int | None = None, folder: Path | None = None) -> li
     base = folder or Path(tempfile.gettempdir())
     removed: list[Path] = []
     for path in sorted(base.iterdir()):
-        if not path.is_dir() or not path.name.startswith(STALE_PREFIXES):
+        if not path.is_dir() or not path.name.startswith(STALE_PREFIX):
             continue
         records = []
         for owner_file in path.glob("wd-owner-*.json"):
@@ -168,37 +173,21 @@ def sweep_stale(dead_owner: int | None = None, folder: Path | None = None) -> li
             server = record.get("server")
             if isinstance(server, int) and _alive(server, record.get("server_started")):
                 _kill_tree(server)
-        postmaster = path / "data" / "postmaster.pid"
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            _kill_tree(int(postmaster.read_text().split()[0]))
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
 
 
-def _as_user(user: str) -> list[str]:
-    """Postgres refuses to run as root: run it as ``user`` through setpriv (which execs, so the
-    process we start is the server itself)."""
+def as_user(user: str) -> list[str]:
+    """The command prefix that runs a server as ``user`` through setpriv (which execs, so the process
+    started is the server itself): for a server that refuses to run as root."""
     entry = pwd.getpwnam(user)
     return ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups", "--"]
 
 
-def _postgres_user_prefix(folder: Path) -> list[str]:
-    if os.geteuid() != 0:
-        return []
-    try:
-        entry = pwd.getpwnam("postgres")
-    except KeyError as exc:
-        raise ServerUnavailable(
-            "running as root, and Postgres refuses root: create a 'postgres' user "
-            "(the Debian package does) or run as an ordinary user"
-        ) from exc
-    for path in [folder, *folder.rglob("*")]:
-        os.chown(path, entry.pw_uid, entry.pw_gid)
-    return _as_user("postgres")
-
-
-def _executor(command: list[str], host: str, port: int, log: Path, stop_signal: int) -> Any:
+def executor(command: list[str], host: str, port: int, log: Path, stop_signal: int) -> Any:
+    """A mirakuru executor for ``command``, started when host:port accepts TCP; stdout and stderr go
+    to ``log``, and ``stop_signal`` stops it cleanly."""
     from mirakuru import TCPExecutor
 
     out = open(log, "ab")  # noqa: SIM115 - the server writes here for its whole life
@@ -214,287 +203,32 @@ def _executor(command: list[str], host: str, port: int, log: Path, stop_signal: 
     )
 
 
-@contextlib.contextmanager
-def local_postgres(port: int | None = None) -> Iterator[Server]:
-    """A private PostgreSQL: initdb into a temporary folder, listen on a free loopback port, trust
-    auth for the ``postgres`` role, shipped durability settings. Removed on exit."""
-    pg = "/usr/lib/postgresql/*/bin/"
-    initdb = find_binary("initdb", pg + "initdb")
-    postgres = find_binary("postgres", pg + "postgres")
-    isready = find_binary("pg_isready", pg + "pg_isready")
-    port = port or free_port()
-    with tempfile.TemporaryDirectory(prefix="wd-postgres-") as tmp:
-        root = Path(tmp)
-        _own(root, port)
-        data = root / "data"
-        prefix = _postgres_user_prefix(root)
-        init = subprocess.run(
-            [
-                *prefix,
-                initdb,
-                "-D",
-                str(data),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "-E",
-                "UTF8",
-                "--no-sync",
-                "--locale=C",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if init.returncode != 0:
-            raise ServerUnavailable(f"initdb failed ({init.returncode}): {init.stderr.strip()}")
-        command = [
-            *prefix,
-            postgres,
-            "-D",
-            str(data),
-            "-p",
-            str(port),
-            "-k",
-            str(root),
-            "-c",
-            "listen_addresses=127.0.0.1",
-            "-c",
-            "max_connections=200",
-            "-c",
-            "log_min_messages=warning",
-        ]
-        server = Server(
-            "postgres",
-            f"postgresql://postgres@127.0.0.1:{port}/postgres",
-            "127.0.0.1",
-            port,
-            "local",
-            datadir=data,
-        )
-        state: dict[str, Any] = {}
-
-        def start() -> None:
-            ex = _executor(command, "127.0.0.1", port, root / "postgres.log", signal.SIGINT)
-            ex.start()
-            state["ex"] = ex
-            _own(root, port, int(ex.process.pid))
-            _wait_postgres_ready(isready, port)
-            server.pid = _postmaster_pid(data, ex)
-
-        def restart(kill: bool) -> None:
-            ex = state["ex"]
-            if kill:
-                ex.kill(wait=True)
-            else:
-                ex.stop()
-            start()
-
-        server._restart = restart
-        start()
-        try:
-            yield server
-        finally:
-            with contextlib.suppress(Exception):
-                state["ex"].stop()
-
-
-def _wait_postgres_ready(isready: str, port: int, timeout: float = 60.0) -> None:
-    """An open port is not a ready server (crash recovery answers 'starting up'): ask pg_isready."""
-    deadline = time.monotonic() + timeout
-    while (
-        subprocess.run(
-            [isready, "-q", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres"], check=False
-        ).returncode
-        != 0
-    ):
-        if time.monotonic() > deadline:
-            raise ServerUnavailable(f"postgres on port {port} was not ready within {timeout:.0f}s")
-        time.sleep(0.05)
-
-
-def _postmaster_pid(data: Path, ex: Any) -> int:
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        return int((data / "postmaster.pid").read_text().split()[0])
-    return int(ex.process.pid)
-
-
-@contextlib.contextmanager
-def local_redis(
-    port: int | None = None,
-    *,
-    cluster: bool = False,
-    folder: Path | None = None,
-    fsync_always: bool = False,
-) -> Iterator[Server]:
-    """A private redis-server on a free loopback port, with no persistence configured beyond the
-    defaults' append-only log being off. ``cluster`` starts it with cluster mode enabled.
-    ``fsync_always`` turns the append-only log on with an fsync per write, the one setting under
-    which an acknowledged write survives a SIGKILL of the server (the chaos store-restart fault)."""
-    binary = find_binary("redis-server")
-    port = port or free_port()
-    with contextlib.ExitStack() as stack:
-        root = folder or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wd-redis-")))
-        root.mkdir(parents=True, exist_ok=True)
-        _own(root, port)
-        command = [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(root),
-            "--save",
-            "",
-            "--appendonly",
-            "yes" if fsync_always else "no",
-            *(["--appendfsync", "always"] if fsync_always else []),
-            "--protected-mode",
-            "no",
-        ]
-        if cluster:
-            command += [
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                f"nodes-{port}.conf",
-                "--cluster-node-timeout",
-                "5000",
-            ]
-        server = Server("redis", f"redis://127.0.0.1:{port}/0", "127.0.0.1", port, "local", datadir=root)
-        state: dict[str, Any] = {}
-
-        def start() -> None:
-            ex = _executor(command, "127.0.0.1", port, root / f"redis-{port}.log", signal.SIGTERM)
-            ex.start()
-            state["ex"] = ex
-            server.pid = int(ex.process.pid)
-            _own(root, port, server.pid)
-
-        def restart(kill: bool) -> None:
-            ex = state["ex"]
-            if kill:
-                ex.kill(wait=True)
-            else:
-                ex.stop()
-            start()
-
-        server._restart = restart
-        start()
-        try:
-            yield server
-        finally:
-            with contextlib.suppress(Exception):
-                state["ex"].stop()
-
-
-@contextlib.contextmanager
-def local_redis_cluster(masters: int = 3) -> Iterator[Server]:
-    """A private Redis Cluster of ``masters`` nodes on free loopback ports (no replicas), slots
-    split evenly by ``redis-cli --cluster create``. ``nodes`` lists every node's URL."""
-    cli = find_binary("redis-cli")
-    with contextlib.ExitStack() as stack:
-        root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wd-redis-cluster-")))
-        nodes = [stack.enter_context(local_redis(cluster=True, folder=root)) for _ in range(masters)]
-        made = subprocess.run(
-            [
-                cli,
-                "--cluster",
-                "create",
-                *[f"127.0.0.1:{n.port}" for n in nodes],
-                "--cluster-replicas",
-                "0",
-                "--cluster-yes",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if made.returncode != 0:
-            raise ServerUnavailable(f"redis-cli --cluster create failed: {made.stdout}{made.stderr}")
-        _wait_cluster_ok(cli, nodes)
-        first = nodes[0]
-        yield Server(
-            "redis-cluster", first.url, first.host, first.port, "local", nodes=[n.url for n in nodes]
-        )
-
-
-def _wait_cluster_ok(cli: str, nodes: list[Server], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        states = [
-            subprocess.run(
-                [cli, "-p", str(n.port), "cluster", "info"], capture_output=True, text=True, check=False
-            ).stdout
-            for n in nodes
-        ]
-        if all("cluster_state:ok" in s for s in states):
-            return
-        if time.monotonic() > deadline:
-            raise ServerUnavailable(f"redis cluster did not reach cluster_state:ok: {states}")
-        time.sleep(0.1)
-
-
-@contextlib.contextmanager
-def local_toxiproxy(port: int | None = None) -> Iterator[Server]:
-    """A private toxiproxy-server on a free loopback port; ``url`` is its HTTP API."""
-    binary = find_binary("toxiproxy-server")
-    port = port or free_port()
-    with tempfile.TemporaryDirectory(prefix="wd-toxiproxy-") as tmp:
-        _own(Path(tmp), port)
-        ex = _executor(
-            [binary, "-host", "127.0.0.1", "-port", str(port)],
-            "127.0.0.1",
-            port,
-            Path(tmp) / "toxiproxy.log",
-            signal.SIGTERM,
-        )
-        ex.start()
-        _own(Path(tmp), port, int(ex.process.pid))
-        try:
-            yield Server(
-                "toxiproxy", f"http://127.0.0.1:{port}", "127.0.0.1", port, "local", pid=int(ex.process.pid)
-            )
-        finally:
-            with contextlib.suppress(Exception):
-                ex.stop()
-
-
 # -- provisioning: environment, then Docker, then local binaries -----------------------------
 
-_ENV = {
-    "postgres": "WD_POSTGRES_URL",
-    "redis": "WD_REDIS_URL",
-    "redis-cluster": "WD_REDIS_CLUSTER_URLS",
-    "toxiproxy": "WD_TOXIPROXY_URL",
-}
-_LOCAL = {
-    "postgres": local_postgres,
-    "redis": local_redis,
-    "redis-cluster": local_redis_cluster,
-    "toxiproxy": local_toxiproxy,
-}
-_BINARIES = {
-    "postgres": [
-        ("initdb", "/usr/lib/postgresql/*/bin/initdb"),
-        ("postgres", "/usr/lib/postgresql/*/bin/postgres"),
-    ],
-    "redis": [("redis-server", "")],
-    "redis-cluster": [("redis-server", ""), ("redis-cli", "")],
-    "toxiproxy": [("toxiproxy-server", "")],
-}
+
+@dataclass(frozen=True)
+class ServerRecipe:
+    """How to have one kind of server: ``env`` names the variable holding a URL (comma-separated
+    URLs for a cluster); ``binaries`` the programs a private instance needs, each with a glob to
+    look in besides PATH (or ""); ``local(**options)`` starts a private instance and yields its
+    ``Server``; ``container()``, if given, does the same with testcontainers."""
+
+    kind: str
+    env: str
+    binaries: tuple[tuple[str, str], ...]
+    local: Callable[..., AbstractContextManager[Server]]
+    container: Callable[[], AbstractContextManager[Server]] | None = None
 
 
-def _from_env(kind: str) -> Server | None:
-    value = os.environ.get(_ENV[kind])
+def _from_env(recipe: ServerRecipe) -> Server | None:
+    value = os.environ.get(recipe.env)
     if not value:
         return None
     urls = [u.strip() for u in value.split(",") if u.strip()]
     from urllib.parse import urlsplit
 
     parts = urlsplit(urls[0])
-    return Server(kind, urls[0], parts.hostname or "127.0.0.1", parts.port or 0, "env", nodes=urls)
+    return Server(recipe.kind, urls[0], parts.hostname or "127.0.0.1", parts.port or 0, "env", nodes=urls)
 
 
 def _docker_answers() -> bool:
@@ -507,82 +241,47 @@ def _docker_answers() -> bool:
         return False
 
 
-@contextlib.contextmanager
-def _from_testcontainers(kind: str) -> Iterator[Server]:
-    if kind == "postgres":
-        from testcontainers.postgres import PostgresContainer
-
-        with PostgresContainer("postgres:16", driver=None) as pg:
-            url = pg.get_connection_url()
-            yield Server(
-                kind, url, pg.get_container_host_ip(), int(pg.get_exposed_port(5432)), "testcontainers"
-            )
-    elif kind == "redis":
-        from testcontainers.redis import RedisContainer
-
-        with RedisContainer("redis:7") as rd:
-            host, port = rd.get_container_host_ip(), int(rd.get_exposed_port(6379))
-            yield Server(kind, f"redis://{host}:{port}/0", host, port, "testcontainers")
-    elif kind == "toxiproxy":
-        from testcontainers.core.container import DockerContainer
-
-        with DockerContainer("ghcr.io/shopify/toxiproxy:2.12.0").with_exposed_ports(8474) as tp:
-            host, port = tp.get_container_host_ip(), int(tp.get_exposed_port(8474))
-            yield Server(kind, f"http://{host}:{port}", host, port, "testcontainers")
-    else:
-        raise ServerUnavailable(f"no container recipe for {kind}")
-
-
-def why_unavailable(kind: str) -> str | None:
-    """None if a ``kind`` server can be had (a URL is set, Docker answers, or the binaries are on
-    PATH); otherwise why not, with what to do. Does not start anything."""
-    if os.environ.get(_ENV[kind]):
-        return None
-    missing = []
-    for name, pattern in _BINARIES[kind]:
-        try:
-            find_binary(name, *([pattern] if pattern else []))
-        except ServerUnavailable:
-            missing.append(name)
-    if not missing:
-        return None
-    if kind != "redis-cluster" and _docker_answers():
-        return None
-    return (
-        f"{kind}: {', '.join(missing)} not on PATH, {_ENV[kind]} not set, and no Docker "
-        f"engine answers; {INSTALL_HINT}, or set {_ENV[kind]}"
-    )
-
-
-@contextlib.contextmanager
-def provide(kind: str, *, redis_fsync_always: bool = False) -> Iterator[Server]:
-    """A ``kind`` server (postgres, redis, redis-cluster, toxiproxy): from the environment, from
-    testcontainers, or a private local instance, in that order. Raises ``ServerUnavailable`` with
-    what to do when none can be had. ``redis_fsync_always`` asks a private Redis for an
-    append-only log fsynced on every write (see ``local_redis``)."""
-    if kind not in _ENV:
-        raise ValueError(f"unknown server kind {kind!r}; expected one of {sorted(_ENV)}")
-    env = _from_env(kind)
-    if env is not None:
-        yield env
-        return
-    reason = why_unavailable(kind)
-    local_ok = all(_binary_ok(n, p) for n, p in _BINARIES[kind])
-    if not local_ok and reason is None and kind != "redis-cluster":
-        with _from_testcontainers(kind) as server:
-            yield server
-        return
-    if reason is not None:
-        raise ServerUnavailable(reason)
-    options = {"fsync_always": True} if kind == "redis" and redis_fsync_always else {}
-    sweep_stale()  # what a killed test session or run left: servers whose owner is gone
-    with _LOCAL[kind](**options) as server:
-        yield server
-
-
 def _binary_ok(name: str, pattern: str) -> bool:
     try:
         find_binary(name, *([pattern] if pattern else []))
         return True
     except ServerUnavailable:
         return False
+
+
+def why_unavailable(recipe: ServerRecipe) -> str | None:
+    """None if a server of ``recipe`` can be had (a URL is set, Docker answers and the recipe has a
+    container, or the binaries are on PATH); otherwise why not, with what to do. Starts nothing."""
+    if os.environ.get(recipe.env):
+        return None
+    missing = [name for name, pattern in recipe.binaries if not _binary_ok(name, pattern)]
+    if not missing:
+        return None
+    if recipe.container is not None and _docker_answers():
+        return None
+    return (
+        f"{recipe.kind}: {', '.join(missing)} not on PATH, {recipe.env} not set, and no Docker "
+        f"engine answers; {INSTALL_HINT}, or set {recipe.env}"
+    )
+
+
+@contextlib.contextmanager
+def provide(recipe: ServerRecipe, **options: Any) -> Iterator[Server]:
+    """A server of ``recipe``: from the environment, from testcontainers, or a private local
+    instance (started with ``options``), in that order. Raises ``ServerUnavailable`` with what to do
+    when none can be had."""
+    env = _from_env(recipe)
+    if env is not None:
+        yield env
+        return
+    reason = why_unavailable(recipe)
+    local_ok = all(_binary_ok(n, p) for n, p in recipe.binaries)
+    if not local_ok and reason is None and recipe.container is not None:
+        with recipe.container() as server:
+            yield server
+        return
+    if reason is not None:
+        raise ServerUnavailable(reason)
+    sweep_stale()  # what a killed test session or run left: servers whose owner is gone
+    with recipe.local(**options) as server:
+        yield server

@@ -1,4 +1,5 @@
-"""The Memory store's factory: a manual clock the suite moves, effects over the store's own dict."""
+"""The Memory store's kit: a manual clock the suite moves, effects over the store's own dict. It lives
+in one process, so wd-chaos (worker processes) cannot run it; its mutants are conformance-only."""
 
 from __future__ import annotations
 
@@ -6,10 +7,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ..._values import Pass
-from ...clock import ManualClock
-from ...memory import MemoryCheckpointer, MemoryDurable, MemoryEffect, MemoryScheduler
-from ..harness import EffectFailed, EffectKit, ManualTestClock, StoreFactory, StoreUnderTest, register
+from .._values import Pass
+from ..clock import ManualClock
+from ..memory import MemoryCheckpointer, MemoryDurable, MemoryEffect, MemoryScheduler
+from ..testing.harness import EffectFailed, EffectKit, ManualTestClock, StoreUnderTest
+from ..testing.kit import StoreKit
 
 
 def memory_effects(checkpointer: MemoryCheckpointer) -> EffectKit[MemoryEffect]:
@@ -54,4 +56,16 @@ async def open_memory(_server: object) -> AsyncIterator[StoreUnderTest[MemoryEff
     yield StoreUnderTest("memory", durable, ManualTestClock(clock), memory_effects(checkpointer))
 
 
-MEMORY = register(StoreFactory("memory", open_memory, description="in-process test double"))
+class MemoryKit(StoreKit):
+    """The Memory store: conformance suite and conformance-killed mutants only."""
+
+    name = "memory"
+    description = "in-process test double"
+    mutant_modules = ("wd_chaos.mutants.memory",)
+
+    def open(self, server: object) -> Any:
+        """A fresh Memory store on a manual clock."""
+        return open_memory(server)
+
+
+KIT = MemoryKit()

@@ -1,0 +1,181 @@
+"""The SQLite store's kit: for the suite, a fresh file per test, a manual clock the suite moves, and
+ledger effects written in SQL against the open transaction's cursor; for wd-chaos, one file in the
+run's folder that every worker process opens, on the system clock a ``wall-step`` fault moves.
+
+The ledger tables are test data, not product schema: the kit creates them in each file.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from .._values import Pass
+from ..clock import ManualClock, monotonic_micros, system_clock
+from ..sqlite import (
+    SqliteCheckpointer,
+    SqliteConnection,
+    SqliteDurable,
+    SqliteEffect,
+    SqliteScheduler,
+    sqlite_connect,
+)
+from ..testing.harness import EffectFailed, EffectKit, ManualTestClock, StoreUnderTest
+from ..testing.kit import WALL_OFFSET, Opened, Spec, StoreKit, stepped_clock
+
+LEDGER_TABLE = "wd_test_ledger"
+
+CREATE_LEDGER = f"""
+CREATE TABLE IF NOT EXISTS {LEDGER_TABLE} (
+    name TEXT PRIMARY KEY,
+    total INTEGER NOT NULL
+) WITHOUT ROWID
+"""
+
+LEDGER_ADD = f"""
+INSERT INTO {LEDGER_TABLE} (name, total) VALUES (?, ?)
+ON CONFLICT (name) DO UPDATE SET total = {LEDGER_TABLE}.total + excluded.total
+RETURNING total
+"""
+
+LEDGER_READ = f"SELECT total FROM {LEDGER_TABLE} WHERE name = ?"
+
+
+async def create_ledger(conn: SqliteConnection) -> None:
+    """Create the test ledger table in ``conn``'s file (harmless if it exists)."""
+    await conn.write(lambda cur: cur.execute(CREATE_LEDGER))
+
+
+def sqlite_effects(conn: SqliteConnection) -> EffectKit[SqliteEffect]:
+    """Ledger effects in SQL over the transaction's cursor (the ledger table must exist)."""
+
+    def ledger_add(name: str, amount: int) -> SqliteEffect:
+        def effect(cur: sqlite3.Cursor) -> object:
+            return int(cur.execute(LEDGER_ADD, (name, amount)).fetchone()[0])
+
+        return effect
+
+    async def ledger_read(name: str) -> int:
+        def job(cur: sqlite3.Cursor) -> int:
+            row = cur.execute(LEDGER_READ, (name,)).fetchone()
+            return 0 if row is None else int(row[0])
+
+        return await conn.read(job)
+
+    def superseding(pass_: Pass, inner: SqliteEffect) -> SqliteEffect:
+        def effect(cur: sqlite3.Cursor) -> object:
+            result = inner(cur)
+            # Inside one IMMEDIATE transaction nobody else can claim, so the newer claim is made
+            # through the same cursor; the store must notice it when it re-checks the fence.
+            cur.execute(
+                "UPDATE claim SET token = token + 1 WHERE workflow = ? AND token = ?",
+                (pass_.workflow, pass_.token),
+            )
+            return result
+
+        return effect
+
+    def failing(inner: SqliteEffect) -> SqliteEffect:
+        def effect(cur: sqlite3.Cursor) -> object:
+            inner(cur)
+            raise EffectFailed("effect failed after performing its write")
+
+        return effect
+
+    return EffectKit(ledger_add, ledger_read, superseding, failing)
+
+
+@asynccontextmanager
+async def open_sqlite(_server: object) -> AsyncIterator[StoreUnderTest[SqliteEffect]]:
+    """A fresh SQLite store in a new temporary file, on a manual clock."""
+    clock = ManualClock()
+    with tempfile.TemporaryDirectory(prefix="wd-sqlite-") as folder:
+        path = Path(folder) / "store.db"
+        durable = await SqliteDurable.open(path, clock=clock)
+        try:
+            await create_ledger(durable.conn)
+            yield StoreUnderTest(
+                "sqlite",
+                durable,
+                ManualTestClock(clock),
+                sqlite_effects(durable.conn),
+                extra={"path": path},
+            )
+        finally:
+            await durable.close()
+
+
+# -- wd-chaos: one file shared by the run's processes ---------------------------------------------
+
+CHAOS_LEDGER = "chaos_ledger"
+
+
+async def open_sqlite_worker(spec: Spec) -> Opened:
+    """Open the run's SQLite file ``spec["path"]`` with the chaos ledger."""
+    conn = await sqlite_connect(spec["path"])
+    # the wall clock a wall-step fault moves; claim deadlines stay on the monotonic clock, as the
+    # store's own default puts them
+    clock = stepped_clock(spec["wall_offset"]) if spec.get("wall_offset") else system_clock
+    durable = SqliteDurable(
+        SqliteCheckpointer(conn, clock=clock, lease_clock=monotonic_micros),
+        SqliteScheduler(conn, clock=clock, namespace=spec.get("namespace", "default")),
+    )
+    if spec.get("prepare"):
+        await conn.write(
+            lambda cur: cur.execute(
+                f"CREATE TABLE IF NOT EXISTS {CHAOS_LEDGER} (row INTEGER PRIMARY KEY, "
+                "workflow TEXT NOT NULL, key TEXT NOT NULL, token INTEGER NOT NULL)"
+            )
+        )
+
+    def ledger_effect(
+        workflow: str, key: str, token: int, failpoint: Callable[[], None]
+    ) -> Callable[[sqlite3.Cursor], object]:
+        def effect(cur: sqlite3.Cursor) -> object:
+            cur.execute(
+                f"INSERT INTO {CHAOS_LEDGER} (workflow, key, token) VALUES (?, ?, ?)",
+                (workflow, key, token),
+            )
+            row = cur.lastrowid
+            failpoint()  # a kill here dies with the transaction open: the row must roll back
+            return {"row": row, "token": token}
+
+        return effect
+
+    async def read_ledger(workflows: list[str]) -> list[dict[str, Any]]:
+        def job(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
+            rows = cur.execute(f"SELECT row, workflow, key, token FROM {CHAOS_LEDGER} ORDER BY row")
+            return [{"row": r, "workflow": w, "key": k, "token": t} for r, w, k, t in rows]
+
+        wanted = set(workflows)
+        return [r for r in await conn.read(job) if r["workflow"] in wanted]
+
+    return Opened(durable, durable.close, ledger_effect, read_ledger)
+
+
+class SqliteKit(StoreKit):
+    """SQLite: no server; every process of a run opens the same file."""
+
+    name = "sqlite"
+    description = "one SQLite file in WAL mode (stdlib sqlite3)"
+    provides = frozenset({"workers"})
+    mutant_modules = ("wd_chaos.mutants.sqlite",)
+
+    def open(self, server: object) -> Any:
+        """A fresh store in a new temporary file, on a manual clock."""
+        return open_sqlite(server)
+
+    def worker_spec(self, server: Any, run_dir: Path, tag: str) -> Spec:
+        """The run's file, and the offset file a ``wall-step`` fault writes (its clock follows it)."""
+        return {"path": str(run_dir / "store.db"), "wall_offset": str(run_dir / WALL_OFFSET)}
+
+    async def open_worker(self, spec: Spec) -> Opened:
+        """Open the run's file (see ``open_sqlite_worker``)."""
+        return await open_sqlite_worker(spec)
+
+
+KIT = SqliteKit()

@@ -1,0 +1,254 @@
+"""``StoreKit``: everything the conformance suite, wd-chaos, the mutant gate and the benchmarks need to
+know about one store, in the store's own package, found by entry point.
+
+A store package registers each of its kits under the entry-point group ``without_durability.stores``
+(the entry's name is the kit's ``name``; its value, ``module:ATTRIBUTE``, a ``StoreKit`` instance or
+a class or function that returns one)::
+
+    [project.entry-points."without_durability.stores"]
+    my-store = "my_store.kit:KIT"
+
+Then ``pytest --wd-store my-store`` runs the conformance suite on it, and, when the kit ``provides``
+``workers``, ``wd-chaos run SCENARIO --store my-store`` and ``wd-chaos mutants --store my-store`` run
+on it too. The built-in stores register the same way from their own packages; this module names none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Literal, get_args
+from urllib.parse import urlsplit
+
+from ..clock import monotonic_micros, system_clock
+from .harness import StoreFactory, StoreUnderTest
+
+ENTRY_POINT_GROUP = "without_durability.stores"
+
+Spec = dict[str, Any]
+"""A JSON-ready description of a store a run opened: the kit's ``worker_spec`` writes it and every
+process of the run (workers, writers, readers, the controller) hands it to ``open_worker``. The
+harness adds ``store`` (the kit's name), ``namespace``, and optionally ``mutant``, ``ttl`` (a
+scenario's small retention, for stores that keep records for a time) and ``prepare`` (true once,
+before any worker starts: create the schema and the ledger)."""
+
+Capability = Literal["workers", "restart", "proxy", "transact-pause"]
+"""What a kit can do for a wd-chaos scenario. ``workers``: many processes open one store from a
+spec (every worker scenario needs it). ``restart``: its private server can be killed and started on
+the same data with acknowledged writes kept (``store-restart``). ``proxy``: it is reached over one TCP
+address that a proxy can stand in for (``partition``). ``transact-pause``: its ledger effect awaits
+``Opened.pause`` with the transaction open (a stall inside ``transact``)."""
+CAPABILITIES: tuple[Capability, ...] = get_args(Capability)
+
+
+WALL_OFFSET = "wall-offset"
+"""The file in a run's folder holding the seconds a ``wall-step`` fault has moved the wall clock of
+the run's processes (absent until the first step). A store deciding by this machine's clock reads
+it through ``stepped_clock`` (``spec["wall_offset"]`` is its path); a server's clock cannot be
+stepped so."""
+
+
+def stepped_clock(path: str) -> Callable[[], datetime]:
+    """The system clock plus the offset ``path`` holds (0 while it does not exist): the wall clock a
+    ``wall-step`` fault moves in every process at once."""
+    offset_file = Path(path)
+
+    def clock() -> datetime:
+        try:
+            offset = float(offset_file.read_text())
+        except (FileNotFoundError, ValueError):
+            offset = 0.0
+        return system_clock() + timedelta(seconds=offset)
+
+    return clock
+
+
+class KitError(LookupError):
+    """No kit by that name, or a kit that cannot do what was asked; the message says which kits
+    exist and what to install or choose."""
+
+
+@dataclass
+class Opened:
+    """A store a run's process opened from a spec, and what the harness needs around it."""
+
+    durable: Any
+    close: Callable[[], Awaitable[None]]
+    ledger_effect: Callable[[str, str, int, Callable[[], None]], Any]
+    """``(workflow, key, token, failpoint) -> Effect``: an effect that appends one ledger row
+    (workflow, key, token) in the store's own data, calls ``failpoint()`` where a kill would leave
+    the effect's transaction open, and returns ``{"row": ..., "token": token}``."""
+    read_ledger: Callable[[list[str]], Awaitable[list[dict[str, Any]]]]
+    """Every ledger row of the given workflows: row, workflow, key, token."""
+    pause: Callable[[str, int], Awaitable[None]] | None = None
+    """Set by a worker: awaited inside the ledger effect after its row is written, with the
+    transaction open, as ``pause(workflow, token)`` (kits that provide ``transact-pause``)."""
+    sweep: Callable[[Any], Awaitable[int]] | None = None
+    """For a store whose retention is a process: delete terminal workflows older than the given
+    ``timedelta``, returning how many (the ``long-wait`` scenario's sweeper calls it)."""
+
+
+def local_clocks(spec: Spec, checkpointer: Any) -> dict[str, str]:
+    """Which clocks a store's decisions ran on, as the checkers need them. ``store_clock``: whose
+    wall clock stamps records and times the queue, ``"local"`` (this machine's: no URL, or a server
+    on loopback) or ``"remote"`` (a server elsewhere). ``lease_clock``: ``"monotonic"`` when the
+    checkpointer measures leases on the machine's monotonic clock, else ``"wall"``."""
+    url = str(spec.get("url", ""))
+    local = not url or urlsplit(url).hostname in ("127.0.0.1", "localhost", "::1")
+    monotonic = getattr(checkpointer, "lease_clock", None) is monotonic_micros
+    return {
+        "store_clock": "local" if local else "remote",
+        "lease_clock": "monotonic" if monotonic else "wall",
+    }
+
+
+class StoreKit:
+    """One store, for every tool that tests it. Subclass it (or build an instance) in the store's
+    own package and register it by entry point (see the module docstring).
+
+    The conformance suite needs ``open`` (and ``server``, ``unavailable``); wd-chaos needs
+    ``provides``, ``worker_spec`` and ``open_worker``; the mutant gate needs ``mutant_modules``.
+    """
+
+    name: str = ""
+    """The name ``--wd-store`` and ``wd-chaos --store`` take."""
+    description: str = ""
+    family: str = ""
+    """The store this kit is a form of, for ``@pytest.mark.wd_store(...)`` filters and mutants
+    (empty: its own name); a kit that runs another kit's code on a different deployment may name it."""
+    aliases: tuple[str, ...] = ()
+    """Other names that reach this kit (a store's older or shorter name)."""
+    provides: frozenset[Capability] = frozenset()
+    server_key: str = ""
+    """Kits with the same key share one server per test session (empty: the kit's own name)."""
+    mutant_modules: tuple[str, ...] = ()
+    """Modules holding a ``MUTANTS`` list of this store's deliberately broken forms (see
+    ``wd_chaos.mutants``); named, not imported, so loading a kit costs nothing."""
+
+    def unavailable(self) -> str | None:
+        """Why this store cannot run here (its driver is missing, no server can be had), with what
+        to do; None when it can. Starts nothing."""
+        return None
+
+    def server(self, *, restartable: bool = False) -> AbstractContextManager[Any]:
+        """Enter to have this store's server for a session or a run (None for a store without one).
+        ``restartable`` asks for a private instance set up to keep acknowledged writes across a
+        SIGKILL, for kits that provide ``restart``."""
+        return contextlib.nullcontext(None)
+
+    def open(self, server: Any) -> AbstractAsyncContextManager[StoreUnderTest[Any]]:
+        """A fresh, empty store for one conformance test on ``server`` (what ``server()`` gave),
+        cleaned up on exit."""
+        raise NotImplementedError(f"store kit {self.name!r} does not open a store for the suite")
+
+    def worker_spec(self, server: Any, run_dir: Path, tag: str) -> Spec:
+        """The spec every process of one wd-chaos run opens this store with: where it is (a file in
+        ``run_dir``, or ``server``'s URL) and a namespace of its own (``tag``: a schema, a key prefix)."""
+        raise KitError(f"store kit {self.name!r} cannot be opened by worker processes")
+
+    async def open_worker(self, spec: Spec) -> Opened:
+        """Open the store ``spec`` names in this process, with its in-store ledger."""
+        raise KitError(f"store kit {self.name!r} cannot be opened by worker processes")
+
+    def clocks(self, spec: Spec, checkpointer: Any) -> dict[str, str]:
+        """Which clocks decide this store's leases and stamps (``local_clocks`` by default)."""
+        return local_clocks(spec, checkpointer)
+
+    def lacks(self, needs: set[str] | frozenset[str]) -> list[str]:
+        """The capabilities among ``needs`` this kit does not provide, in order."""
+        return sorted(set(needs) - set(self.provides))
+
+    @property
+    def store_kind(self) -> str:
+        """``family`` if set, else ``name``."""
+        return self.family or self.name
+
+    def factory(self) -> StoreFactory:
+        """This kit as the conformance suite's ``StoreFactory``."""
+        return StoreFactory(
+            self.name,
+            self.open,
+            self.server,
+            self.unavailable,
+            self.description,
+            self.family,
+            server_key=self.server_key or self.name,
+        )
+
+
+_KITS: dict[str, StoreKit] | None = None
+_BROKEN: dict[str, str] = {}
+
+
+def _load(entry: Any) -> StoreKit:
+    value = entry.load()
+    kit = value() if callable(value) and not isinstance(value, StoreKit) else value
+    if not isinstance(kit, StoreKit):
+        raise KitError(
+            f"entry point {entry.name} = {entry.value!r} in group {ENTRY_POINT_GROUP} gave "
+            f"{type(kit).__name__}, not a StoreKit"
+        )
+    if kit.name != entry.name:
+        raise KitError(
+            f"entry point {entry.name} = {entry.value!r} gave the kit named {kit.name!r}: "
+            "the entry's name must be the kit's name"
+        )
+    return kit
+
+
+def kits() -> dict[str, StoreKit]:
+    """Every installed kit by name, loaded once. A kit whose module fails to import is left out
+    and ``broken_kits`` says why (so one broken package cannot hide the others)."""
+    global _KITS
+    if _KITS is None:
+        found: dict[str, StoreKit] = {}
+        for entry in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+            try:
+                found[entry.name] = _load(entry)
+            except KitError:
+                raise
+            except Exception as exc:
+                _BROKEN[entry.name] = f"{entry.value}: {type(exc).__name__}: {exc}"
+        _KITS = found
+    return dict(_KITS)
+
+
+def broken_kits() -> dict[str, str]:
+    """Kits whose entry point failed to load, with why."""
+    kits()
+    return dict(_BROKEN)
+
+
+def resolve(name: str) -> str:
+    """The kit name ``name`` reaches (itself, or the kit it is an alias of); a ``KitError`` naming
+    the installed kits when none."""
+    found = kits()
+    if name in found:
+        return name
+    for kit in found.values():
+        if name in kit.aliases:
+            return kit.name
+    broken = f"; failed to load: {_BROKEN[name]}" if name in _BROKEN else ""
+    raise KitError(
+        f"no store kit {name!r}{broken}; installed: {', '.join(sorted(found)) or 'none'} "
+        f"(a package registers one under the entry-point group {ENTRY_POINT_GROUP})"
+    )
+
+
+def find_kit(name: str) -> StoreKit:
+    """The kit called ``name`` (or an alias of it); ``KitError`` saying which exist when none."""
+    return kits()[resolve(name)]
+
+
+def load_mutant_module(path: str) -> Any:
+    """Import the mutant module ``path`` a kit names, or a ``KitError`` naming the kit's mistake."""
+    try:
+        return importlib.import_module(path)
+    except ModuleNotFoundError as exc:
+        raise KitError(f"mutant module {path!r} cannot be imported: {exc}") from exc

@@ -1,0 +1,247 @@
+"""The Postgres store's kit: for the suite, a fresh schema per test on a real server, a pool whose
+connections live in that schema, and ledger effects over a table in it; for wd-chaos, one schema per
+run that every worker process opens, with a ledger written inside each ``transact``."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractContextManager, asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from without_durability._values import Pass
+from without_durability.testing.harness import EffectFailed, EffectKit, RealTestClock, StoreUnderTest
+from without_durability.testing.kit import Opened, Spec, StoreKit
+from without_durability.testing.servers import Server, provide, why_unavailable
+
+from .local_server import POSTGRES_SERVER
+
+if TYPE_CHECKING:
+    from psycopg import AsyncCursor
+    from psycopg_pool import AsyncConnectionPool
+
+    from without_durability_postgres import PostgresEffect
+
+# The ledger the exactly-once tests move: application data in the same database as the records.
+CREATE_LEDGER = "CREATE TABLE wd_ledger (name text PRIMARY KEY, total bigint NOT NULL)"
+LEDGER_ADD = """
+INSERT INTO wd_ledger AS l (name, total) VALUES (%(name)s, %(amount)s)
+ON CONFLICT (name) DO UPDATE SET total = l.total + EXCLUDED.total
+RETURNING total
+"""
+LEDGER_READ = "SELECT total FROM wd_ledger WHERE name = %(name)s"
+
+# A newer claim, committed from another connection while the effect's transaction is still open:
+# the token goes up and the claim lapses, as a discard (or a takeover after a lapse) would do.
+SUPERSEDE = """
+UPDATE workflow_claim
+   SET token = token + 1, held_until = LEAST(held_until, now()),
+       alive_until = LEAST(alive_until, now())
+ WHERE workflow = %(workflow)s
+"""
+
+
+def unavailable() -> str | None:
+    """Why the Postgres store cannot run here, or None."""
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError as exc:
+        return f"psycopg is not installed ({exc}); pip install 'without-durability[postgres]'"
+    return why_unavailable(POSTGRES_SERVER)
+
+
+def postgres_effects(pool: AsyncConnectionPool[Any]) -> EffectKit[PostgresEffect]:
+    """Ledger effects over ``wd_ledger`` in the pool's schema."""
+
+    def ledger_add(name: str, amount: int) -> PostgresEffect:
+        async def effect(cursor: AsyncCursor[Any]) -> object:
+            await cursor.execute(LEDGER_ADD, {"name": name, "amount": amount})
+            row = await cursor.fetchone()
+            assert row is not None
+            return int(row[0])
+
+        return effect
+
+    async def ledger_read(name: str) -> int:
+        async with pool.connection() as conn:
+            row = await (await conn.execute(LEDGER_READ, {"name": name})).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def superseding(pass_: Pass, inner: PostgresEffect) -> PostgresEffect:
+        async def effect(cursor: AsyncCursor[Any]) -> object:
+            result = await inner(cursor)
+            # Another pooled connection commits the newer claim while this transaction is open.
+            async with pool.connection() as other:
+                await other.execute(SUPERSEDE, {"workflow": pass_.workflow})
+            return result
+
+        return effect
+
+    def failing(inner: PostgresEffect) -> PostgresEffect:
+        async def effect(cursor: AsyncCursor[Any]) -> object:
+            await inner(cursor)
+            raise EffectFailed("effect failed after performing its write")
+
+        return effect
+
+    return EffectKit(ledger_add, ledger_read, superseding, failing)
+
+
+@asynccontextmanager
+async def fresh_schema(
+    url: str, *, min_size: int = 1, max_size: int = 20
+) -> AsyncIterator[tuple[AsyncConnectionPool[Any], str]]:
+    """A new, migrated schema with a unique name and an open pool whose connections use it (via
+    search_path); the schema is dropped afterwards. ``min_size`` connections are open before it
+    yields, so that many callers really run in parallel."""
+    import psycopg
+    from psycopg_pool import AsyncConnectionPool
+
+    from without_durability_postgres import migrate
+
+    schema = f"wd_test_{uuid.uuid4().hex[:16]}"
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
+        await admin.execute(f'CREATE SCHEMA "{schema}"')  # a name generated here
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        url,
+        min_size=min_size,
+        max_size=max(min_size, max_size),
+        open=False,
+        kwargs={"options": f"-c search_path={schema}"},
+    )
+    try:
+        await pool.open(wait=True)
+        await migrate(pool)
+        yield pool, schema
+    finally:
+        await pool.close()
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
+            await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@asynccontextmanager
+async def open_postgres(server: Server) -> AsyncIterator[StoreUnderTest[PostgresEffect]]:
+    """A fresh Postgres store in its own schema on the session's server."""
+    from without_durability_postgres import PostgresCheckpointer, PostgresDurable, PostgresScheduler
+
+    async with fresh_schema(server.url) as (pool, schema):
+        async with pool.connection() as conn:
+            await conn.execute(CREATE_LEDGER)
+        durable = PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool=pool))
+        yield StoreUnderTest(
+            "postgres",
+            durable,
+            RealTestClock(),
+            postgres_effects(pool),
+            extra={"pool": pool, "schema": schema, "url": server.url, "server": server},
+        )
+
+
+# -- wd-chaos: one schema shared by the run's processes --------------------------------------------
+
+CHAOS_LEDGER = "chaos_ledger"
+
+
+async def open_postgres_worker(spec: Spec) -> Opened:
+    """Open the run's schema ``spec["schema"]`` at ``spec["url"]`` with the chaos ledger (created,
+    with the schema and its migrations, when ``spec["prepare"]``)."""
+    import psycopg
+    from psycopg_pool import AsyncConnectionPool
+
+    from . import PostgresCheckpointer, PostgresDurable, PostgresScheduler, migrate, sweep
+
+    schema = spec["schema"]
+    if spec.get("prepare"):
+        async with await psycopg.AsyncConnection.connect(spec["url"], autocommit=True) as c:
+            await c.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')  # a name the harness made
+    pool: Any = AsyncConnectionPool(
+        spec["url"],
+        open=False,
+        min_size=1,
+        max_size=int(spec.get("pool_size", 4)),
+        kwargs={"options": f"-c search_path={schema}"},
+        timeout=float(spec.get("timeout", 5)),
+    )
+    await pool.open(wait=True, timeout=30)
+    durable = PostgresDurable(
+        PostgresCheckpointer(pool=pool),
+        PostgresScheduler(pool=pool, namespace=spec.get("namespace", "default")),
+    )
+    if spec.get("prepare"):
+        await migrate(pool)
+        async with pool.connection() as c:
+            await c.execute(
+                f"CREATE TABLE IF NOT EXISTS {CHAOS_LEDGER} (row BIGSERIAL PRIMARY KEY, "
+                "workflow TEXT NOT NULL, key TEXT NOT NULL, token BIGINT NOT NULL)"
+            )
+
+    def ledger_effect(
+        workflow: str, key: str, token: int, failpoint: Callable[[], None]
+    ) -> Callable[[Any], Awaitable[object]]:
+        async def effect(cur: Any) -> object:
+            await cur.execute(
+                f"INSERT INTO {CHAOS_LEDGER} (workflow, key, token) VALUES (%s, %s, %s) RETURNING row",
+                (workflow, key, token),
+            )
+            row = (await cur.fetchone())[0]
+            if opened.pause is not None:
+                await opened.pause(workflow, token)
+            failpoint()
+            return {"row": int(row), "token": token}
+
+        return effect
+
+    async def read_ledger(workflows: list[str]) -> list[dict[str, Any]]:
+        async with pool.connection() as c:
+            cur = await c.execute(
+                f"SELECT row, workflow, key, token FROM {CHAOS_LEDGER} WHERE workflow = ANY(%s) ORDER BY row",
+                (workflows,),
+            )
+            return [
+                {"row": int(r), "workflow": w, "key": k, "token": int(t)}
+                for r, w, k, t in await cur.fetchall()
+            ]
+
+    async def close() -> None:
+        await pool.close()
+
+    async def sweep_older(older_than: timedelta) -> int:
+        return int(await sweep(pool, older_than))
+
+    opened = Opened(durable, close, ledger_effect, read_ledger, sweep=sweep_older)
+    return opened
+
+
+class PostgresKit(StoreKit):
+    """PostgreSQL: a private server (or ``WD_POSTGRES_URL``), a schema per test or run."""
+
+    name = "postgres"
+    description = "PostgreSQL via psycopg 3 (a real server)"
+    provides = frozenset({"workers", "restart", "proxy", "transact-pause"})
+    mutant_modules = ("wd_chaos.mutants.postgres",)
+
+    def unavailable(self) -> str | None:
+        """Why Postgres cannot run here (driver or server missing), or None."""
+        return unavailable()
+
+    def server(self, *, restartable: bool = False) -> AbstractContextManager[Server]:
+        """A Postgres server (every private one is restartable: it keeps its WAL fsynced)."""
+        return provide(POSTGRES_SERVER)
+
+    def open(self, server: Server) -> Any:
+        """A fresh store in its own schema on ``server``."""
+        return open_postgres(server)
+
+    def worker_spec(self, server: Server, run_dir: Path, tag: str) -> Spec:
+        """The server's URL and the run's own schema."""
+        return {"url": server.url, "schema": tag}
+
+    async def open_worker(self, spec: Spec) -> Opened:
+        """Open the run's schema (see ``open_postgres_worker``)."""
+        return await open_postgres_worker(spec)
+
+
+KIT = PostgresKit()

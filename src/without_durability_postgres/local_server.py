@@ -1,0 +1,171 @@
+"""A private PostgreSQL for tests, benchmarks and wd-chaos runs, started from the binaries on PATH
+(or Debian's /usr/lib/postgresql/N/bin), and the recipe that finds or starts one. Postgres keeps its
+shipped durability settings here: fsync and synchronous_commit stay on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from without_durability.testing.servers import (
+    Server,
+    ServerRecipe,
+    ServerUnavailable,
+    as_user,
+    executor,
+    find_binary,
+    free_port,
+    own,
+)
+
+
+def _postgres_user_prefix(folder: Path) -> list[str]:
+    """Postgres refuses to run as root: as root, hand ``folder`` to the ``postgres`` user and run as it."""
+    if os.geteuid() != 0:
+        return []
+    try:
+        entry = pwd.getpwnam("postgres")
+    except KeyError as exc:
+        raise ServerUnavailable(
+            "running as root, and Postgres refuses root: create a 'postgres' user "
+            "(the Debian package does) or run as an ordinary user"
+        ) from exc
+    for path in [folder, *folder.rglob("*")]:
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+    return as_user("postgres")
+
+
+@contextlib.contextmanager
+def local_postgres(port: int | None = None) -> Iterator[Server]:
+    """A private PostgreSQL: initdb into a temporary folder, listen on a free loopback port, trust
+    auth for the ``postgres`` role, shipped durability settings. Removed on exit."""
+    pg = "/usr/lib/postgresql/*/bin/"
+    initdb = find_binary("initdb", pg + "initdb")
+    postgres = find_binary("postgres", pg + "postgres")
+    isready = find_binary("pg_isready", pg + "pg_isready")
+    port = port or free_port()
+    with tempfile.TemporaryDirectory(prefix="wd-postgres-") as tmp:
+        root = Path(tmp)
+        own(root, port)
+        data = root / "data"
+        prefix = _postgres_user_prefix(root)
+        init = subprocess.run(
+            [
+                *prefix,
+                initdb,
+                "-D",
+                str(data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+                "--locale=C",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if init.returncode != 0:
+            raise ServerUnavailable(f"initdb failed ({init.returncode}): {init.stderr.strip()}")
+        command = [
+            *prefix,
+            postgres,
+            "-D",
+            str(data),
+            "-p",
+            str(port),
+            "-k",
+            str(root),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "max_connections=200",
+            "-c",
+            "log_min_messages=warning",
+        ]
+        server = Server(
+            "postgres",
+            f"postgresql://postgres@127.0.0.1:{port}/postgres",
+            "127.0.0.1",
+            port,
+            "local",
+            datadir=data,
+        )
+        state: dict[str, Any] = {}
+
+        def start() -> None:
+            ex = executor(command, "127.0.0.1", port, root / "postgres.log", signal.SIGINT)
+            ex.start()
+            state["ex"] = ex
+            own(root, port, int(ex.process.pid))
+            _wait_postgres_ready(isready, port)
+            server.pid = _postmaster_pid(data, ex)
+
+        def restart(kill: bool) -> None:
+            ex = state["ex"]
+            if kill:
+                ex.kill(wait=True)
+            else:
+                ex.stop()
+            start()
+
+        server._restart = restart
+        start()
+        try:
+            yield server
+        finally:
+            with contextlib.suppress(Exception):
+                state["ex"].stop()
+
+
+def _wait_postgres_ready(isready: str, port: int, timeout: float = 60.0) -> None:
+    """An open port is not a ready server (crash recovery answers 'starting up'): ask pg_isready."""
+    deadline = time.monotonic() + timeout
+    while (
+        subprocess.run(
+            [isready, "-q", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres"], check=False
+        ).returncode
+        != 0
+    ):
+        if time.monotonic() > deadline:
+            raise ServerUnavailable(f"postgres on port {port} was not ready within {timeout:.0f}s")
+        time.sleep(0.05)
+
+
+def _postmaster_pid(data: Path, ex: Any) -> int:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int((data / "postmaster.pid").read_text().split()[0])
+    return int(ex.process.pid)
+
+
+@contextlib.contextmanager
+def postgres_container() -> Iterator[Server]:
+    """A Postgres 16 container through testcontainers (when a Docker engine answers)."""
+    from testcontainers.postgres import PostgresContainer
+
+    with PostgresContainer("postgres:16", driver=None) as pg:
+        url = pg.get_connection_url()
+        yield Server(
+            "postgres", url, pg.get_container_host_ip(), int(pg.get_exposed_port(5432)), "testcontainers"
+        )
+
+
+POSTGRES_SERVER = ServerRecipe(
+    "postgres",
+    "WD_POSTGRES_URL",
+    (("initdb", "/usr/lib/postgresql/*/bin/initdb"), ("postgres", "/usr/lib/postgresql/*/bin/postgres")),
+    local_postgres,
+    postgres_container,
+)
+"""Where a Postgres comes from: ``WD_POSTGRES_URL``, then a container, then a private instance."""

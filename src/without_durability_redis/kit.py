@@ -1,0 +1,258 @@
+"""The Redis store's kits: ``redis-set`` and ``redis-stream`` on one server, and ``redis-cluster``
+and ``redis-cluster-stream`` (the checkpointer with either scheduler) on a private 3-node Redis
+Cluster; for the suite and for wd-chaos runs alike.
+
+Each test gets its own key prefix and deletes exactly its own keys afterwards (a server named by
+``WD_REDIS_URL`` may hold other data; nothing here flushes it). Time is the server's, so the suite's
+clock is a real one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from without_durability._values import Pass
+from without_durability.durable import SplitDurable
+from without_durability.testing.harness import EffectFailed, EffectKit, RealTestClock, StoreUnderTest
+from without_durability.testing.kit import Opened, Spec, StoreKit
+from without_durability.testing.servers import Server, ServerRecipe, provide, why_unavailable
+
+from .local_server import REDIS_CLUSTER_SERVER, REDIS_SERVER
+
+
+def _driver_missing() -> str | None:
+    try:
+        import redis.asyncio  # noqa: F401
+    except ModuleNotFoundError:
+        return "the redis driver is not installed: pip install 'without-durability[redis]'"
+    return None
+
+
+def redis_effects(checkpointer: Any, client: Any) -> EffectKit[Any]:
+    """Ledger effects as Lua over a hash under the workflow's own tag (``<hash_key>:ledger``)."""
+    from without_durability_redis import LuaEffect
+
+    def ledger_key(name: str) -> str:
+        return f"{checkpointer.hash_key(name)}:ledger"
+
+    def ledger_add(name: str, amount: int) -> LuaEffect:
+        return LuaEffect(
+            "return cjson.encode(redis.call('HINCRBY', KEYS[1], 'total', tonumber(ARGV[1])))",
+            (ledger_key(name),),
+            (amount,),
+        )
+
+    async def ledger_read(name: str) -> int:
+        value = await client.hget(ledger_key(name), "total")
+        return int(value) if value is not None else 0
+
+    def superseding(pass_: Pass, inner: LuaEffect) -> LuaEffect:
+        # Nothing can run inside a script, so the effect raises the claim's token itself. The claim
+        # key is handed over as an argument rather than declared: the store undoes an effect's
+        # declared keys when it refuses the record, and this write stands for a claim made by
+        # someone else, which must survive (it is the same slot, so a cluster allows it).
+        return LuaEffect(
+            f"local result = (function()\n{inner.source}\nend)()\n"
+            "redis.call('HINCRBY', ARGV[#ARGV], 'token', 1)\nreturn result",
+            inner.keys,
+            (*inner.args, checkpointer.claim_key(pass_.workflow)),
+        )
+
+    def failing(inner: LuaEffect) -> LuaEffect:
+        return LuaEffect(
+            f"(function()\n{inner.source}\nend)()\nerror('effect failed after performing its write')",
+            inner.keys,
+            inner.args,
+            on_error=EffectFailed,
+        )
+
+    return EffectKit(ledger_add, ledger_read, superseding, failing)
+
+
+async def delete_prefix(client: Any, prefix: str) -> None:
+    """Delete every key under ``prefix`` (one key at a time, so a cluster's slots never mix)."""
+    keys = [key async for key in client.scan_iter(match=f"{prefix}*", count=500)]
+    for key in keys:
+        await client.unlink(key)
+
+
+def _opener(name: str, scheduler: str, cluster: bool) -> Callable[[Server], Any]:
+    @asynccontextmanager
+    async def open_store(server: Server) -> AsyncIterator[StoreUnderTest[Any]]:
+        from redis.asyncio import Redis
+        from redis.asyncio.cluster import RedisCluster
+
+        from without_durability_redis import (
+            RedisCheckpointer,
+            RedisSetScheduler,
+            RedisStreamScheduler,
+        )
+
+        client: Any = RedisCluster.from_url(server.url) if cluster else Redis.from_url(server.url)
+        prefix = f"wdtest-{uuid.uuid4().hex[:12]}:"
+        try:
+            checkpointer = RedisCheckpointer(client, prefix=prefix)
+            sched: Any
+            if scheduler == "stream":
+                sched = RedisStreamScheduler(client, prefix=prefix, consumer="suite")
+            else:
+                sched = RedisSetScheduler(client, prefix=prefix)
+            durable: SplitDurable[Any] = SplitDurable(checkpointer, sched)
+            effects = redis_effects(checkpointer, client)
+            yield StoreUnderTest(
+                name,
+                durable,
+                RealTestClock(),
+                effects,
+                extra={"client": client, "prefix": prefix, "server": server},
+            )
+        finally:
+            try:
+                await delete_prefix(client, prefix)
+            finally:
+                await client.aclose()
+
+    return open_store
+
+
+# -- wd-chaos: one key prefix shared by the run's processes ----------------------------------------
+
+_LEDGER_LUA = """
+-- KEYS[1]: this workflow's ledger list (same hash slot as the workflow)
+-- ARGV[1]: the transact key, ARGV[2]: the pass token. Returns the new entry as JSON.
+local n = redis.call('RPUSH', KEYS[1], cjson.encode({key = ARGV[1], token = tonumber(ARGV[2])}))
+return cjson.encode({row = n, token = tonumber(ARGV[2])})
+"""
+
+
+async def open_redis_worker(spec: Spec, *, scheduler: str, cluster: bool) -> Opened:
+    """Open the run's keys (``spec["prefix"]`` at ``spec["url"]``) with ``scheduler`` ("set" or
+    "stream"), on one server or a cluster, and a ledger list under each workflow's hash tag."""
+    from redis.asyncio import Redis
+    from redis.asyncio.cluster import RedisCluster
+
+    from . import LuaEffect, RedisCheckpointer, RedisSetScheduler, RedisStreamScheduler
+
+    timeout = float(spec.get("timeout", 5))
+    client: Any
+    if spec.get("sentinels"):  # a replicated store: every connection asks where the primary is
+        from redis.asyncio.sentinel import Sentinel
+
+        untyped: Any = Sentinel  # redis-py leaves its constructor unannotated
+        sentinel = untyped(
+            [(str(h), int(p)) for h, p in spec["sentinels"]],
+            socket_timeout=timeout,
+            sentinel_kwargs={"socket_timeout": timeout, "socket_connect_timeout": timeout},
+        )
+        client = sentinel.master_for(spec["service"], socket_timeout=timeout, socket_connect_timeout=timeout)
+    else:
+        opener: Any = RedisCluster if cluster else Redis
+        client = opener.from_url(spec["url"], socket_timeout=timeout, socket_connect_timeout=timeout)
+    prefix = spec["prefix"]
+    namespace = spec.get("namespace", "default")
+    options: dict[str, Any] = {"prefix": prefix}
+    if spec.get("ttl"):  # a scenario's small retention (long-wait)
+        options["ttl"] = timedelta(seconds=float(spec["ttl"]))
+    if spec.get("wait_replicas"):  # a failover run's WAIT
+        options["replicas"] = int(spec["wait_replicas"])
+    checkpointer = RedisCheckpointer(client, **options)
+    sched: Any
+    if scheduler == "stream":
+        sched = RedisStreamScheduler(client, prefix=prefix, namespace=namespace)
+    else:
+        sched = RedisSetScheduler(client, prefix=prefix, namespace=namespace)
+    durable: SplitDurable[Any] = SplitDurable(checkpointer, sched)
+
+    def ledger_key(workflow: str) -> str:
+        return f"{checkpointer.hash_key(workflow)}:ledger"
+
+    def ledger_effect(workflow: str, key: str, token: int, failpoint: Callable[[], None]) -> Any:
+        failpoint()  # the script is the commit: the nearest a kill can get is just before it
+        return LuaEffect(source=_LEDGER_LUA, keys=(ledger_key(workflow),), args=(key, str(token)))
+
+    async def read_ledger(workflows: list[str]) -> list[dict[str, Any]]:
+        rows = []
+        for wf in workflows:
+            for i, raw in enumerate(await client.lrange(ledger_key(wf), 0, -1), start=1):
+                entry = json.loads(raw)
+                rows.append({"row": i, "workflow": wf, "key": entry["key"], "token": int(entry["token"])})
+        return rows
+
+    async def close() -> None:
+        await client.aclose()
+
+    return Opened(durable, close, ledger_effect, read_ledger)
+
+
+class RedisKit(StoreKit):
+    """The Redis checkpointer with one of its schedulers, on one server or a cluster."""
+
+    mutant_modules = ("wd_chaos.mutants.redis",)
+
+    def __init__(
+        self, name: str, scheduler: str, recipe: ServerRecipe, description: str, aliases: tuple[str, ...] = ()
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.aliases = aliases
+        self.scheduler = scheduler
+        self.recipe = recipe
+        self.cluster = recipe is REDIS_CLUSTER_SERVER
+        # a cluster's nodes answer with their own addresses, so one proxy cannot stand in for them,
+        # and restarting one node is not restarting the store
+        self.provides = frozenset({"workers"} if self.cluster else {"workers", "restart", "proxy"})
+        self.server_key = recipe.kind  # the set and stream kits share one server per session
+
+    def unavailable(self) -> str | None:
+        """Why this kit cannot run here (driver or server missing), or None."""
+        return _driver_missing() or why_unavailable(self.recipe)
+
+    def server(self, *, restartable: bool = False) -> contextlib.AbstractContextManager[Server]:
+        """A redis-server (``restartable``: with an fsync per write, the one setting under which
+        an acknowledged write survives a SIGKILL), or a cluster."""
+        if restartable and not self.cluster:
+            return provide(self.recipe, fsync_always=True)
+        return provide(self.recipe)
+
+    def open(self, server: Server) -> Any:
+        """A fresh key prefix on ``server``, deleted afterwards."""
+        return _opener(self.name, self.scheduler, self.cluster)(server)
+
+    def worker_spec(self, server: Server, run_dir: Path, tag: str) -> Spec:
+        """The server's URL and the run's own key prefix."""
+        return {"url": server.url, "prefix": f"{tag}:"}
+
+    async def open_worker(self, spec: Spec) -> Opened:
+        """Open the run's keys (see ``open_redis_worker``)."""
+        return await open_redis_worker(spec, scheduler=self.scheduler, cluster=self.cluster)
+
+
+REDIS_SET = RedisKit(
+    "redis-set",
+    "set",
+    REDIS_SERVER,
+    "RedisCheckpointer + RedisSetScheduler on one redis-server",
+    aliases=("redis",),
+)
+REDIS_STREAM = RedisKit(
+    "redis-stream", "stream", REDIS_SERVER, "RedisCheckpointer + RedisStreamScheduler on one redis-server"
+)
+REDIS_CLUSTER = RedisKit(
+    "redis-cluster",
+    "set",
+    REDIS_CLUSTER_SERVER,
+    "RedisCheckpointer + RedisSetScheduler on a 3-node Redis Cluster",
+)
+REDIS_CLUSTER_STREAM = RedisKit(
+    "redis-cluster-stream",
+    "stream",
+    REDIS_CLUSTER_SERVER,
+    "RedisCheckpointer + RedisStreamScheduler on a 3-node Redis Cluster",
+)
