@@ -224,11 +224,30 @@ def main(debug: bool) -> None:
     _debug["on"] = debug
 
 
+_scenario_dirs = click.option(
+    "--scenario-dir",
+    "scenario_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help="A folder of your own scenarios (NAME.toml), beside the built-in ones; repeatable. A name "
+    "that clashes with another scenario's is refused.",
+)
+
+
+def _available(scenario_dirs: Sequence[Path]) -> dict[str, Any]:
+    try:
+        return available(scenario_dirs)
+    except ScenarioError as exc:
+        raise HarnessError(str(exc)) from exc
+
+
 @main.command("list")
-def list_() -> None:
-    """The scenarios and the stores each applies to."""
+@_scenario_dirs
+def list_(scenario_dirs: tuple[Path, ...]) -> None:
+    """The scenarios (built in, and those in --scenario-dir) and the stores each applies to."""
     table = Table("scenario", "stores", "description")
-    for name, path in available().items():
+    for name, path in _available(scenario_dirs).items():
         try:
             sc = load_file(path)
             table.add_row(name, ", ".join(sc.stores), sc.description)
@@ -239,6 +258,7 @@ def list_() -> None:
 
 @main.command("run")
 @click.argument("name", required=False)
+@_scenario_dirs
 @click.option(
     "--all",
     "run_all",
@@ -302,6 +322,7 @@ def list_() -> None:
 )
 def run_cmd(
     name: str | None,
+    scenario_dirs: tuple[Path, ...],
     run_all: bool,
     store: str | None,
     seed: int | None,
@@ -315,7 +336,8 @@ def run_cmd(
     schedule_file: Path | None,
     check_only: bool,
 ) -> None:
-    """Run scenario NAME (or --all) and print a verdict; exit 0 valid, 1 invalid, 2 unknown."""
+    """Run scenario NAME (a name from ``wd-chaos list``, or the path of your own .toml file), or
+    --all, and print a verdict; exit 0 valid, 1 invalid, 2 unknown."""
     if name and run_all:
         raise click.UsageError("give a scenario NAME or --all, not both")
     if schedule_file is not None and run_all:
@@ -329,13 +351,13 @@ def run_cmd(
     try:
         if run_all:
             jobs: list[tuple[Scenario, str]] = []
-            for sc_name in available():
-                sc = find(sc_name)
+            for sc_name in available(scenario_dirs):
+                sc = find(sc_name, scenario_dirs)
                 for one in sc.stores:
                     if store is None or one == store:
                         jobs.append((sc, one))
         elif name:
-            sc = find(name)
+            sc = find(name, scenario_dirs)
             jobs = [(sc, store or "sqlite")]
         else:
             raise click.UsageError("give a scenario NAME or --all (see wd-chaos list)")
