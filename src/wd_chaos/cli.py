@@ -21,7 +21,7 @@ from xml.sax.saxutils import escape
 import click
 from rich.console import Console
 from rich.live import Live
-from rich.table import Table
+from rich.table import Column, Table
 
 from . import checkers
 from .mutants.command import mutants_command
@@ -246,7 +246,8 @@ def _available(scenario_dirs: Sequence[Path]) -> dict[str, Any]:
 @_scenario_dirs
 def list_(scenario_dirs: tuple[Path, ...]) -> None:
     """The scenarios (built in, and those in --scenario-dir) and the stores each applies to."""
-    table = Table("scenario", "stores", "description")
+    # a scenario's name is what the user copies into `wd-chaos run`: never wrapped
+    table = Table(Column("scenario", no_wrap=True), "stores", "description")
     for name, path in _available(scenario_dirs).items():
         try:
             sc = load_file(path)
