@@ -76,7 +76,8 @@ def services(
             server = None
         elif store in ("postgres", "redis"):
             # a restarted Redis keeps acknowledged writes only with an fsync per write
-            server = stack.enter_context(provide(store, redis_fsync_always=restart))
+            # a restart fault needs a server this run starts itself, never a container
+            server = stack.enter_context(provide(store, redis_fsync_always=restart, private=restart))
             if restart and server.source != "local":
                 raise ServerUnavailable(
                     f"a store restart needs a private {store} this run starts itself; "

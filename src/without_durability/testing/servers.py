@@ -2,7 +2,8 @@
 
 A server comes from, first match wins: a URL in the environment (``WD_POSTGRES_URL``,
 ``WD_REDIS_URL``, ``WD_REDIS_CLUSTER_URLS``, ``WD_TOXIPROXY_URL``, for example from
-``docker compose up``); testcontainers when a Docker engine answers; or a private instance started from
+``docker compose up``); testcontainers when a Docker engine answers (Postgres and Redis; install the
+``[containers]`` extra); or a private instance started from
 the binaries on PATH (``scripts/install-servers`` provides them) in a temporary folder on a free
 loopback port, stopped and removed when the context exits, Ctrl-C included.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import json
+import logging
 import os
 import pwd
 import shutil
@@ -33,8 +35,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+_log = logging.getLogger(__name__)
 INSTALL_HINT = "run scripts/install-servers (Debian: apt-get install postgresql redis-server; toxiproxy-server is built from its Go module)"
 
 
@@ -461,7 +464,7 @@ def local_toxiproxy(port: int | None = None) -> Iterator[Server]:
                 ex.stop()
 
 
-# -- provisioning: environment, then Docker, then local binaries -----------------------------
+# -- provisioning: environment, then testcontainers (Docker), then local binaries -----------------------------
 
 _ENV = {
     "postgres": "WD_POSTGRES_URL",
@@ -497,20 +500,92 @@ def _from_env(kind: str) -> Server | None:
     return Server(kind, urls[0], parts.hostname or "127.0.0.1", parts.port or 0, "env", nodes=urls)
 
 
-def _docker_answers() -> bool:
+CONTAINER_KINDS = ("postgres", "redis")
+"""The kinds testcontainers provides when a Docker engine answers. toxiproxy is not one of them:
+the proxies it makes must reach the store on this machine's loopback, which a container cannot."""
+
+Source = Literal["env", "testcontainers", "local"]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What decides where a ``kind`` server comes from, as ``probe`` found it on this machine."""
+
+    url: str | None
+    """The kind's URL variable (``WD_POSTGRES_URL``, ...), when set and not empty."""
+    docker: str | None
+    """None when testcontainers is installed and a Docker engine answered; else why not."""
+    missing: tuple[str, ...]
+    """The server binaries not found (empty: a private server can be started)."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Where a server will come from (``source``; None when nowhere) and one line saying why."""
+
+    source: Source | None
+    why: str
+
+
+def _docker_probe() -> str | None:
+    try:
+        import testcontainers.core.container  # noqa: F401
+    except ImportError:
+        return "testcontainers is not installed (pip install 'without-durability[containers]')"
     try:
         import docker  # type: ignore[import-untyped]
 
         docker.from_env(timeout=2).ping()
-        return True
-    except Exception:
-        return False
+    except Exception as exc:
+        detail = " ".join(str(exc).split())[:200]
+        return f"no Docker engine answers ({type(exc).__name__}: {detail})"
+    return None
+
+
+def probe(kind: str) -> Probe:
+    """Look at this machine for ``kind``: its URL variable, testcontainers and a Docker engine
+    (a ping with a 2 s timeout; only for ``CONTAINER_KINDS``), and the server binaries."""
+    if kind not in _ENV:
+        raise ValueError(f"unknown server kind {kind!r}; expected one of {sorted(_ENV)}")
+    url = os.environ.get(_ENV[kind]) or None
+    docker = _docker_probe() if url is None and kind in CONTAINER_KINDS else "not probed"
+    missing = tuple(name for name, pattern in _BINARIES[kind] if not _binary_ok(name, pattern))
+    return Probe(url, docker, missing)
+
+
+def choose(kind: str, found: Probe, *, private: bool = False) -> Choice:
+    """Where a ``kind`` server comes from, first match wins: the URL variable when set; else a
+    testcontainers container when ``kind`` is one of ``CONTAINER_KINDS`` and Docker answered (not
+    when ``private``: a server the caller must restart or signal is one it starts itself); else a
+    private server from the installed binaries. ``why`` names the variable and says why each
+    earlier source was passed over."""
+    variable = _ENV[kind]
+    if found.url is not None:
+        return Choice("env", f"{kind}: from {variable}")
+    if kind not in CONTAINER_KINDS:
+        passed = f"not testcontainers: it provides only {' and '.join(CONTAINER_KINDS)}"
+    elif private:
+        passed = "not testcontainers: the caller needs a server it can restart or signal"
+    elif found.docker is None:
+        return Choice("testcontainers", f"{kind}: a testcontainers container ({variable} not set, Docker answers)")
+    else:
+        passed = f"not testcontainers: {found.docker}"
+    if not found.missing:
+        return Choice("local", f"{kind}: a private server from the installed binaries ({variable} not set; {passed})")
+    return Choice(
+        None,
+        f"{kind}: {', '.join(found.missing)} not on PATH, {variable} not set, and {passed}; "
+        f"{INSTALL_HINT}, or set {variable}",
+    )
 
 
 @contextlib.contextmanager
-def _from_testcontainers(kind: str) -> Iterator[Server]:
+def _from_testcontainers(kind: str, *, redis_fsync_always: bool = False) -> Iterator[Server]:
     if kind == "postgres":
-        from testcontainers.postgres import PostgresContainer
+        try:
+            from testcontainers.community.postgres import PostgresContainer
+        except ImportError:  # testcontainers before the community split
+            from testcontainers.postgres import PostgresContainer
 
         with PostgresContainer("postgres:16", driver=None) as pg:
             url = pg.get_connection_url()
@@ -518,62 +593,48 @@ def _from_testcontainers(kind: str) -> Iterator[Server]:
                 kind, url, pg.get_container_host_ip(), int(pg.get_exposed_port(5432)), "testcontainers"
             )
     elif kind == "redis":
-        from testcontainers.redis import RedisContainer
+        try:
+            from testcontainers.community.redis import RedisContainer
+        except ImportError:  # testcontainers before the community split
+            from testcontainers.redis import RedisContainer
 
-        with RedisContainer("redis:7") as rd:
+        redis_container = RedisContainer("redis:7")
+        if redis_fsync_always:  # as a private one would be: an acknowledged write survives a crash
+            redis_container.with_command("redis-server --appendonly yes --appendfsync always")
+        with redis_container as rd:
             host, port = rd.get_container_host_ip(), int(rd.get_exposed_port(6379))
             yield Server(kind, f"redis://{host}:{port}/0", host, port, "testcontainers")
-    elif kind == "toxiproxy":
-        from testcontainers.core.container import DockerContainer
-
-        with DockerContainer("ghcr.io/shopify/toxiproxy:2.12.0").with_exposed_ports(8474) as tp:
-            host, port = tp.get_container_host_ip(), int(tp.get_exposed_port(8474))
-            yield Server(kind, f"http://{host}:{port}", host, port, "testcontainers")
     else:
-        raise ServerUnavailable(f"no container recipe for {kind}")
+        raise ServerUnavailable(f"no container recipe for {kind}; testcontainers provides {CONTAINER_KINDS}")
 
 
 def why_unavailable(kind: str) -> str | None:
     """None if a ``kind`` server can be had (a URL is set, Docker answers, or the binaries are on
     PATH); otherwise why not, with what to do. Does not start anything."""
-    if os.environ.get(_ENV[kind]):
-        return None
-    missing = []
-    for name, pattern in _BINARIES[kind]:
-        try:
-            find_binary(name, *([pattern] if pattern else []))
-        except ServerUnavailable:
-            missing.append(name)
-    if not missing:
-        return None
-    if kind != "redis-cluster" and _docker_answers():
-        return None
-    return (
-        f"{kind}: {', '.join(missing)} not on PATH, {_ENV[kind]} not set, and no Docker "
-        f"engine answers; {INSTALL_HINT}, or set {_ENV[kind]}"
-    )
+    choice = choose(kind, probe(kind))
+    return None if choice.source is not None else choice.why
 
 
 @contextlib.contextmanager
-def provide(kind: str, *, redis_fsync_always: bool = False) -> Iterator[Server]:
+def provide(kind: str, *, redis_fsync_always: bool = False, private: bool = False) -> Iterator[Server]:
     """A ``kind`` server (postgres, redis, redis-cluster, toxiproxy): from the environment, from
-    testcontainers, or a private local instance, in that order. Raises ``ServerUnavailable`` with
-    what to do when none can be had. ``redis_fsync_always`` asks a private Redis for an
-    append-only log fsynced on every write (see ``local_redis``)."""
-    if kind not in _ENV:
-        raise ValueError(f"unknown server kind {kind!r}; expected one of {sorted(_ENV)}")
-    env = _from_env(kind)
-    if env is not None:
-        yield env
+    testcontainers, or a private local instance, in that order (``choose`` says which and why; the
+    reason is logged at INFO on this module's logger). Raises ``ServerUnavailable`` with what to do
+    when none can be had. ``redis_fsync_always`` asks Redis for an append-only log fsynced on every
+    write (see ``local_redis``); ``private`` skips testcontainers (a server to restart)."""
+    choice = choose(kind, probe(kind), private=private)
+    _log.info("%s", choice.why)
+    if choice.source is None:
+        raise ServerUnavailable(choice.why)
+    if choice.source == "env":
+        server = _from_env(kind)
+        assert server is not None  # choose saw the variable set
+        yield server
         return
-    reason = why_unavailable(kind)
-    local_ok = all(_binary_ok(n, p) for n, p in _BINARIES[kind])
-    if not local_ok and reason is None and kind != "redis-cluster":
-        with _from_testcontainers(kind) as server:
+    if choice.source == "testcontainers":
+        with _from_testcontainers(kind, redis_fsync_always=redis_fsync_always) as server:
             yield server
         return
-    if reason is not None:
-        raise ServerUnavailable(reason)
     options = {"fsync_always": True} if kind == "redis" and redis_fsync_always else {}
     sweep_stale()  # what a killed test session or run left: servers whose owner is gone
     with _LOCAL[kind](**options) as server:
