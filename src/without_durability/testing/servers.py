@@ -615,6 +615,13 @@ def why_unavailable(kind: str) -> str | None:
     return None if choice.source is not None else choice.why
 
 
+def unavailable() -> dict[str, str]:
+    """Each server kind that cannot be had on this machine now, with why (``why_unavailable``);
+    empty when every one can. ``scripts/test`` installs the servers when this is not empty."""
+    found = {kind: why_unavailable(kind) for kind in _ENV}
+    return {kind: why for kind, why in found.items() if why is not None}
+
+
 @contextlib.contextmanager
 def provide(kind: str, *, redis_fsync_always: bool = False, private: bool = False) -> Iterator[Server]:
     """A ``kind`` server (postgres, redis, redis-cluster, toxiproxy): from the environment, from
