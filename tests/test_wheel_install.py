@@ -79,8 +79,9 @@ def test_a_built_wheel_installed_with_all_lists_and_runs_from_an_empty_folder(tm
     assert made.returncode == 0, made.stderr
     python = venv / "bin" / "python"
     # the outer pip installs into the fresh venv (--python): the venv needs no pip of its own
+    # compiled at install, as any user's pip does: the run's processes would each compile them otherwise
     installed = _pip(
-        "--python", str(python), "install", "-q", "--no-compile", "--no-index", "--find-links", str(HOUSE), f"{wheel}[all]"
+        "--python", str(python), "install", "-q", "--no-index", "--find-links", str(HOUSE), f"{wheel}[all]"
     )
     assert installed.returncode == 0, installed.stderr[-3000:]
 
@@ -94,7 +95,13 @@ def test_a_built_wheel_installed_with_all_lists_and_runs_from_an_empty_folder(tm
             list(args), cwd=empty, env=env, capture_output=True, text=True, timeout=timeout, check=False
         )
 
-    where = run(str(python), "-c", "import wd_chaos, without_durability; print(wd_chaos.__file__)")
+    # [all] brings every extra's imports, testcontainers ([containers]) among them
+    where = run(
+        str(python),
+        "-c",
+        "import wd_chaos, without_durability, without_durability_postgres, without_durability_redis, "
+        "testcontainers.core.container; print(wd_chaos.__file__)",
+    )
     assert where.returncode == 0, where.stderr
     assert Path(where.stdout.strip()).is_relative_to(venv), f"not the installed package: {where.stdout}"
 
