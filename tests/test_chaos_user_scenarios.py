@@ -4,6 +4,7 @@ TOML, or named like another scenario."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,27 @@ def test_the_library_call_raises_scenario_error_for_a_clash(tmp_path: Path) -> N
     _mine(tmp_path, "partition")
     with pytest.raises(ScenarioError, match="already a built-in scenario"):
         available([tmp_path])
+
+
+def test_a_shrink_replays_a_user_scenario_from_the_run_s_own_copy(tmp_path: Path) -> None:
+    from wd_chaos.shrink import replay_command
+
+    copy = tmp_path / "shrink" / "scenario.json"
+    copy.parent.mkdir()
+    copy.write_text(find(str(_mine(tmp_path / "mine"))).model_dump_json(indent=2))
+    schedule = tmp_path / "schedule.json"
+    schedule.write_text("[]")
+    meta = {"scenario": "mine", "store": "sqlite", "seed": 3, "workers": 2}
+    command = replay_command(meta, schedule, 5.0, copy)
+    assert command.startswith(f"wd-chaos run {copy} --store sqlite"), command
+    assert replay_command(meta, schedule, 5.0).startswith("wd-chaos run mine --store sqlite")
+    args = [*shlex.split(command)[1:], "--check", "--report-dir", str(tmp_path / "r")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "mine on sqlite: would run" in result.output
+
+
+def test_a_json_that_is_not_a_run_s_scenario_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "scenario.json").write_text('{"name": "x", "lease": {"alive": -1}}')
+    with pytest.raises(ScenarioError, match=r"scenario\.json: not a run's scenario\.json: lease\.alive"):
+        find(str(tmp_path / "scenario.json"))

@@ -395,12 +395,26 @@ def _is_built_in(path: Traversable) -> bool:
 
 
 def _looks_like_a_path(name: str) -> bool:
-    return name.endswith(".toml") or os.sep in name
+    return name.endswith((".toml", ".json")) or os.sep in name
+
+
+def _load_run_scenario(path: Path) -> Scenario:
+    """A run folder's ``scenario.json`` (the scenario as the run used it), as a shrink's replay
+    command names it for a scenario that is not built in."""
+    try:
+        return Scenario.model_validate_json(path.read_text())
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc}") from exc
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ScenarioError(
+            f"{path}: not a run's scenario.json: {_where(tuple(first['loc']))}: {_expected(dict(first))}"
+        ) from exc
 
 
 def find(name: str, dirs: Sequence[Path] = ()) -> Scenario:
     """Load the scenario called ``name`` (built in, or in one of ``dirs``), or the file at
-    ``name`` when it is a path to a ``.toml`` file. Raises ``ScenarioError`` naming what is wrong:
+    ``name`` when it is a path to a ``.toml`` file (or a run folder's ``scenario.json``). Raises ``ScenarioError`` naming what is wrong:
     no such scenario or file, a file that is not valid TOML or not a valid scenario, or a name
     that clashes with another scenario's."""
     if _looks_like_a_path(name):
@@ -408,9 +422,9 @@ def find(name: str, dirs: Sequence[Path] = ()) -> Scenario:
         if not path.is_file():
             raise ScenarioError(
                 f"{name}: no such scenario file (give a scenario NAME from `wd-chaos list`, or the "
-                "path of a .toml file)"
+                "path of a .toml file or of a run's scenario.json)"
             )
-        scenario = load_file(path)
+        scenario = _load_run_scenario(path) if path.suffix == ".json" else load_file(path)
         known = available(dirs)
         other = known.get(scenario.name)
         if other is not None and Path(str(other)).resolve() != path.resolve():
