@@ -159,7 +159,7 @@ def test_a_partition_failover_bites_when_writes_were_answered_while_the_primary_
 
 
 def test_the_extra_failover_scenarios_validate() -> None:
-    folder = Path(__file__).resolve().parents[1] / "scenarios" / "extra"
+    folder = Path(__file__).resolve().parents[1] / "src" / "wd_chaos" / "scenarios" / "extra"
     found = {p.stem: scenario.load_file(p) for p in folder.glob("failover-*.toml")}
     assert set(found) == {"failover-partition", "failover-partition-nowait"}, found
     assert found["failover-partition-nowait"].expect == "lost-writes"

@@ -21,7 +21,7 @@ from xml.sax.saxutils import escape
 import click
 from rich.console import Console
 from rich.live import Live
-from rich.table import Table
+from rich.table import Column, Table
 
 from . import checkers
 from .kits import stores_for
@@ -235,14 +235,34 @@ def _kit_name(store: str) -> str:
         raise click.BadParameter(str(exc), param_hint="--store") from exc
 
 
+_scenario_dirs = click.option(
+    "--scenario-dir",
+    "scenario_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help="A folder of your own scenarios (NAME.toml), beside the built-in ones; repeatable. A name "
+    "that clashes with another scenario's is refused.",
+)
+
+
+def _available(scenario_dirs: Sequence[Path]) -> dict[str, Any]:
+    try:
+        return available(scenario_dirs)
+    except ScenarioError as exc:
+        raise HarnessError(str(exc)) from exc
+
+
 @main.command("list")
-def list_() -> None:
-    """The installed store kits (what each provides) and the scenarios with the stores each runs on."""
+@_scenario_dirs
+def list_(scenario_dirs: tuple[Path, ...]) -> None:
+    """The installed store kits (what each provides) and the scenarios (built in, and those in
+    --scenario-dir) with the stores each runs on."""
     from without_durability.testing.kit import broken_kits, kits
 
     from .kits import stores_for
 
-    stores = Table("store", "provides", "server", "description", title="stores")
+    stores = Table(Column("store", no_wrap=True), "provides", "server", "description", title="stores")
     for name, kit in kits().items():
         reason = kit.unavailable()
         aliases = f" (also {', '.join(kit.aliases)})" if kit.aliases else ""
@@ -255,8 +275,9 @@ def list_() -> None:
     for name, why in broken_kits().items():
         stores.add_row(name, "[red]failed to load", "", why)
     Console().print(stores)
-    table = Table("scenario", "needs", "stores", "description", title="scenarios")
-    for name, path in available().items():
+    # a scenario's name is what the user copies into `wd-chaos run`: never wrapped
+    table = Table(Column("scenario", no_wrap=True), "needs", "stores", "description", title="scenarios")
+    for name, path in _available(scenario_dirs).items():
         try:
             sc = load_file(path)
             table.add_row(name, ", ".join(sorted(sc.requires())), ", ".join(stores_for(sc)), sc.description)
@@ -267,6 +288,7 @@ def list_() -> None:
 
 @main.command("run")
 @click.argument("name", required=False)
+@_scenario_dirs
 @click.option(
     "--all",
     "run_all",
@@ -325,6 +347,7 @@ def list_() -> None:
 )
 def run_cmd(
     name: str | None,
+    scenario_dirs: tuple[Path, ...],
     run_all: bool,
     store: str | None,
     seed: int | None,
@@ -337,7 +360,8 @@ def run_cmd(
     schedule_file: Path | None,
     check_only: bool,
 ) -> None:
-    """Run scenario NAME (or --all) and print a verdict; exit 0 valid, 1 invalid, 2 unknown."""
+    """Run scenario NAME (a name from ``wd-chaos list``, or the path of your own .toml file), or
+    --all, and print a verdict; exit 0 valid, 1 invalid, 2 unknown."""
     if name and run_all:
         raise click.UsageError("give a scenario NAME or --all, not both")
     if schedule_file is not None and run_all:
@@ -351,15 +375,15 @@ def run_cmd(
     try:
         if run_all:
             jobs: list[tuple[Scenario, str]] = []
-            for sc_name in available():
-                sc = find(sc_name)
+            for sc_name in available(scenario_dirs):
+                sc = find(sc_name, scenario_dirs)
                 if sc.expect != "valid":  # shows writes lost by design; run it by name
                     continue
                 for one in stores_for(sc):
                     if store is None or one == _kit_name(store):
                         jobs.append((sc, one))
         elif name:
-            sc = find(name)
+            sc = find(name, scenario_dirs)
             jobs = [(sc, store or "sqlite")]
         else:
             raise click.UsageError("give a scenario NAME or --all (see wd-chaos list)")

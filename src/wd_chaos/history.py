@@ -24,7 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-OUTCOMES = ("ok", "fenced", "contended", "failed", "unknown")
+from . import config
+
+OUTCOMES = config.OUTCOMES
 """How an operation completed. ``unknown``: it may or may not have taken effect (a timeout, a
 connection lost mid-call); an invoke with no complete at all (a killed process) is unknown too."""
 
@@ -74,7 +76,8 @@ class HistoryWriter:
         os.close(self._fd)
 
     def write(self, line: Op) -> Op:
-        """Stamp ``line`` with process, pid and both clocks, and append it."""
+        """Stamp ``line`` with process, pid and both clocks, check it is a ``config.HistoryLine``
+        (``config.ConfigError`` if not: nothing is written), and append it."""
         line.setdefault("process", self.process)
         line.setdefault("pid", self.pid)
         line["mono"] = time.monotonic_ns()
@@ -82,6 +85,7 @@ class HistoryWriter:
         for field in ("value", "result"):
             if field in line:
                 line[field] = _jsonable(line[field])
+        config.check_line(line, f"history line of {self.process}")
         os.write(self._fd, (json.dumps(line, sort_keys=True) + "\n").encode())
         return line
 
@@ -115,7 +119,14 @@ def read_lines(path: Path) -> Iterator[Op]:
 def merge(files: Iterable[Path], out: Path) -> list[Op]:
     """Merge per-process files into ``out`` ordered by monotonic time, closed by the ``end`` line
     ``load_finished`` verifies; returns the merged ops (without the end line)."""
-    ops = [line for f in files for line in read_lines(f)]
+    ops: list[Op] = []
+    for path in files:
+        for number, line in enumerate(read_lines(path), 1):
+            try:
+                config.check_line(line, f"{path}: line {number}")
+            except config.ConfigError as exc:
+                raise DamagedHistory(str(exc)) from exc
+            ops.append(line)
     ops.sort(key=lambda o: (o["mono"], o.get("process", ""), o.get("op", "")))
     digest = hashlib.sha256()
     with out.open("wb") as handle:
@@ -174,6 +185,10 @@ def load_finished(path: Path) -> list[Op]:
             raise DamagedHistory(f"{path}: line {number} is not JSON: {exc}{again}") from exc
         if not isinstance(op, dict) or not isinstance(op.get("type"), str):
             raise DamagedHistory(f"{path}: line {number} has no 'type' field{again}")
+        try:
+            config.check_line(op, f"{path}: line {number}")
+        except config.ConfigError as exc:
+            raise DamagedHistory(f"{exc}{again}") from exc
         ops.append(op)
     return ops
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, checkers, failover, history, wallclock
+from .config import validate as validate_config
 from .faults import Nemesis
 from .history import HistoryWriter, Tail
 from .lifeline import Lifeline, die_with_parent
@@ -506,7 +507,7 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
                 "storm": storm.model_dump() if storm is not None else None,
             }
             config = run_dir / "config.json"
-            config.write_text(json.dumps(cfg, indent=2))
+            config.write_text(validate_config(cfg, str(config)).to_json())  # refused here, not in a worker
             cluster = Cluster(config, run_dir, hist)
             watch = Watch(run_dir / "procs")
             nemesis = Nemesis(

@@ -1,5 +1,7 @@
-"""Scenario files: ``scenarios/NAME.toml``, validated by pydantic, refused with file, field and the
-expected form.
+"""Scenario files: ``NAME.toml``, validated by pydantic, refused with file, field and the
+expected form. The built-in ones ship inside this package (``wd_chaos/scenarios/``, read through
+``importlib.resources``, so an installed wheel has them); a user's own are a path to a ``.toml``
+file or a ``--scenario-dir`` folder of them.
 
 A scenario is a workload (workflows, workers, leases, outside writers), a fault schedule (each
 fault at a time after the start, for a duration, optionally repeated), the checks to run, the
@@ -11,8 +13,12 @@ the same schedule.
 from __future__ import annotations
 
 import math
+import os
 import random
 import tomllib
+from collections.abc import Sequence
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -80,7 +86,10 @@ def _default_checks() -> list[CheckName]:
     ]
 
 
-SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
+BUILT_IN: Traversable = files("wd_chaos").joinpath("scenarios")
+"""The scenarios that ship with the package (a folder of ``NAME.toml``), wherever it is installed."""
+SCENARIO_DIR = BUILT_IN
+"""The built-in scenarios' folder (the name older callers use)."""
 
 
 class ScenarioError(ValueError):
@@ -383,32 +392,96 @@ def parse(text: str, source: str) -> Scenario:
         raise ScenarioError("\n".join(lines)) from exc
 
 
-def load_file(path: Path) -> Scenario:
-    """Read and validate one scenario file."""
+def load_file(path: Traversable) -> Scenario:
+    """Read and validate one scenario file (a ``Path`` or a packaged resource); its ``name`` must
+    be the file's name without ``.toml``."""
     try:
-        text = path.read_text()
-    except OSError as exc:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(f"{path}: cannot read: {exc}") from exc
+    stem = path.name.removesuffix(".toml")
     scenario = parse(text, str(path))
-    if scenario.name != path.stem:
-        raise ScenarioError(f"{path}: name: expected {path.stem!r} (the file's name), got {scenario.name!r}")
+    if scenario.name != stem:
+        raise ScenarioError(f"{path}: name: expected {stem!r} (the file's name), got {scenario.name!r}")
     return scenario
 
 
-def available(directory: Path = SCENARIO_DIR) -> dict[str, Path]:
-    """Scenario names and their files."""
-    return {p.stem: p for p in sorted(directory.glob("*.toml"))}
+def _toml_files(directory: Traversable) -> list[Traversable]:
+    return sorted((p for p in directory.iterdir() if p.name.endswith(".toml")), key=lambda p: p.name)
 
 
-def find(name: str, directory: Path = SCENARIO_DIR) -> Scenario:
-    """Load the scenario called ``name`` (or a path to a .toml file)."""
-    as_path = Path(name)
-    if as_path.suffix == ".toml" and as_path.exists():
-        return load_file(as_path)
-    files = available(directory)
-    if name not in files:
-        raise ScenarioError(f"no scenario {name!r}; available: {', '.join(files) or 'none'} (in {directory})")
-    return load_file(files[name])
+def available(dirs: Sequence[Path] = ()) -> dict[str, Traversable]:
+    """Scenario names and their files: the built-in ones, then each of ``dirs`` (a user's
+    ``--scenario-dir``) in order. Raises ``ScenarioError`` for a folder that does not exist and
+    for a name found twice (a user's scenario may not shadow a built-in one or another's)."""
+    found: dict[str, Traversable] = {p.name.removesuffix(".toml"): p for p in _toml_files(BUILT_IN)}
+    for directory in dirs:
+        if not directory.is_dir():
+            raise ScenarioError(f"--scenario-dir {directory}: no such directory")
+        for path in _toml_files(directory):
+            name = path.name.removesuffix(".toml")
+            if name in found:
+                raise ScenarioError(_clash(path, name, found[name]))
+            found[name] = path
+    return found
+
+
+def _clash(path: object, name: str, other: Traversable) -> str:
+    where = "a built-in scenario" if _is_built_in(other) else f"the scenario in {other}"
+    return (
+        f"{path}: scenario name {name!r} is already {where}; rename the file and its name field "
+        "so runs and reports tell them apart"
+    )
+
+
+def _is_built_in(path: Traversable) -> bool:
+    return str(path).startswith(str(BUILT_IN))
+
+
+def _looks_like_a_path(name: str) -> bool:
+    return name.endswith((".toml", ".json")) or os.sep in name
+
+
+def _load_run_scenario(path: Path) -> Scenario:
+    """A run folder's ``scenario.json`` (the scenario as the run used it), as a shrink's replay
+    command names it for a scenario that is not built in."""
+    try:
+        return Scenario.model_validate_json(path.read_text())
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc}") from exc
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ScenarioError(
+            f"{path}: not a run's scenario.json: {_where(tuple(first['loc']))}: {_expected(dict(first))}"
+        ) from exc
+
+
+def find(name: str, dirs: Sequence[Path] = ()) -> Scenario:
+    """Load the scenario called ``name`` (built in, or in one of ``dirs``), or the file at
+    ``name`` when it is a path to a ``.toml`` file (or a run folder's ``scenario.json``). Raises ``ScenarioError`` naming what is wrong:
+    no such scenario or file, a file that is not valid TOML or not a valid scenario, or a name
+    that clashes with another scenario's."""
+    if _looks_like_a_path(name):
+        path = Path(name)
+        if not path.is_file():
+            raise ScenarioError(
+                f"{name}: no such scenario file (give a scenario NAME from `wd-chaos list`, or the "
+                "path of a .toml file or of a run's scenario.json)"
+            )
+        scenario = _load_run_scenario(path) if path.suffix == ".json" else load_file(path)
+        known = available(dirs)
+        other = known.get(scenario.name)
+        if other is not None and Path(str(other)).resolve() != path.resolve():
+            raise ScenarioError(_clash(path, scenario.name, other))
+        return scenario
+    files_ = available(dirs)
+    if name not in files_:
+        places = ", ".join(["the built-in scenarios", *(str(d) for d in dirs)])
+        raise ScenarioError(
+            f"no scenario {name!r}; available: {', '.join(files_) or 'none'} (searched {places}; "
+            "a path to a .toml file works too)"
+        )
+    return load_file(files_[name])
 
 
 def plan(scenario: Scenario, seed: int, workers: int, time_limit: float) -> list[dict[str, object]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .scenario import Scenario
+from .scenario import Scenario, available
 
 Event = dict[str, Any]
 Oracle = Callable[[list[Event]], bool]
@@ -162,10 +163,14 @@ def _read(run_dir: Path) -> tuple[Scenario, dict[str, Any], dict[str, Any]]:
     return scenario, meta, summary
 
 
-def replay_command(meta: dict[str, Any], schedule_file: Path, time_limit: float) -> str:
+def replay_command(
+    meta: dict[str, Any], schedule_file: Path, time_limit: float, scenario_file: Path | None = None
+) -> str:
     """The ``wd-chaos run`` command that replays ``schedule_file`` with the rest of the run as
-    ``meta`` (a run.json) recorded it."""
-    words = ["wd-chaos", "run", str(meta["scenario"]), "--store", str(meta["store"])]
+    ``meta`` (a run.json) recorded it; ``scenario_file`` (a copy of the run's scenario.json) in
+    place of the scenario's name, for a user's scenario the name alone cannot find."""
+    scenario = str(scenario_file) if scenario_file is not None else str(meta["scenario"])
+    words = ["wd-chaos", "run", scenario, "--store", str(meta["store"])]
     words += ["--seed", str(meta["seed"]), "--workers", str(meta["workers"])]
     words += ["--time-limit", f"{time_limit:g}", "--schedule", str(schedule_file)]
     if meta.get("mutant"):
@@ -255,7 +260,11 @@ def shrink(
         shrunk_limit = candidate_limit(shrunk, full_limit)
         schedule_file = folder / "schedule.json"
         schedule_file.write_text(json.dumps(shrunk, indent=2) + "\n")
-        replay = replay_command(meta, schedule_file, shrunk_limit)
+        scenario_file = None
+        if meta["scenario"] not in available():  # a user's scenario: replay the run's own copy
+            scenario_file = folder / "scenario.json"
+            shutil.copyfile(run_dir / "scenario.json", scenario_file)
+        replay = replay_command(meta, schedule_file, shrunk_limit, scenario_file)
         result = Result(
             folder, original, shrunk, shrunk_limit, reproduced, targets, tried, replay, stop(), stopped
         )

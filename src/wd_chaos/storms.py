@@ -17,19 +17,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import os
 import random
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import gevent
 from gevent.threadpool import ThreadPool
 from locust import User, constant, task
 
+from wd_chaos.config import RunConfig
+from wd_chaos.config import load as load_config
 from wd_chaos.history import HistoryWriter
 from wd_chaos.stores import Opened, open_store
 from wd_chaos.workload import Recorder
@@ -39,18 +40,19 @@ T = TypeVar("T")
 _COUNTER = itertools.count()
 
 
-def _config() -> dict[str, Any]:
+def _config() -> RunConfig:
     path = os.environ.get("WD_CHAOS_CONFIG")
     if not path:
         raise RuntimeError("WD_CHAOS_CONFIG must name a wd-chaos run's config.json")
-    return dict(json.loads(Path(path).read_text()))
+    return load_config(Path(path))
 
 
 def _readers() -> int:
     """The storm's ``readers`` when locust loads this file for a run (0 anywhere else)."""
     if not os.environ.get("WD_CHAOS_CONFIG"):
         return 0
-    return int((_config().get("storm") or {}).get("readers", 0))
+    storm = _config().storm
+    return 0 if storm is None else storm.readers
 
 
 class _StoreUser(User):
@@ -61,20 +63,23 @@ class _StoreUser(User):
 
     def on_start(self) -> None:
         self.cfg = _config()
+        if self.cfg.storm is None:
+            raise RuntimeError(f"{os.environ.get('WD_CHAOS_CONFIG')}: storm: a storm run's config needs one")
+        self.storm = self.cfg.storm
         self.n = next(_COUNTER)
         self.name = f"locust-{os.getpid()}-u{self.n}"
-        self.rng = random.Random(f"{self.cfg['seed']}:{self.name}")
+        self.rng = random.Random(f"{self.cfg.seed}:{self.name}")
         self.thread = ThreadPool(1)
         self.loop = asyncio.new_event_loop()
-        hist = HistoryWriter(Path(self.cfg["run_dir"]) / "procs" / f"{self.name}.jsonl", self.name)
+        hist = HistoryWriter(self.cfg.run_dir / "procs" / f"{self.name}.jsonl", self.name)
         self.hist = hist
-        self.opened: Opened = self._run(open_store(self.cfg["store"]))
+        self.opened: Opened = self._run(open_store(dict(self.cfg.store)))
         self.rec = Recorder(self.opened.durable, hist)
-        lease = self.cfg["lease"]
-        self.alive = timedelta(seconds=lease["alive"])
-        self.budget = timedelta(seconds=lease["budget"])
-        self.visibility = timedelta(seconds=lease["visibility"])
-        self.poll = float(lease["poll_interval"])
+        lease = self.cfg.lease
+        self.alive = timedelta(seconds=lease.alive)
+        self.budget = timedelta(seconds=lease.budget)
+        self.visibility = timedelta(seconds=lease.visibility)
+        self.poll = lease.poll_interval
 
     def on_stop(self) -> None:
         self._run(self.opened.close())
@@ -114,14 +119,14 @@ class AppendUser(_StoreUser):
 
     @task
     def deliver(self) -> None:
-        wf = self.rng.choice(self.cfg["workflows"])
+        wf = self.rng.choice(self.cfg.workflows)
         self.sent = getattr(self, "sent", 0) + 1
         try:
             self._timed("deliver", lambda: self.rec.deliver(wf, {"user": self.name, "n": self.sent}))
         except Exception:
             gevent.sleep(0.05)
             return
-        every = int(self.cfg["storm"].get("check_own_every", 0))
+        every = self.storm.check_own_every
         if every and self.sent % every == 0:
             with contextlib.suppress(Exception):
                 self._timed("load", lambda: self.rec.read(wf, via="writer"))
@@ -137,13 +142,13 @@ class ReadUser(_StoreUser):
     @task
     def read(self) -> None:
         self.reads = getattr(self, "reads", 0) + 1
-        wf = self.cfg["workflows"][self.reads % len(self.cfg["workflows"])]
+        wf = self.cfg.workflows[self.reads % len(self.cfg.workflows)]
         how = "history" if self.reads % 2 else "load"
         try:
             self._timed(how, lambda: self.rec.read(wf, how))
         except Exception:
             gevent.sleep(0.05)
-        gevent.sleep(float(self.cfg["storm"].get("read_pause", 0.01)))
+        gevent.sleep(self.storm.read_pause)
 
 
 class TakeUser(_StoreUser):
@@ -177,7 +182,7 @@ class TakeUser(_StoreUser):
                 "record",
                 lambda: self.rec.record(p, f"visit-{p.token}", {"by": self.name, "token": p.token}),
             )
-            done = visits + 1 >= int(self.cfg["storm"]["visits"])
+            done = visits + 1 >= self.storm.visits
             if done:
                 self._timed("record", lambda: self.rec.record(p, "done", {"token": p.token}))
             # release first, so whoever takes it next can claim it at once

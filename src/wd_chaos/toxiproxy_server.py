@@ -1,5 +1,5 @@
 """A private toxiproxy-server, what a partition fault puts between each worker and its store, and
-the recipe that finds or starts one (``WD_TOXIPROXY_URL``, a container, or the binary on PATH).
+the recipe that finds or starts one (``WD_TOXIPROXY_URL``, or the binary on PATH).
 """
 
 from __future__ import annotations
@@ -45,17 +45,6 @@ def local_toxiproxy(port: int | None = None) -> Iterator[Server]:
                 ex.stop()
 
 
-@contextlib.contextmanager
-def toxiproxy_container() -> Iterator[Server]:
-    """toxiproxy 2.12.0 in a container through testcontainers (when a Docker engine answers)."""
-    from testcontainers.core.container import DockerContainer
-
-    with DockerContainer("ghcr.io/shopify/toxiproxy:2.12.0").with_exposed_ports(8474) as tp:
-        host, port = tp.get_container_host_ip(), int(tp.get_exposed_port(8474))
-        yield Server("toxiproxy", f"http://{host}:{port}", host, port, "testcontainers")
-
-
-TOXIPROXY_SERVER = ServerRecipe(
-    "toxiproxy", "WD_TOXIPROXY_URL", (("toxiproxy-server", ""),), local_toxiproxy, toxiproxy_container
-)
-"""Where toxiproxy comes from: ``WD_TOXIPROXY_URL``, then a container, then a private instance."""
+TOXIPROXY_SERVER = ServerRecipe("toxiproxy", "WD_TOXIPROXY_URL", (("toxiproxy-server", ""),), local_toxiproxy)
+"""Where toxiproxy comes from: ``WD_TOXIPROXY_URL``, else a private instance. No container: the
+proxies it makes must reach the store on this machine's loopback, which a container cannot."""

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import random
 import signal
@@ -41,6 +40,8 @@ from typing import Any, TypeVar
 
 from without_durability import Contended, Delivery, Fenced, InvalidInput, Pass
 
+from .config import ConfigError, LifecycleConfig, RunConfig
+from .config import load as load_config
 from .history import HistoryWriter, observation
 from .stores import Opened, open_store
 
@@ -341,30 +342,30 @@ class Failpoints:
 class Worker:
     """One worker process's loop (see the module docstring)."""
 
-    def __init__(self, cfg: dict[str, Any], name: str, opened: Opened, hist: HistoryWriter) -> None:
+    def __init__(self, cfg: RunConfig, name: str, opened: Opened, hist: HistoryWriter) -> None:
         self.cfg = cfg
         self.name = name
         self.opened = opened
         self.rec = Recorder(opened.durable, hist)
         self.hist = hist
-        self.fail = Failpoints(Path(cfg["run_dir"]), hist)
+        self.fail = Failpoints(cfg.run_dir, hist)
         self.rec.on_claim = lambda p: self.fail.hit("after-claim", workflow=p.workflow, token=p.token)
-        lease = cfg["lease"]
-        self.alive = timedelta(seconds=lease["alive"])
-        self.budget = timedelta(seconds=lease["budget"])
-        self.visibility = timedelta(seconds=lease["visibility"])
-        self.poll = float(lease["poll_interval"])
-        self.work = cfg["workload"]
+        lease = cfg.lease
+        self.alive = timedelta(seconds=lease.alive)
+        self.budget = timedelta(seconds=lease.budget)
+        self.visibility = timedelta(seconds=lease.visibility)
+        self.poll = lease.poll_interval
+        self.work = cfg.workload
         self.stopping = False
         self.nonce = 0
-        if float(self.work.get("transact_seconds", 0)) > 0:
+        if self.work.transact_seconds > 0:
             opened.pause = self.transact_pause
 
     async def retrying(self, call: Callable[[], Awaitable[T]]) -> T:
         """Retry a call that failed with a store error (a partition, a restart) for as long as
         the lease budget and then some: a partitioned pass comes back and tries its write, which
         is what lets the fence refuse it after the heal."""
-        deadline = time.monotonic() + float(self.cfg["retry_seconds"])
+        deadline = time.monotonic() + self.cfg.retry_seconds
         while True:
             try:
                 return await call()
@@ -379,22 +380,22 @@ class Worker:
         """Inside a transact's effect (its row written, its transaction open): take
         ``transact_seconds``, announced like a step's effect so a stall can target it."""
         op = self.hist.invoke("effect", workflow=workflow, key="ledger", token=token)
-        await asyncio.sleep(float(self.work["transact_seconds"]))
+        await asyncio.sleep(self.work.transact_seconds)
         self.hist.complete(op, "effect", "ok")
 
     def effect_seconds(self, workflow: str, key: str) -> float:
         """How long this run of a step's effect takes: ``step_seconds``, except that the first
         pass (of any worker) to run a workflow's ``charge`` takes ``slow_first_seconds`` when set:
         the step that outlives its whole budget."""
-        slow = float(self.work.get("slow_first_seconds", 0))
+        slow = self.work.slow_first_seconds
         if slow <= 0 or key != "charge":
-            return float(self.work["step_seconds"])
-        folder = Path(self.cfg["run_dir"]) / "slow"
+            return self.work.step_seconds
+        folder = self.cfg.run_dir / "slow"
         folder.mkdir(exist_ok=True)
         try:  # O_EXCL: exactly one pass per workflow is the slow one
             os.close(os.open(folder / workflow.replace("/", "_"), os.O_CREAT | os.O_EXCL))
         except FileExistsError:
-            return float(self.work["step_seconds"])
+            return self.work.step_seconds
         return slow
 
     async def step(self, p: Pass, key: str, value: Callable[[], dict[str, Any]]) -> None:
@@ -423,12 +424,12 @@ class Worker:
             )
             await self.retrying(lambda: self.rec.transact(p, "ledger", effect))
         inbox = [k for k in recs if k.startswith("inbox/")]
-        approvals = [f"approval-{w}" for w in range(int(self.work["writers"]))]
-        if any(a not in recs for a in approvals) or len(inbox) < int(self.work["messages"]):
+        approvals = [f"approval-{w}" for w in range(self.work.writers)]
+        if any(a not in recs for a in approvals) or len(inbox) < self.work.messages:
             return None
         now = await self.rec.now()
         if "nap" not in recs:
-            until = now + timedelta(seconds=float(self.work["nap_seconds"]))
+            until = now + timedelta(seconds=self.work.nap_seconds)
             await self.retrying(lambda: self.rec.record(p, "nap", until.isoformat()))
             return until
         nap = datetime.fromisoformat(str(recs["nap"]))
@@ -489,7 +490,7 @@ class LibraryClient:
     def body(self) -> Callable[[Any], Awaitable[object]]:
         w = self.w
         work = w.work
-        failing = set(w.cfg.get("failing", []))
+        failing = set(w.cfg.failing)
 
         def as_dict(value: object) -> dict[str, Any]:
             if not isinstance(value, dict):
@@ -519,14 +520,14 @@ class LibraryClient:
                                    token=token),
             )  # fmt: skip
             await run.transact("ledger", effect, as_dict)
-            for writer in range(int(work["writers"])):
+            for writer in range(work.writers):
                 await run.awaiting(f"approval-{writer}", as_dict)
             if run.workflow in failing:
                 # lifecycle: fails every attempt, after its steps and arrivals (so no arrive comes
                 # after it failed and was swept, which would start the id afresh)
                 w.hist.event("info", what="attempt", workflow=run.workflow, token=run.pass_.token)
                 raise RuntimeError(f"{run.workflow} fails on purpose")
-            await run.sleep("nap", timedelta(seconds=float(work["nap_seconds"])))
+            await run.sleep("nap", timedelta(seconds=work.nap_seconds))
             inbox = [k for k, _ in run.inbox()]
             await run.step("seen", external(run, "seen", inbox=inbox), as_dict)
             await run.step("done", _done(run.pass_.token), as_dict)
@@ -538,50 +539,50 @@ class LibraryClient:
         from without_durability import Worker as LibraryWorker
 
         w = self.w
-        lease = w.cfg["lease"]
+        lease = w.cfg.lease
         worker: Any = LibraryWorker(
             RecordingDurable(w.rec),
             self.body(),
             alive=w.alive,
             budget=w.budget,
             visibility=w.visibility,
-            poll_interval=timedelta(seconds=float(lease["poll_interval"])),
+            poll_interval=timedelta(seconds=lease.poll_interval),
             retry_contended=w.alive,
-            retry=_retry_policy(w.cfg.get("lifecycle")),
+            retry=_retry_policy(w.cfg.lifecycle),
         )
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, worker.stop)
         await worker.run()
 
 
-def _retry_policy(lifecycle: dict[str, Any] | None) -> Any:
+def _retry_policy(lifecycle: LifecycleConfig | None) -> Any:
     """The scenario's ``RetryPolicy`` (None: the Worker's default)."""
-    if not lifecycle:
+    if lifecycle is None:
         return None
     from without_durability import RetryPolicy
 
     return RetryPolicy(
-        initial_interval=timedelta(seconds=float(lifecycle["retry_initial"])),
+        initial_interval=timedelta(seconds=lifecycle.retry_initial),
         backoff_coefficient=1.0,
-        maximum_attempts=int(lifecycle["max_attempts"]),
+        maximum_attempts=lifecycle.max_attempts,
     )
 
 
-async def sweep_in_background(cfg: dict[str, Any], opened: Opened, hist: HistoryWriter) -> None:
+async def sweep_in_background(cfg: RunConfig, opened: Opened, hist: HistoryWriter) -> None:
     """The scenario's sweeper: the store's ``Opened.sweep`` (a store whose retention is a process,
     such as Postgres's) every ``sweep_every`` s with ``older_than = sweep_age``, each run an ``info``
     line; a store without one (a TTL, or nothing to sweep) needs no process."""
-    lifecycle = cfg["lifecycle"]
+    lifecycle = cfg.lifecycle
     sweep = opened.sweep
-    if sweep is None:
+    if lifecycle is None or sweep is None:
         return
-    age = timedelta(seconds=float(lifecycle["sweep_age"]))
+    age = timedelta(seconds=lifecycle.sweep_age)
     while True:
         try:
             swept = await sweep(age)
             hist.event("info", what="sweep", swept=swept)
         except Exception as exc:  # the store restarting: sweep again next time
             hist.event("info", what="sweep failed", error=f"{type(exc).__name__}: {exc}"[:300])
-        await asyncio.sleep(float(lifecycle["sweep_every"]))
+        await asyncio.sleep(lifecycle.sweep_every)
 
 
 def _done(token: int) -> Callable[[], Awaitable[object]]:
@@ -594,26 +595,25 @@ def _done(token: int) -> Callable[[], Awaitable[object]]:
 # -- the outside writers --------------------------------------------------------------------------
 
 
-async def write_outside(cfg: dict[str, Any], index: int, rec: Recorder) -> None:
+async def write_outside(cfg: RunConfig, index: int, rec: Recorder) -> None:
     """Deliver this writer's share of each workflow's messages and arrive its approvals, at
     times the seed fixes, spread from the start of the run."""
-    work = cfg["workload"]
-    writers = int(work["writers"])
-    rng = random.Random(f"{cfg['seed']}:writer:{index}")
+    work = cfg.workload
+    writers = work.writers
+    rng = random.Random(f"{cfg.seed}:writer:{index}")
     plan: list[tuple[float, str, str, int]] = []
-    for n, wf in enumerate(cfg["workflows"]):
-        base = float(cfg["starts"][n])
-        for m in range(int(work["messages"])):
+    for wf, base in zip(cfg.workflows, cfg.starts, strict=True):
+        for m in range(work.messages):
             if m % writers == index:
                 plan.append((base + rng.uniform(0, 1.0), wf, "message", m))
         # each writer approves after its own messages, so all approvals in means every message in
-        after = float(work.get("approve_after", 1.0))
+        after = work.approve_after
         plan.append((base + after + rng.uniform(0, 0.5), wf, "approval", index))
         # the same approval submitted again later with other content, as a retrying client does:
         # it must lose (first writer wins) and move nothing (not the order, not written_at)
         plan.append((base + after + 1.5 + rng.uniform(0, 1.5), wf, "approval-again", index))
     plan.sort()
-    t0 = float(cfg["t0"])
+    t0 = cfg.t0
     for at, wf, what, m in plan:
         delay = t0 + at - time.time()
         if delay > 0:
@@ -636,19 +636,17 @@ async def write_outside(cfg: dict[str, Any], index: int, rec: Recorder) -> None:
 # -- the readers ----------------------------------------------------------------------------------
 
 
-async def read_outside(cfg: dict[str, Any], index: int, rec: Recorder, stop: asyncio.Event) -> None:
+async def read_outside(cfg: RunConfig, index: int, rec: Recorder, stop: asyncio.Event) -> None:
     """Loop ``load`` and ``history`` over the workflows being written (those whose start has come),
     every ``read_pause`` seconds, until ``stop`` is set. What it saw is in its read lines (``via:
     reader``): the monotonic-loads checker judges them, and replays them as a consumer walking each
     inbox with a cursor to count what such a consumer would have skipped."""
-    work = cfg["workload"]
-    rng = random.Random(f"{cfg['seed']}:reader:{index}")
-    pause = float(work.get("read_pause", 0.02))
-    starts = [float(s) for s in cfg["starts"]]
-    t0 = float(cfg["t0"])
+    rng = random.Random(f"{cfg.seed}:reader:{index}")
+    pause = cfg.workload.read_pause
+    t0 = cfg.t0
     n = 0
     while not stop.is_set():
-        due = [wf for wf, s in zip(cfg["workflows"], starts, strict=True) if t0 + s <= time.time() + 0.5]
+        due = [wf for wf, s in zip(cfg.workflows, cfg.starts, strict=True) if t0 + s <= time.time() + 0.5]
         if due:
             n += 1
             with contextlib.suppress(Exception):  # a failed read is in the history; read on
@@ -660,20 +658,20 @@ async def read_outside(cfg: dict[str, Any], index: int, rec: Recorder, stop: asy
 # -- process entry --------------------------------------------------------------------------------
 
 
-async def _main(role: str, cfg: dict[str, Any], name: str) -> None:
-    run_dir = Path(cfg["run_dir"])
+async def _main(role: str, cfg: RunConfig, name: str) -> None:
+    run_dir = cfg.run_dir
     hist = HistoryWriter(run_dir / "procs" / f"{name}.{os.getpid()}.jsonl", name)
     hist.event("info", what="start", role=role)
-    spec = dict(cfg["store"])
-    if role == "worker" and cfg.get("worker_urls"):
-        spec["url"] = cfg["worker_urls"][name]  # through this worker's own toxiproxy proxy
+    spec = dict(cfg.store)
+    if role == "worker" and cfg.worker_urls:
+        spec["url"] = cfg.worker_urls[name]  # through this worker's own toxiproxy proxy
     opened = await open_store(spec)
     try:
         if role == "sweeper":
             await sweep_in_background(cfg, opened, hist)
         elif role == "worker":
             worker = Worker(cfg, name, opened, hist)
-            if cfg["workload"].get("client") == "worker":
+            if cfg.workload.client == "worker":
                 await LibraryClient(worker).run()
             else:
                 loop = asyncio.get_running_loop()
@@ -698,7 +696,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("config")
     parser.add_argument("name")
     args = parser.parse_args(argv)
-    cfg = json.loads(Path(args.config).read_text())
+    try:
+        cfg = load_config(Path(args.config))
+    except ConfigError as exc:
+        parser.error(str(exc))  # exits 2 with the file, field and what was wrong
     asyncio.run(_main(args.role, cfg, args.name))
 
 

@@ -228,8 +228,9 @@ class PostgresKit(StoreKit):
         return unavailable()
 
     def server(self, *, restartable: bool = False) -> AbstractContextManager[Server]:
-        """A Postgres server (every private one is restartable: it keeps its WAL fsynced)."""
-        return provide(POSTGRES_SERVER)
+        """A Postgres server (every private one is restartable: it keeps its WAL fsynced; a
+        ``restartable`` one is never a container, which the run could not signal)."""
+        return provide(POSTGRES_SERVER, private=restartable)
 
     def open(self, server: Server) -> Any:
         """A fresh store in its own schema on ``server``."""

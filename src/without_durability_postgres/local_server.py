@@ -152,7 +152,10 @@ def _postmaster_pid(data: Path, ex: Any) -> int:
 @contextlib.contextmanager
 def postgres_container() -> Iterator[Server]:
     """A Postgres 16 container through testcontainers (when a Docker engine answers)."""
-    from testcontainers.postgres import PostgresContainer
+    try:
+        from testcontainers.community.postgres import PostgresContainer
+    except ImportError:  # testcontainers before the community split
+        from testcontainers.postgres import PostgresContainer
 
     with PostgresContainer("postgres:16", driver=None) as pg:
         url = pg.get_connection_url()

@@ -218,7 +218,7 @@ class RedisKit(StoreKit):
         """A redis-server (``restartable``: with an fsync per write, the one setting under which
         an acknowledged write survives a SIGKILL), or a cluster."""
         if restartable and not self.cluster:
-            return provide(self.recipe, fsync_always=True)
+            return provide(self.recipe, private=True, fsync_always=True)
         return provide(self.recipe)
 
     def open(self, server: Server) -> Any:

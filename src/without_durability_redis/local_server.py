@@ -144,7 +144,10 @@ def _wait_cluster_ok(cli: str, nodes: list[Server], timeout: float = 30.0) -> No
 @contextlib.contextmanager
 def redis_container() -> Iterator[Server]:
     """A Redis 7 container through testcontainers (when a Docker engine answers)."""
-    from testcontainers.redis import RedisContainer
+    try:
+        from testcontainers.community.redis import RedisContainer
+    except ImportError:  # testcontainers before the community split
+        from testcontainers.redis import RedisContainer
 
     with RedisContainer("redis:7") as rd:
         host, port = rd.get_container_host_ip(), int(rd.get_exposed_port(6379))

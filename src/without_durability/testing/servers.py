@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import json
+import logging
 import os
 import pwd
 import shutil
@@ -36,8 +37,9 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+_log = logging.getLogger(__name__)
 INSTALL_HINT = "run scripts/install-servers (it installs every server the built-in kits and wd-chaos use)"
 
 
@@ -203,7 +205,7 @@ def executor(command: list[str], host: str, port: int, log: Path, stop_signal: i
     )
 
 
-# -- provisioning: environment, then Docker, then local binaries -----------------------------
+# -- provisioning: environment, then testcontainers (Docker), then local binaries -----------------------------
 
 
 @dataclass(frozen=True)
@@ -231,14 +233,42 @@ def _from_env(recipe: ServerRecipe) -> Server | None:
     return Server(recipe.kind, urls[0], parts.hostname or "127.0.0.1", parts.port or 0, "env", nodes=urls)
 
 
-def _docker_answers() -> bool:
+Source = Literal["env", "testcontainers", "local"]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What decides where a recipe's server comes from, as ``probe`` found it on this machine."""
+
+    url: str | None
+    """The recipe's URL variable (``WD_POSTGRES_URL``, ...), when set and not empty."""
+    docker: str | None
+    """None when testcontainers is installed and a Docker engine answered; else why not."""
+    missing: tuple[str, ...]
+    """The server binaries not found (empty: a private server can be started)."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Where a server will come from (``source``; None when nowhere) and one line saying why."""
+
+    source: Source | None
+    why: str
+
+
+def _docker_probe() -> str | None:
+    try:
+        import testcontainers.core.container  # noqa: F401
+    except ImportError:
+        return "testcontainers is not installed (pip install 'without-durability[containers]')"
     try:
         import docker  # type: ignore[import-untyped]
 
         docker.from_env(timeout=2).ping()
-        return True
-    except Exception:
-        return False
+    except Exception as exc:
+        detail = " ".join(str(exc).split())[:200]
+        return f"no Docker engine answers ({type(exc).__name__}: {detail})"
+    return None
 
 
 def _binary_ok(name: str, pattern: str) -> bool:
@@ -249,39 +279,68 @@ def _binary_ok(name: str, pattern: str) -> bool:
         return False
 
 
-def why_unavailable(recipe: ServerRecipe) -> str | None:
-    """None if a server of ``recipe`` can be had (a URL is set, Docker answers and the recipe has a
-    container, or the binaries are on PATH); otherwise why not, with what to do. Starts nothing."""
-    if os.environ.get(recipe.env):
-        return None
-    missing = [name for name, pattern in recipe.binaries if not _binary_ok(name, pattern)]
-    if not missing:
-        return None
-    if recipe.container is not None and _docker_answers():
-        return None
-    return (
-        f"{recipe.kind}: {', '.join(missing)} not on PATH, {recipe.env} not set, and no Docker "
-        f"engine answers; {INSTALL_HINT}, or set {recipe.env}"
+def probe(recipe: ServerRecipe) -> Probe:
+    """Look at this machine for ``recipe``: its URL variable, testcontainers and a Docker engine
+    (a ping with a 2 s timeout; only when the recipe has a container), and the server binaries."""
+    url = os.environ.get(recipe.env) or None
+    docker = _docker_probe() if url is None and recipe.container is not None else "not probed"
+    missing = tuple(name for name, pattern in recipe.binaries if not _binary_ok(name, pattern))
+    return Probe(url, docker, missing)
+
+
+def choose(recipe: ServerRecipe, found: Probe, *, private: bool = False) -> Choice:
+    """Where a ``recipe`` server comes from, first match wins: the URL variable when set; else a
+    testcontainers container when the recipe has one and Docker answered (not when ``private``: a
+    server the caller must restart or signal is one it starts itself); else a private server from
+    the installed binaries. ``why`` names the variable and says why each earlier source was passed
+    over."""
+    kind, variable = recipe.kind, recipe.env
+    if found.url is not None:
+        return Choice("env", f"{kind}: from {variable}")
+    if recipe.container is None:
+        passed = f"not testcontainers: {kind} has no container recipe"
+    elif private:
+        passed = "not testcontainers: the caller needs a server it can restart or signal"
+    elif found.docker is None:
+        return Choice("testcontainers", f"{kind}: a testcontainers container ({variable} not set, Docker answers)")
+    else:
+        passed = f"not testcontainers: {found.docker}"
+    if not found.missing:
+        return Choice("local", f"{kind}: a private server from the installed binaries ({variable} not set; {passed})")
+    return Choice(
+        None,
+        f"{kind}: {', '.join(found.missing)} not on PATH, {variable} not set, and {passed}; "
+        f"{INSTALL_HINT}, or set {variable}",
     )
 
 
+def why_unavailable(recipe: ServerRecipe) -> str | None:
+    """None if a server of ``recipe`` can be had (a URL is set, Docker answers and the recipe has a
+    container, or the binaries are on PATH); otherwise why not, with what to do. Starts nothing."""
+    choice = choose(recipe, probe(recipe))
+    return None if choice.source is not None else choice.why
+
+
 @contextlib.contextmanager
-def provide(recipe: ServerRecipe, **options: Any) -> Iterator[Server]:
+def provide(recipe: ServerRecipe, *, private: bool = False, **options: Any) -> Iterator[Server]:
     """A server of ``recipe``: from the environment, from testcontainers, or a private local
-    instance (started with ``options``), in that order. Raises ``ServerUnavailable`` with what to do
-    when none can be had."""
-    env = _from_env(recipe)
-    if env is not None:
-        yield env
+    instance (started with ``options``), in that order (``choose`` says which and why; the reason
+    is logged at INFO on this module's logger). ``private`` skips testcontainers (a server the
+    caller restarts). Raises ``ServerUnavailable`` with what to do when none can be had."""
+    choice = choose(recipe, probe(recipe), private=private)
+    _log.info("%s", choice.why)
+    if choice.source is None:
+        raise ServerUnavailable(choice.why)
+    if choice.source == "env":
+        server = _from_env(recipe)
+        assert server is not None  # choose saw the variable set
+        yield server
         return
-    reason = why_unavailable(recipe)
-    local_ok = all(_binary_ok(n, p) for n, p in recipe.binaries)
-    if not local_ok and reason is None and recipe.container is not None:
+    if choice.source == "testcontainers":
+        assert recipe.container is not None  # choose saw a container recipe
         with recipe.container() as server:
             yield server
         return
-    if reason is not None:
-        raise ServerUnavailable(reason)
     sweep_stale()  # what a killed test session or run left: servers whose owner is gone
     with recipe.local(**options) as server:
         yield server
