@@ -57,7 +57,7 @@ def main() -> None:
     args = parser(__doc__ or "").parse_args()
     out = report_dir(args.out)
     seconds = 2.0 if args.quick else 6.0
-    from without_durability.testing.replicated import replicated_redis
+    from without_durability_redis.replicated import replicated_redis
 
     rows = []
     with replicated_redis() as pair:

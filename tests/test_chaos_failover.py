@@ -163,3 +163,41 @@ def test_the_extra_failover_scenarios_validate() -> None:
     found = {p.stem: scenario.load_file(p) for p in folder.glob("failover-*.toml")}
     assert set(found) == {"failover-partition", "failover-partition-nowait"}, found
     assert found["failover-partition-nowait"].expect == "lost-writes"
+
+
+class _Nemesis:
+    """What ``failover.start`` uses of the nemesis: its server, its fault lines, its timers."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.lines: list[dict[str, Any]] = []
+        self.active: list[Any] = []
+
+    def _line(self, ev: dict[str, Any], phase: str, **more: Any) -> None:
+        self.lines.append({"phase": phase, **more})
+
+
+@pytest.mark.parametrize("offers", [True, False], ids=["offers-partition", "does-not"])
+def test_a_partition_failover_asks_the_pair_not_the_store_name(offers: bool) -> None:
+    """A new store's ``Replicated`` that offers a partition is isolated; one that does not is
+    skipped with a line naming why (no store name decides either)."""
+    from wd_chaos import failover
+    from without_durability.testing.replicated import Replicated
+    from without_durability.testing.servers import Server
+
+    isolated: list[bool] = []
+
+    class Pair(Replicated):
+        offers_partition = offers
+
+        def isolate_primary(self) -> None:
+            isolated.append(True)
+
+    server = Server("mystore", "mystore://127.0.0.1:1", "127.0.0.1", 1, "local", pid=123)
+    nemesis = _Nemesis(Pair("mystore", server.url, server, server, False))
+    failover.start(nemesis, {"fault": "failover", "id": "failover-0", "how": "partition"})  # type: ignore[arg-type]
+    if offers:
+        assert isolated and nemesis.lines[0]["phase"] == "start", nemesis.lines
+    else:
+        assert not isolated and nemesis.lines[0]["phase"] == "skipped", nemesis.lines
+        assert "not offered for mystore" in nemesis.lines[0]["why"], nemesis.lines

@@ -81,6 +81,34 @@ def test_a_store_that_lacks_a_need_is_refused_naming_what_it_lacks() -> None:
     assert check_store(find("lease-stall"), "redis") == "redis-set"
 
 
+class _Replicating(StoreKit):
+    name = "replicating"
+    provides = frozenset({"workers", "failover"})
+
+
+def test_failover_runs_on_every_kit_that_provides_it_and_a_new_one_touches_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A kit's ``provides`` alone puts it under the failover scenarios: no list in the harness
+    or the scenario files names the stores that replicate."""
+    for name in ("failover", "failover-async"):
+        assert stores_for(find(name)) == ["postgres", "redis-set"], name
+    reason = why_not(find("failover"), "redis-stream")
+    assert reason is not None and "does not provide failover" in reason, reason
+    monkeypatch.setattr(kit_module, "_KITS", {**kits(), "replicating": _Replicating()})
+    assert "replicating" in stores_for(find("failover"))
+    assert "replicating" in stores_for(find("failover-async"))
+
+
+def test_a_failover_run_on_a_kit_without_replication_says_so() -> None:
+    from wd_chaos.services import check_available
+
+    reason = check_available("sqlite", False, True)
+    assert reason is not None and "'sqlite' does not provide failover" in reason, reason
+    with pytest.raises(KitError, match="cannot start a replicated deployment"):
+        find_kit("sqlite").replicated(synchronous=True)
+
+
 def test_a_scenario_can_still_name_its_stores_and_declare_extra_needs() -> None:
     only = parse('name = "x"\nstores = ["redis"]\nneeds = ["restart"]', "x.toml")
     assert only.stores == ["redis-set"]

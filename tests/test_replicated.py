@@ -1,4 +1,4 @@
-"""Replicated servers (``without_durability.testing.replicated``) and what the stores keep across a
+"""Replicated servers (the store kits' ``replicated``) and what the stores keep across a
 failover on them: a Postgres standby promoted with ``pg_ctl promote``, a Redis replica elected by
 Sentinel, clients that follow the primary, and the Redis checkpointer's ``replicas`` (WAIT)."""
 
@@ -10,24 +10,25 @@ from datetime import timedelta
 
 import pytest
 
-from without_durability.testing.replicated import Replicated, replicated_postgres, replicated_redis
+from without_durability_postgres.replicated import replicated_postgres
+from without_durability_redis.replicated import RedisReplicated, replicated_redis
 
 pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture(scope="module")
-def redis_pair() -> Iterator[Replicated]:
+def redis_pair() -> Iterator[RedisReplicated]:
     with replicated_redis() as pair:
         yield pair
 
 
-def _sentinel_client(pair: Replicated) -> object:
+def _sentinel_client(pair: RedisReplicated) -> object:
     from redis.asyncio.sentinel import Sentinel
 
     return Sentinel(pair.sentinels, socket_timeout=2).master_for(pair.service, socket_timeout=2)
 
 
-def _on_replicas(pair: Replicated, key: str) -> list[dict[bytes, bytes]]:
+def _on_replicas(pair: RedisReplicated, key: str) -> list[dict[bytes, bytes]]:
     import redis
 
     return [
@@ -37,7 +38,7 @@ def _on_replicas(pair: Replicated, key: str) -> list[dict[bytes, bytes]]:
 
 
 def test_a_write_that_waited_for_the_replica_is_on_it_and_one_that_could_not_is_not_acknowledged(
-    redis_pair: Replicated,
+    redis_pair: RedisReplicated,
 ) -> None:
     from without_durability_redis import NotReplicated, RedisCheckpointer
 
@@ -64,7 +65,7 @@ def test_a_write_that_waited_for_the_replica_is_on_it_and_one_that_could_not_is_
     asyncio.run(main())
 
 
-def test_a_sentinel_client_follows_the_elected_replica(redis_pair: Replicated) -> None:
+def test_a_sentinel_client_follows_the_elected_replica(redis_pair: RedisReplicated) -> None:
     from without_durability.errors import StoreUnavailable
     from without_durability_redis import RedisCheckpointer
 

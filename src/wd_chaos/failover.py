@@ -1,9 +1,10 @@
 """The failover fault, as one package: its schedule entry, what it needs from the run's servers,
 the nemesis's action, and the check that it bit.
 
-The store runs replicated (``without_durability.testing.replicated``): Postgres with a streaming
-standby (synchronous or asynchronous), Redis with replicas under Sentinel; every process reaches
-it through a client that follows the primary. The fault, once per run:
+The store runs replicated: its kit (one that provides ``failover``) starts a
+``without_durability.testing.replicated.Replicated`` (today Postgres with a streaming standby,
+synchronous or asynchronous, and Redis with replicas under Sentinel), and every process reaches it
+through a client that follows the primary. The fault, once per run:
 
 1. ``start``: the standby (every Redis replica) is stopped (SIGSTOP) for ``lag`` seconds, the lag
    a slow network or disk gives it. A synchronous commit cannot return meanwhile; an asynchronous
@@ -24,6 +25,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
+    from without_durability.testing.replicated import Replicated
+
     from .checkers import Verdict
     from .faults import Nemesis
     from .history import Op
@@ -117,19 +120,21 @@ def start(nemesis: Nemesis, ev: dict[str, Any]) -> None:
                 primary_port=new.port,
             )  # fmt: skip
 
-        wait = float(ev.get("promote_after", 0.0)) if pair.kind == "postgres" else 0.0
+        # a store that elects its own primary needs no failover manager's detection time
+        wait = 0.0 if pair.elects_itself else float(ev.get("promote_after", 0.0))
         nemesis.active.append(_Active(time.monotonic() + wait, ev, promote))
 
     nemesis.active.append(_Active(time.monotonic() + lag, ev, kill))
 
 
-def _partition(nemesis: Nemesis, pair: Any, ev: dict[str, Any]) -> None:
-    """``how = "partition"``: isolate the primary, wait for the Sentinels' choice, let the old
+def _partition(nemesis: Nemesis, pair: Replicated, ev: dict[str, Any]) -> None:
+    """``how = "partition"`` (where the pair ``offers_partition``): isolate the primary, wait for the Sentinels' choice, let the old
     primary serve its clients for ``isolated_for`` s, then let it rejoin."""
     from .faults import _Active
 
-    if pair.kind != "redis":
-        nemesis._line(ev, "skipped", why="a partition failover is offered for Redis only (use how = 'kill')")
+    if not pair.offers_partition:
+        why = f"a partition failover is not offered for {pair.kind} (use how = 'kill')"
+        nemesis._line(ev, "skipped", why=why)
         return
     old = pair.pid
     nemesis._line(ev, "start", target_pid=old)

@@ -305,7 +305,8 @@ class Scenario(_Strict):
     def requires(self) -> frozenset[Capability]:
         """What a store's kit must provide to run this scenario: worker processes always; a
         restartable server for a restart fault; a proxy-able address for a partition; a pause
-        inside an open transaction for a stall inside ``transact``; and ``needs``."""
+        inside an open transaction for a stall inside ``transact``; a replicated deployment for a
+        failover; and ``needs``."""
         out: set[Capability] = {"workers", *self.needs}
         for fault in self.faults:
             if isinstance(fault, RestartFault):
@@ -314,6 +315,8 @@ class Scenario(_Strict):
                 out.add("proxy")
             elif isinstance(fault, StallFault) and fault.inside == "transact":
                 out.add("transact-pause")
+            elif isinstance(fault, FailoverFault):
+                out.add("failover")
         return frozenset(out)
 
     @model_validator(mode="after")

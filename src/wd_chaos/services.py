@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from without_durability.testing.kit import KitError, find_kit
+from without_durability.testing.kit import KitError, StoreKit, find_kit
+from without_durability.testing.replicated import Replicated
 from without_durability.testing.servers import (
     Server,
     ServerUnavailable,
@@ -27,19 +28,17 @@ from without_durability.testing.servers import (
 from .stores import WALL_OFFSET, Spec
 from .toxiproxy_server import TOXIPROXY_SERVER
 
-REPLICATED = ("postgres", "redis-set")
-"""The kits a failover run can replicate (``without_durability.testing.replicated``)."""
-
 __all__ = ["Services", "ServerUnavailable", "services", "sweep_stale"]
 
 
 @dataclass
 class Services:
-    """What a run has: the store spec, the server (None for SQLite), toxiproxy and the per-worker
+    """What a run has: the store spec, the server (None for SQLite; a failover run's replicated
+    deployment), toxiproxy and the per-worker
     URLs through it (empty without partitions)."""
 
     spec: Spec
-    server: Server | None = None
+    server: Server | Replicated | None = None
     toxi: Any = None
     worker_urls: dict[str, str] = field(default_factory=dict)
     proxies: dict[str, str] = field(default_factory=dict)
@@ -53,34 +52,20 @@ def _swap_netloc(url: str, hostport: str) -> str:
 
 
 def _replicated(
-    stack: contextlib.ExitStack, store: str, event: dict[str, Any], run_dir: Path | None = None
-) -> tuple[Any, Spec]:
-    """A private replicated pair for a failover run, and the spec that follows its primary."""
-    from without_durability.testing.replicated import replicated_postgres, replicated_redis
+    stack: contextlib.ExitStack, kit: StoreKit, event: dict[str, Any], run_dir: Path, tag: str
+) -> tuple[Replicated, Spec]:
+    """A private replicated deployment of ``kit`` for a failover run, and the spec that follows
+    its primary (with the event's ``wait_replicas``, for stores that can wait for replicas)."""
+    pair = stack.enter_context(kit.replicated(synchronous=event.get("replication") != "async"))
 
-    tag = f"chaos_{secrets.token_hex(4)}"
-    if store == "postgres":
-        pair = stack.enter_context(replicated_postgres(synchronous=event.get("replication") != "async"))
-    else:
-        pair = stack.enter_context(replicated_redis())
-    if run_dir is not None:  # the servers' own account of the failover, kept with the run
+    def keep_logs() -> None:  # the servers' own account of the failover, kept with the run
+        (run_dir / "servers").mkdir(exist_ok=True)
+        for log in pair.log_files():
+            with contextlib.suppress(OSError):
+                shutil.copy(log, run_dir / "servers" / f"{log.parent.name}-{log.name}")
 
-        def keep_logs() -> None:
-            (run_dir / "servers").mkdir(exist_ok=True)
-            for log in pair.log_files():
-                with contextlib.suppress(OSError):
-                    shutil.copy(log, run_dir / "servers" / f"{log.parent.name}-{log.name}")
-
-        stack.callback(keep_logs)
-    if store == "postgres":
-        return pair, {"store": store, "url": pair.url, "schema": tag, "prefix": f"{tag}:"}
-    spec: Spec = {
-        "store": store,
-        "url": pair.url,
-        "sentinels": [list(s) for s in pair.sentinels],
-        "service": pair.service,
-        "prefix": f"{tag}:",
-    }
+    stack.callback(keep_logs)
+    spec: Spec = {"store": kit.name, **kit.worker_spec(pair, run_dir, tag)}
     if event.get("wait_replicas"):
         spec["wait_replicas"] = int(event["wait_replicas"])
     return pair, spec
@@ -88,7 +73,8 @@ def _replicated(
 
 def check_available(store: str, partition: bool, failover: bool = False) -> str | None:
     """Why this run cannot have its servers (one message saying how to get them), or None. A
-    failover run starts its replicated store privately, so it needs the binaries on PATH."""
+    failover run starts its replicated store privately (the kit's ``replicated``), so it asks the
+    kit what that needs."""
     try:
         kit = find_kit(store)
         reason = kit.unavailable()
@@ -100,16 +86,8 @@ def check_available(store: str, partition: bool, failover: bool = False) -> str 
         reason = why_unavailable(TOXIPROXY_SERVER)
         if reason:
             return reason
-    if failover and kit.name in REPLICATED:
-        from without_durability.testing.servers import find_binary
-
-        pg = "/usr/lib/postgresql/*/bin/"
-        needed = {"postgres": ["initdb", "postgres", "pg_basebackup", "pg_ctl", "pg_isready"]}
-        for name in needed.get(kit.name, ["redis-server", "redis-sentinel"]):
-            try:
-                find_binary(name, pg + name)
-            except ServerUnavailable as exc:
-                return f"a failover run starts a replicated {kit.name} itself: {exc}"
+    if failover:
+        return kit.replication_unavailable()
     return None
 
 
@@ -130,9 +108,9 @@ def services(
     tag = f"chaos_{secrets.token_hex(4)}"
     with contextlib.ExitStack() as stack:
         kit = find_kit(store)
-        server: Server | None
-        if failover is not None and kit.name in REPLICATED:
-            server, spec = _replicated(stack, kit.name, failover, run_dir)
+        server: Server | Replicated | None
+        if failover is not None:
+            server, spec = _replicated(stack, kit, failover, run_dir, tag)
         else:
             server = stack.enter_context(kit.server(restartable=restart))
             if restart and (server is None or server.source != "local"):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from without_durability._values import Pass
 from without_durability.testing.harness import EffectFailed, EffectKit, RealTestClock, StoreUnderTest
 from without_durability.testing.kit import Opened, Spec, StoreKit
+from without_durability.testing.replicated import Replicated
 from without_durability.testing.servers import Server, provide, why_unavailable
 
 from .local_server import POSTGRES_SERVER
@@ -220,7 +221,7 @@ class PostgresKit(StoreKit):
 
     name = "postgres"
     description = "PostgreSQL via psycopg 3 (a real server)"
-    provides = frozenset({"workers", "restart", "proxy", "transact-pause"})
+    provides = frozenset({"workers", "restart", "proxy", "transact-pause", "failover"})
     mutant_modules = ("wd_chaos.mutants.postgres",)
 
     def unavailable(self) -> str | None:
@@ -236,8 +237,21 @@ class PostgresKit(StoreKit):
         """A fresh store in its own schema on ``server``."""
         return open_postgres(server)
 
-    def worker_spec(self, server: Server, run_dir: Path, tag: str) -> Spec:
-        """The server's URL and the run's own schema."""
+    def replicated(self, *, synchronous: bool) -> AbstractContextManager[Replicated]:
+        """A private primary with a streaming standby, synchronous or not (see ``replicated.py``)."""
+        from .replicated import replicated_postgres
+
+        return replicated_postgres(synchronous=synchronous)
+
+    def replication_unavailable(self) -> str | None:
+        """Which of the binaries a replicated pair needs is missing, or None."""
+        from .replicated import unavailable as replication_unavailable
+
+        return replication_unavailable()
+
+    def worker_spec(self, server: Server | Replicated, run_dir: Path, tag: str) -> Spec:
+        """The server's URL (a replicated pair's: the multi-host one that follows the primary) and
+        the run's own schema."""
         return {"url": server.url, "schema": tag}
 
     async def open_worker(self, spec: Spec) -> Opened:

@@ -22,9 +22,12 @@ from without_durability._values import Pass
 from without_durability.durable import SplitDurable
 from without_durability.testing.harness import EffectFailed, EffectKit, RealTestClock, StoreUnderTest
 from without_durability.testing.kit import Opened, Spec, StoreKit
+from without_durability.testing.replicated import Replicated
 from without_durability.testing.servers import Server, ServerRecipe, provide, why_unavailable
 
 from .local_server import REDIS_CLUSTER_SERVER, REDIS_SERVER
+from .replicated import RedisReplicated, replicated_redis
+from .replicated import unavailable as replication_unavailable
 
 
 def _driver_missing() -> str | None:
@@ -197,7 +200,14 @@ class RedisKit(StoreKit):
     mutant_modules = ("wd_chaos.mutants.redis",)
 
     def __init__(
-        self, name: str, scheduler: str, recipe: ServerRecipe, description: str, aliases: tuple[str, ...] = ()
+        self,
+        name: str,
+        scheduler: str,
+        recipe: ServerRecipe,
+        description: str,
+        aliases: tuple[str, ...] = (),
+        *,
+        failover: bool = False,
     ) -> None:
         self.name = name
         self.description = description
@@ -208,6 +218,8 @@ class RedisKit(StoreKit):
         # a cluster's nodes answer with their own addresses, so one proxy cannot stand in for them,
         # and restarting one node is not restarting the store
         self.provides = frozenset({"workers"} if self.cluster else {"workers", "restart", "proxy"})
+        if failover:  # a replicated deployment is one primary under Sentinel, never a cluster
+            self.provides |= {"failover"}
         self.server_key = recipe.kind  # the set and stream kits share one server per session
 
     def unavailable(self) -> str | None:
@@ -225,9 +237,26 @@ class RedisKit(StoreKit):
         """A fresh key prefix on ``server``, deleted afterwards."""
         return _opener(self.name, self.scheduler, self.cluster)(server)
 
-    def worker_spec(self, server: Server, run_dir: Path, tag: str) -> Spec:
-        """The server's URL and the run's own key prefix."""
-        return {"url": server.url, "prefix": f"{tag}:"}
+    def replicated(self, *, synchronous: bool) -> contextlib.AbstractContextManager[Replicated]:
+        """A private primary with two replicas under three Sentinels (see ``replicated.py``).
+        Redis replication is always asynchronous: ``synchronous`` is carried by ``wait_replicas``
+        in the spec (``WAIT``), not by the deployment."""
+        return replicated_redis()
+
+    def replication_unavailable(self) -> str | None:
+        """Which of redis-server and redis-sentinel is missing, or None."""
+        if "failover" not in self.provides:
+            return super().replication_unavailable()
+        return replication_unavailable()
+
+    def worker_spec(self, server: Server | Replicated, run_dir: Path, tag: str) -> Spec:
+        """The server's URL and the run's own key prefix; for a replicated deployment, its
+        Sentinels and service too, so every connection asks where the primary is."""
+        spec: Spec = {"url": server.url, "prefix": f"{tag}:"}
+        if isinstance(server, RedisReplicated):
+            spec["sentinels"] = [list(s) for s in server.sentinels]
+            spec["service"] = server.service
+        return spec
 
     async def open_worker(self, spec: Spec) -> Opened:
         """Open the run's keys (see ``open_redis_worker``)."""
@@ -240,6 +269,7 @@ REDIS_SET = RedisKit(
     REDIS_SERVER,
     "RedisCheckpointer + RedisSetScheduler on one redis-server",
     aliases=("redis",),
+    failover=True,
 )
 REDIS_STREAM = RedisKit(
     "redis-stream", "stream", REDIS_SERVER, "RedisCheckpointer + RedisStreamScheduler on one redis-server"

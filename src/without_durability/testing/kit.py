@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 from ..clock import monotonic_micros, system_clock
 from .harness import StoreFactory, StoreUnderTest
+from .replicated import Replicated
 
 ENTRY_POINT_GROUP = "without_durability.stores"
 
@@ -35,15 +36,17 @@ Spec = dict[str, Any]
 """A JSON-ready description of a store a run opened: the kit's ``worker_spec`` writes it and every
 process of the run (workers, writers, readers, the controller) hands it to ``open_worker``. The
 harness adds ``store`` (the kit's name), ``namespace``, and optionally ``mutant``, ``ttl`` (a
-scenario's small retention, for stores that keep records for a time) and ``prepare`` (true once,
-before any worker starts: create the schema and the ledger)."""
+scenario's small retention, for stores that keep records for a time), ``wait_replicas`` (a failover
+run's replicas each write waits for, for stores that can wait) and ``prepare`` (true once, before
+any worker starts: create the schema and the ledger)."""
 
-Capability = Literal["workers", "restart", "proxy", "transact-pause"]
+Capability = Literal["workers", "restart", "proxy", "transact-pause", "failover"]
 """What a kit can do for a wd-chaos scenario. ``workers``: many processes open one store from a
 spec (every worker scenario needs it). ``restart``: its private server can be killed and started on
 the same data with acknowledged writes kept (``store-restart``). ``proxy``: it is reached over one TCP
 address that a proxy can stand in for (``partition``). ``transact-pause``: its ledger effect awaits
-``Opened.pause`` with the transaction open (a stall inside ``transact``)."""
+``Opened.pause`` with the transaction open (a stall inside ``transact``). ``failover``: it starts a
+private replicated deployment (``replicated``) whose primary a ``failover`` fault kills."""
 CAPABILITIES: tuple[Capability, ...] = get_args(Capability)
 
 
@@ -147,9 +150,24 @@ class StoreKit:
         cleaned up on exit."""
         raise NotImplementedError(f"store kit {self.name!r} does not open a store for the suite")
 
+    def replicated(self, *, synchronous: bool) -> AbstractContextManager[Replicated]:
+        """Enter to have a private replicated deployment of this store (kits that provide
+        ``failover``): a primary and a standby, ``synchronous`` when an acknowledged write must
+        have reached the standby (where the store has the choice). ``worker_spec`` takes it as
+        its ``server``."""
+        raise KitError(f"store kit {self.name!r} cannot start a replicated deployment (no 'failover')")
+
+    def replication_unavailable(self) -> str | None:
+        """Why ``replicated`` cannot start here (a binary missing, with how to get it), or None.
+        Starts nothing."""
+        if "failover" not in self.provides:
+            return f"store kit {self.name!r} does not provide failover"
+        return None
+
     def worker_spec(self, server: Any, run_dir: Path, tag: str) -> Spec:
         """The spec every process of one wd-chaos run opens this store with: where it is (a file in
-        ``run_dir``, or ``server``'s URL) and a namespace of its own (``tag``: a schema, a key prefix)."""
+        ``run_dir``, or ``server``'s URL; a ``Replicated`` from ``replicated``: a client that
+        follows its primary) and a namespace of its own (``tag``: a schema, a key prefix)."""
         raise KitError(f"store kit {self.name!r} cannot be opened by worker processes")
 
     async def open_worker(self, spec: Spec) -> Opened:
