@@ -38,7 +38,7 @@ def _cases() -> list[tuple[str, str]]:
 def _run(name: str, store: str, *extra: str) -> tuple[int, dict[str, Any], str]:
     scenario = load_file(available()[name])
     partition = any(f.kind == "partition" for f in scenario.faults)
-    reason = check_available(store, partition)
+    reason = check_available(store, partition, any(f.kind == "clock-step" for f in scenario.faults))
     if reason:
         pytest.fail(f"{name} on {store}: servers unavailable: {reason}")
     seconds = min(SECONDS, 5.0) if scenario.storm is not None else SECONDS

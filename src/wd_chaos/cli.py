@@ -360,7 +360,7 @@ def run_cmd(
         except OptionError as exc:
             raise click.UsageError(f"{sc.name} on {st}: {exc}") from exc
         partition = any(f.kind == "partition" for f in sc.faults)
-        reason = check_available(st, partition)
+        reason = check_available(st, partition, any(f.kind == "clock-step" for f in sc.faults))
         if reason:
             raise HarnessError(f"{sc.name} on {st}: cannot get its servers: {reason}")
         planned.append((sc, opts))

@@ -18,6 +18,9 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from .clockstep import ClockStepFault
+from .clockstep import plan_fields as clockstep_fields
+
 StoreName = Literal["sqlite", "postgres", "redis"]
 CheckName = Literal[
     "fencing",
@@ -48,6 +51,7 @@ BITES = (
     "storm",
     "budget-fenced",
     "long-wait",
+    "clock-step",
     "none",
 )
 FAILPOINTS = ("after-effect-before-record", "inside-transact", "after-claim")
@@ -209,7 +213,8 @@ class WallStepFault(_Fault):
 
 
 Fault = Annotated[
-    StallFault | KillFault | PartitionFault | RestartFault | WallStepFault, Field(discriminator="kind")
+    StallFault | KillFault | PartitionFault | RestartFault | WallStepFault | ClockStepFault,
+    Field(discriminator="kind"),
 ]
 
 
@@ -258,6 +263,7 @@ class Scenario(_Strict):
         "storm",
         "budget-fenced",
         "long-wait",
+        "clock-step",
         "none",
     ] = "none"
     lifecycle: Lifecycle | None = None
@@ -295,7 +301,7 @@ def _expected(error: dict[str, object]) -> str:
     if kind == "union_tag_invalid" and isinstance(ctx, dict):
         return f"kind = one of {ctx.get('expected_tags')}"
     if kind == "union_tag_not_found":
-        return "a 'kind' field: stall, kill, partition, restart or wall-step"
+        return "a 'kind' field: stall, kill, partition, restart, wall-step or clock-step"
     return str(error.get("msg", "")).removeprefix("Value error, ")
 
 
@@ -315,7 +321,7 @@ def _where(loc: tuple[object, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("stall", "kill", "partition", "restart", "wall-step"):
+        elif part in ("stall", "kill", "partition", "restart", "wall-step", "clock-step"):
             continue  # the discriminator's branch name is noise in a field path
         else:
             out += ("." if out else "") + str(part)
@@ -404,6 +410,8 @@ def plan(scenario: Scenario, seed: int, workers: int, time_limit: float) -> list
             elif isinstance(fault, WallStepFault):
                 event["seconds"] = fault.seconds
                 event["target"] = "store"
+            elif isinstance(fault, ClockStepFault):
+                event.update(clockstep_fields(fault))
             else:
                 event["target"] = "store"
             events.append(event)
@@ -415,7 +423,7 @@ class ScheduledEvent(_Strict):
     """One event of a concrete fault schedule, as ``plan`` makes it and ``run.json`` records it;
     a replayed schedule (``wd-chaos run --schedule``) is held to this form."""
 
-    fault: Literal["stall", "kill", "partition", "restart", "wall-step"]
+    fault: Literal["stall", "kill", "partition", "restart", "wall-step", "clock-step"]
     index: Annotated[int, Field(ge=0)] = 0
     """Which of the scenario's ``[[faults]]`` the event came from (informational on a replay)."""
     at: Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -434,6 +442,7 @@ class ScheduledEvent(_Strict):
             "partition": ("duration", "mode"),
             "kill": ("failpoint",),
             "wall-step": ("seconds",),
+            "clock-step": ("seconds",),
             "restart": (),
         }[self.fault]
         missing = [name for name in needs if getattr(self, name) is None]

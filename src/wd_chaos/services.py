@@ -22,6 +22,7 @@ from without_durability.testing.servers import (
     why_unavailable,
 )
 
+from . import clockstep
 from .stores import WALL_OFFSET, Spec
 
 __all__ = ["Services", "ServerUnavailable", "services", "sweep_stale"]
@@ -46,8 +47,10 @@ def _swap_netloc(url: str, hostport: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def check_available(store: str, partition: bool) -> str | None:
+def check_available(store: str, partition: bool, clock_step: bool = False) -> str | None:
     """Why this run cannot have its servers (one message saying how to get them), or None."""
+    if clock_step and store != "sqlite" and (reason := clockstep.why_unavailable(store)):
+        return reason
     kinds = ([] if store == "sqlite" else [store]) + (["toxiproxy"] if partition else [])
     for kind in kinds:
         reason = why_unavailable(kind)
@@ -66,8 +69,10 @@ def services(
     restart: bool = False,
     checkpointer_class: str | None = None,
     mutant: str | None = None,
+    clock_step: bool = False,
 ) -> Iterator[Services]:
-    """Provide the servers a run needs and yield its ``Services``."""
+    """Provide the servers a run needs and yield its ``Services``. With ``clock_step`` a server
+    runs on a clock the nemesis steps (``clockstep.server_env``), so it is a private one."""
     tag = f"chaos_{secrets.token_hex(4)}"
     with contextlib.ExitStack() as stack:
         if store == "sqlite":
@@ -76,7 +81,8 @@ def services(
             server = None
         elif store in ("postgres", "redis"):
             # a restarted Redis keeps acknowledged writes only with an fsync per write
-            server = stack.enter_context(provide(store, redis_fsync_always=restart))
+            env = clockstep.server_env(store, run_dir / clockstep.CLOCK_FILE) if clock_step else None
+            server = stack.enter_context(provide(store, redis_fsync_always=restart, env=env))
             if restart and server.source != "local":
                 raise ServerUnavailable(
                     f"a store restart needs a private {store} this run starts itself; "

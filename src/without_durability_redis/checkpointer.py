@@ -322,6 +322,8 @@ class RedisCheckpointer:
             raw = await self.client.hgetall(self.hash_key(workflow))
         rows = []
         for field_, stored in raw.items():
+            if not field_:
+                continue  # the latest stamp (see _checkpoint.lua), not a record
             position, written, encoded = text(stored).split(":", 2)
             rows.append((int(position), text(field_), int(written), encoded))
         rows.sort()  # the positions are distinct: this is the order each key was first recorded

@@ -30,7 +30,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,7 +198,9 @@ def _postgres_user_prefix(folder: Path) -> list[str]:
     return _as_user("postgres")
 
 
-def _executor(command: list[str], host: str, port: int, log: Path, stop_signal: int) -> Any:
+def _executor(
+    command: list[str], host: str, port: int, log: Path, stop_signal: int, env: dict[str, str] | None = None
+) -> Any:
     from mirakuru import TCPExecutor
 
     out = open(log, "ab")  # noqa: SIM115 - the server writes here for its whole life
@@ -208,6 +210,7 @@ def _executor(command: list[str], host: str, port: int, log: Path, stop_signal: 
         port=port,
         timeout=60,
         stop_signal=stop_signal,
+        envvars=env,
         stdout=out,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
@@ -215,9 +218,10 @@ def _executor(command: list[str], host: str, port: int, log: Path, stop_signal: 
 
 
 @contextlib.contextmanager
-def local_postgres(port: int | None = None) -> Iterator[Server]:
+def local_postgres(port: int | None = None, *, env: dict[str, str] | None = None) -> Iterator[Server]:
     """A private PostgreSQL: initdb into a temporary folder, listen on a free loopback port, trust
-    auth for the ``postgres`` role, shipped durability settings. Removed on exit."""
+    auth for the ``postgres`` role, shipped durability settings. Removed on exit. ``env`` is added
+    to the server's environment (and so every backend's): a preloaded fake clock, for one."""
     pg = "/usr/lib/postgresql/*/bin/"
     initdb = find_binary("initdb", pg + "initdb")
     postgres = find_binary("postgres", pg + "postgres")
@@ -248,8 +252,12 @@ def local_postgres(port: int | None = None) -> Iterator[Server]:
         )
         if init.returncode != 0:
             raise ServerUnavailable(f"initdb failed ({init.returncode}): {init.stderr.strip()}")
+        # the environment is set after the switch to the postgres user: a preloaded library that
+        # makes shared state at start (libfaketime) must make it as the user the server runs as
+        given = ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
         command = [
             *prefix,
+            *given,
             postgres,
             "-D",
             str(data),
@@ -326,11 +334,13 @@ def local_redis(
     cluster: bool = False,
     folder: Path | None = None,
     fsync_always: bool = False,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
     """A private redis-server on a free loopback port, with no persistence configured beyond the
     defaults' append-only log being off. ``cluster`` starts it with cluster mode enabled.
     ``fsync_always`` turns the append-only log on with an fsync per write, the one setting under
-    which an acknowledged write survives a SIGKILL of the server (the chaos store-restart fault)."""
+    which an acknowledged write survives a SIGKILL of the server (the chaos store-restart fault).
+    ``env`` is added to the server's environment."""
     binary = find_binary("redis-server")
     port = port or free_port()
     with contextlib.ExitStack() as stack:
@@ -366,7 +376,7 @@ def local_redis(
         state: dict[str, Any] = {}
 
         def start() -> None:
-            ex = _executor(command, "127.0.0.1", port, root / f"redis-{port}.log", signal.SIGTERM)
+            ex = _executor(command, "127.0.0.1", port, root / f"redis-{port}.log", signal.SIGTERM, env)
             ex.start()
             state["ex"] = ex
             server.pid = int(ex.process.pid)
@@ -469,7 +479,7 @@ _ENV = {
     "redis-cluster": "WD_REDIS_CLUSTER_URLS",
     "toxiproxy": "WD_TOXIPROXY_URL",
 }
-_LOCAL = {
+_LOCAL: dict[str, Callable[..., contextlib.AbstractContextManager[Server]]] = {
     "postgres": local_postgres,
     "redis": local_redis,
     "redis-cluster": local_redis_cluster,
@@ -555,26 +565,39 @@ def why_unavailable(kind: str) -> str | None:
 
 
 @contextlib.contextmanager
-def provide(kind: str, *, redis_fsync_always: bool = False) -> Iterator[Server]:
+def provide(
+    kind: str, *, redis_fsync_always: bool = False, env: dict[str, str] | None = None
+) -> Iterator[Server]:
     """A ``kind`` server (postgres, redis, redis-cluster, toxiproxy): from the environment, from
     testcontainers, or a private local instance, in that order. Raises ``ServerUnavailable`` with
     what to do when none can be had. ``redis_fsync_always`` asks a private Redis for an
-    append-only log fsynced on every write (see ``local_redis``)."""
+    append-only log fsynced on every write (see ``local_redis``). ``env`` is added to a private
+    postgres or redis server's environment; a server from elsewhere cannot take it, so with
+    ``env`` only a private instance is started (``ServerUnavailable`` if it cannot be)."""
     if kind not in _ENV:
         raise ValueError(f"unknown server kind {kind!r}; expected one of {sorted(_ENV)}")
-    env = _from_env(kind)
-    if env is not None:
-        yield env
+    if env is not None and kind not in ("postgres", "redis"):
+        raise ValueError(f"env is for a private postgres or redis server, not {kind}")
+    given = _from_env(kind) if env is None else None
+    if given is not None:
+        yield given
         return
     reason = why_unavailable(kind)
     local_ok = all(_binary_ok(n, p) for n, p in _BINARIES[kind])
+    if env is not None and not local_ok:
+        raise ServerUnavailable(
+            f"{kind}: this run changes the server's environment, so it starts a private {kind} "
+            f"from binaries on PATH, and they are missing: {INSTALL_HINT}"
+        )
     if not local_ok and reason is None and kind != "redis-cluster":
         with _from_testcontainers(kind) as server:
             yield server
         return
     if reason is not None:
         raise ServerUnavailable(reason)
-    options = {"fsync_always": True} if kind == "redis" and redis_fsync_always else {}
+    options: dict[str, Any] = {"fsync_always": True} if kind == "redis" and redis_fsync_always else {}
+    if env is not None:
+        options["env"] = env
     sweep_stale()  # what a killed test session or run left: servers whose owner is gone
     with _LOCAL[kind](**options) as server:
         yield server

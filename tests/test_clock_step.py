@@ -1,0 +1,108 @@
+"""The server stores (Postgres, Redis) on a server clock that steps, as the chaos ``clock-step``
+fault steps it: each test starts its own private server with the fault's preload (libfaketime, or
+the small shim for a server libfaketime hangs) and rewrites the control file the way the nemesis
+does. Leases are measured on the server's clock, so a forward step lapses a live pass early; what
+must hold anyway is the fence (the lapsed pass cannot write) and the order of history (no record
+stamped before the one loaded ahead of it)."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wd_chaos import clockstep
+from wd_chaos.stores import open_store, prepare
+from without_durability import Fenced
+from without_durability.testing import servers
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.parametrize("kind", ["postgres", "redis"])]
+LONG = timedelta(minutes=5)
+
+
+def _step(control: Path, offset: float) -> None:
+    aside = control.with_name(control.name + ".new")
+    aside.write_text(f"{offset:+.3f}\n")
+    aside.replace(control)
+
+
+@pytest.fixture
+def clock_dir() -> Iterator[Path]:
+    """A folder every user can read: a server started by root runs as postgres, and reads the
+    control file (pytest's own temporary folders are private to their owner)."""
+    folder = Path(tempfile.mkdtemp(prefix="wd-clock-test-"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@asynccontextmanager
+async def stepped_store(kind: str, folder: Path) -> AsyncIterator[tuple[Any, Path]]:
+    """A private ``kind`` server on a steppable clock, and the store (chaos spec form) on it."""
+    reason = clockstep.why_unavailable(kind)
+    if reason:
+        pytest.fail(f"needs a {kind} server on a stepped clock (bash scripts/install-servers): {reason}")
+    control = folder / clockstep.CLOCK_FILE
+    env = clockstep.server_env(kind, control)
+    local = servers.local_postgres if kind == "postgres" else servers.local_redis
+    with local(env=env) as server:
+        tag = f"t_{secrets.token_hex(3)}"
+        spec = {"kind": kind, "url": server.url, "schema": tag, "prefix": f"{tag}:"}
+        await prepare(spec)
+        opened = await open_store(spec)
+        try:
+            yield opened.durable, control
+        finally:
+            _step(control, 0)
+            await opened.close()
+
+
+async def test_the_step_reaches_the_servers_clock(kind: str, clock_dir: Path) -> None:
+    async with stepped_store(kind, clock_dir) as (durable, control):
+        before = await durable.scheduler.now()
+        _step(control, 3600)
+        ahead = await durable.scheduler.now()
+        _step(control, 0)
+        after = await durable.scheduler.now()
+    assert timedelta(minutes=59) < ahead - before < timedelta(minutes=61), (before, ahead)
+    assert timedelta(0) <= after - before < timedelta(minutes=1), (before, after)
+
+
+async def test_a_forward_step_lapses_a_live_claim_and_the_fence_holds(kind: str, clock_dir: Path) -> None:
+    cp_step = timedelta(minutes=10)
+    async with stepped_store(kind, clock_dir) as (durable, control):
+        cp = durable.checkpointer
+        first = await cp.claim("w", alive=timedelta(seconds=30), budget=LONG)
+        await cp.record(first, "a", 1)
+        _step(control, cp_step.total_seconds())
+        second = await cp.claim("w", alive=timedelta(seconds=30), budget=LONG)
+        assert second.token > first.token, (first, second)
+        with pytest.raises(Fenced):
+            await cp.record(first, "b", "stale")
+        got = await cp.record(second, "b", "fresh")
+    assert got.value == "fresh" and got.won, got
+
+
+async def test_a_clock_stepped_back_keeps_history_in_order(kind: str, clock_dir: Path) -> None:
+    async with stepped_store(kind, clock_dir) as (durable, control):
+        cp = durable.checkpointer
+        await cp.supply("w", "before", 1)
+        _step(control, -600)
+        await cp.supply("w", "after", 2)
+        key = await cp.append("w", 3)
+        history = await cp.history("w")
+    keys = [e.key for e in history]
+    stamps = [e.written_at for e in history]
+    assert keys == ["before", "after", key], keys
+    assert stamps == sorted(stamps), (
+        f"written_at went backward along the history: {list(zip(keys, stamps, strict=True))}"
+    )
