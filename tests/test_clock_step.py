@@ -106,3 +106,18 @@ async def test_a_clock_stepped_back_keeps_history_in_order(kind: str, clock_dir:
     assert stamps == sorted(stamps), (
         f"written_at went backward along the history: {list(zip(keys, stamps, strict=True))}"
     )
+
+
+async def test_an_arrival_during_a_pass_its_visibility_outlived_is_not_lost(kind: str, clock_dir: Path) -> None:
+    """A forward step (or a pass slower than its visibility) puts the take's receipt in the past:
+    an arrival then must still leave the workflow queued after the pass answers."""
+    async with stepped_store(kind, clock_dir) as (durable, control):
+        sch = durable.scheduler
+        await sch.schedule("w")
+        delivery = await sch.take(timedelta(seconds=30))
+        assert delivery is not None and delivery.workflow == "w", delivery
+        _step(control, 120)  # the receipt is now 90 s in the server's past
+        await sch.schedule("w")  # an arrival while the pass still runs
+        await sch.wake_at(delivery, None)  # the pass answers as it saw the workflow: nothing to do
+        again = await sch.take(timedelta(seconds=30))
+    assert again is not None and again.workflow == "w", "the arrival's wakeup was lost with the answer"

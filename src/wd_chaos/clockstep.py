@@ -294,10 +294,12 @@ def _passes(all_ops: list[Operation]) -> dict[tuple[str, int], list[Operation]]:
 
 def lapsed(ops: list[Op], final: dict[str, Any]) -> list[tuple[Operation, Operation, Operation]]:
     """For each forward step on a store whose leases run on the stepped clock, the passes it
-    lapsed: ``(held, taken, refused)``: ``held`` the old pass's last write, whose liveness window
-    still covered the moment ``taken`` (a newer claim of its workflow) completed after the step,
-    and ``refused`` the old pass's next write, refused as Fenced."""
-    from .checkers import FENCED_WRITES, SLACK_NS, operations
+    lapsed: ``(held, taken, refused)``: ``held`` the old pass's last write before ``taken`` (a
+    newer claim of its workflow, decided after the step began), whose liveness window still
+    covered the moment ``taken`` completed, with the step between the two; and ``refused`` the old
+    pass's next write, refused as Fenced. The breach is the one ``checkers.fencing`` lays on the
+    step, plus the fence that must follow it."""
+    from .checkers import FENCED_WRITES, RENEWING, SLACK_NS, operations
 
     steps = [s for s in lease_steps(ops, final) if s["seconds"] > 0]
     if not steps:
@@ -309,15 +311,17 @@ def lapsed(ops: list[Op], final: dict[str, Any]) -> list[tuple[Operation, Operat
     for step in steps:
         lo, hi = step["between"]
         for taken in claims:
-            if taken.end < hi:
+            if taken.end < lo:
                 continue
             assert taken.workflow is not None and taken.token is not None
             for (wf, token), mine in passes.items():
                 if wf != taken.workflow or token >= taken.token:
                     continue
-                held = _live_at(mine, lo)
-                if held is None:
-                    continue
+                released = min((o.start for o in mine if o.f == "release"), default=float("inf"))
+                kept = [x for x in mine if x.landed and x.f in RENEWING and x.end <= taken.end]
+                held = max(kept, key=lambda x: x.end, default=None)
+                if held is None or released < taken.end or held.start > hi:
+                    continue  # released first, or renewed only after the step: no lapse to see
                 if taken.end + SLACK_NS >= _window_end(held, mine):
                     continue  # the old pass's own window had run out by then: no step needed
                 later = sorted(
