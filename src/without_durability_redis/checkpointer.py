@@ -335,7 +335,9 @@ class RedisCheckpointer:
         return {key: self._decode(workflow, key, enc) for _, key, _, enc in rows}
 
     async def history(self, workflow: str) -> list[Entry]:
-        """See ``Checkpointer.history``: ``written_at`` is the server clock at the winning write."""
+        """See ``Checkpointer.history``: ``written_at`` is the server clock at the winning write, or
+        the workflow's latest record's if that is later (a server clock stepped back), so it never
+        goes backward along the history."""
         return [
             Entry(key, self._decode(workflow, key, enc), from_micros(at))
             for _, key, at, enc in await self._rows(workflow)
