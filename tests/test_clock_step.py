@@ -66,8 +66,13 @@ async def stepped_store(kind: str, folder: Path) -> AsyncIterator[tuple[Any, Pat
             await opened.close()
 
 
-async def test_the_step_reaches_the_servers_clock(kind: str, clock_dir: Path) -> None:
-    async with stepped_store(kind, clock_dir) as (durable, control):
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
+async def test_the_step_reaches_the_servers_clock(
+    kind: str, clock_dir: Path, relative: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if relative:  # as a run's default --report-dir gives it; the server changes its own directory
+        monkeypatch.chdir(clock_dir)
+    async with stepped_store(kind, Path(".") if relative else clock_dir) as (durable, control):
         before = await durable.scheduler.now()
         _step(control, 3600)
         ahead = await durable.scheduler.now()

@@ -169,6 +169,8 @@ def server_env(kind: str, control: Path) -> dict[str, str]:
     reading the same control file."""
     from without_durability.testing.servers import find_binary
 
+    # absolute: a server changes its working directory (Redis to --dir, Postgres to its data)
+    control = control.resolve()
     if not control.exists():
         control.write_text("+0\n")
     _readable_by_the_server(kind, control)
