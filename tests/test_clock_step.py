@@ -1,12 +1,12 @@
 """The server stores (Postgres, Redis) on a server clock that steps, as the chaos ``clock-step``
-fault steps it: each test starts its own private server with the fault's preload (libfaketime, or
-the small shim for a server libfaketime hangs) and rewrites the control file the way the nemesis
-does. Leases are measured on the server's clock, so a forward step lapses a live pass early; what
+fault steps it: private servers started with the fault's preload (libfaketime, or the small shim
+for a server libfaketime hangs), whose control file the tests rewrite the way the nemesis does. Leases are measured on the server's clock, so a forward step lapses a live pass early; what
 must hold anyway is the fence (the lapsed pass cannot write) and the order of history (no record
 stamped before the one loaded ahead of it)."""
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import shutil
 import tempfile
@@ -33,58 +33,88 @@ def _step(control: Path, offset: float) -> None:
     aside.replace(control)
 
 
-@pytest.fixture
-def clock_dir() -> Iterator[Path]:
+def _readable_dir(stack: contextlib.ExitStack) -> Path:
     """A folder every user can read: a server started by root runs as postgres, and reads the
     control file (pytest's own temporary folders are private to their owner)."""
     folder = Path(tempfile.mkdtemp(prefix="wd-clock-test-"))
     folder.chmod(0o755)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    stack.callback(shutil.rmtree, folder, True)
+    return folder
 
 
-@asynccontextmanager
-async def stepped_store(kind: str, folder: Path) -> AsyncIterator[tuple[Any, Path]]:
-    """A private ``kind`` server on a steppable clock, and the store (chaos spec form) on it."""
+def _start(stack: contextlib.ExitStack, kind: str, folder: Path) -> tuple[str, Path]:
+    """A private ``kind`` server on a clock stepped through ``folder``'s control file: its URL and
+    the control file."""
     reason = clockstep.why_unavailable(kind)
     if reason:
         pytest.fail(f"needs a {kind} server on a stepped clock (bash scripts/install-servers): {reason}")
     control = folder / clockstep.CLOCK_FILE
     env = clockstep.server_env(kind, control)
     local = servers.local_postgres if kind == "postgres" else servers.local_redis
-    with local(env=env) as server:
-        tag = f"t_{secrets.token_hex(3)}"
-        spec = {"kind": kind, "url": server.url, "schema": tag, "prefix": f"{tag}:"}
-        await prepare(spec)
-        opened = await open_store(spec)
-        try:
-            yield opened.durable, control
-        finally:
-            _step(control, 0)
-            await opened.close()
+    server = stack.enter_context(local(env=env))
+    return server.url, control.resolve()
+
+
+class _Shared:
+    """One server of each kind on a stepped clock for the whole module, started on first use (a
+    server start is most of each test's time); every test gets its own schema or key prefix."""
+
+    def __init__(self, stack: contextlib.ExitStack) -> None:
+        self.stack = stack
+        self.started: dict[str, tuple[str, Path]] = {}
+
+    def get(self, kind: str) -> tuple[str, Path]:
+        if kind not in self.started:
+            folder = _readable_dir(self.stack) / kind
+            folder.mkdir(mode=0o755)
+            self.started[kind] = _start(self.stack, kind, folder)
+        return self.started[kind]
+
+
+@pytest.fixture(scope="module")
+def shared() -> Iterator[_Shared]:
+    with contextlib.ExitStack() as stack:
+        yield _Shared(stack)
+
+
+@asynccontextmanager
+async def stepped_store(kind: str, url: str, control: Path) -> AsyncIterator[tuple[Any, Path]]:
+    """The store (chaos spec form) in a fresh namespace on a server stepped through ``control``;
+    the clock is put right afterwards."""
+    tag = f"t_{secrets.token_hex(3)}"
+    spec = {"kind": kind, "url": url, "schema": tag, "prefix": f"{tag}:"}
+    await prepare(spec)
+    opened = await open_store(spec)
+    try:
+        yield opened.durable, control
+    finally:
+        _step(control, 0)
+        await opened.close()
 
 
 @pytest.mark.parametrize("relative", [False, True], ids=["absolute", "relative"])
 async def test_the_step_reaches_the_servers_clock(
-    kind: str, clock_dir: Path, relative: bool, monkeypatch: pytest.MonkeyPatch
+    kind: str, shared: _Shared, relative: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if relative:  # as a run's default --report-dir gives it; the server changes its own directory
-        monkeypatch.chdir(clock_dir)
-    async with stepped_store(kind, Path(".") if relative else clock_dir) as (durable, control):
-        before = await durable.scheduler.now()
-        _step(control, 3600)
-        ahead = await durable.scheduler.now()
-        _step(control, 0)
-        after = await durable.scheduler.now()
+    with contextlib.ExitStack() as stack:
+        if relative:  # as a run's default --report-dir gives it; a server changes its own directory
+            monkeypatch.chdir(_readable_dir(stack))
+            url, control = _start(stack, kind, Path("."))
+        else:
+            url, control = shared.get(kind)
+        async with stepped_store(kind, url, control) as (durable, control):
+            before = await durable.scheduler.now()
+            _step(control, 3600)
+            ahead = await durable.scheduler.now()
+            _step(control, 0)
+            after = await durable.scheduler.now()
     assert timedelta(minutes=59) < ahead - before < timedelta(minutes=61), (before, ahead)
     assert timedelta(0) <= after - before < timedelta(minutes=1), (before, after)
 
 
-async def test_a_forward_step_lapses_a_live_claim_and_the_fence_holds(kind: str, clock_dir: Path) -> None:
+async def test_a_forward_step_lapses_a_live_claim_and_the_fence_holds(kind: str, shared: _Shared) -> None:
     cp_step = timedelta(minutes=10)
-    async with stepped_store(kind, clock_dir) as (durable, control):
+    async with stepped_store(kind, *shared.get(kind)) as (durable, control):
         cp = durable.checkpointer
         first = await cp.claim("w", alive=timedelta(seconds=30), budget=LONG)
         await cp.record(first, "a", 1)
@@ -97,8 +127,8 @@ async def test_a_forward_step_lapses_a_live_claim_and_the_fence_holds(kind: str,
     assert got.value == "fresh" and got.won, got
 
 
-async def test_a_clock_stepped_back_keeps_history_in_order(kind: str, clock_dir: Path) -> None:
-    async with stepped_store(kind, clock_dir) as (durable, control):
+async def test_a_clock_stepped_back_keeps_history_in_order(kind: str, shared: _Shared) -> None:
+    async with stepped_store(kind, *shared.get(kind)) as (durable, control):
         cp = durable.checkpointer
         await cp.supply("w", "before", 1)
         _step(control, -600)
@@ -113,10 +143,12 @@ async def test_a_clock_stepped_back_keeps_history_in_order(kind: str, clock_dir:
     )
 
 
-async def test_an_arrival_during_a_pass_its_visibility_outlived_is_not_lost(kind: str, clock_dir: Path) -> None:
+async def test_an_arrival_during_a_pass_its_visibility_outlived_is_not_lost(
+    kind: str, shared: _Shared
+) -> None:
     """A forward step (or a pass slower than its visibility) puts the take's receipt in the past:
     an arrival then must still leave the workflow queued after the pass answers."""
-    async with stepped_store(kind, clock_dir) as (durable, control):
+    async with stepped_store(kind, *shared.get(kind)) as (durable, control):
         sch = durable.scheduler
         await sch.schedule("w")
         delivery = await sch.take(timedelta(seconds=30))
