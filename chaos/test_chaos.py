@@ -62,7 +62,8 @@ def _worker_stores() -> list[str]:
 def _run(name: str, store: str, *extra: str) -> tuple[int, dict[str, Any], str]:
     scenario = load_file(available()[name])
     partition = any(f.kind == "partition" for f in scenario.faults)
-    reason = check_available(store, partition, any(f.kind == "failover" for f in scenario.faults))
+    faults = {f.kind for f in scenario.faults}
+    reason = check_available(store, partition, "failover" in faults, "clock-step" in faults)
     if reason:
         pytest.fail(f"{name} on {store}: servers unavailable: {reason}")
     seconds = min(SECONDS, 5.0) if scenario.storm is not None else SECONDS

@@ -237,20 +237,32 @@ def fencing(ops: list[Op], final: dict[str, Any]) -> Verdict:
             if not newer and not unsure:
                 bad.append(w.brief("refused as Fenced, but no newer claim was invoked before it"))
     steps = _store_steps(ops, final, leases=True)
+    from .clockstep import lease_steps
+
+    # a step this run made itself, of a known size and moment, on the clock the leases run on:
+    # the lapse is the step's doing, and the fence (not the lease) is what safety rests on
+    injected = lease_steps(ops, final)
     explained: list[dict[str, Any]] = []
+    caused: list[dict[str, Any]] = []
     for breach in _exclusive(operations_, claims) + _budget_ends(operations_, claims, maybe_claims):
-        (explained if breach.stepped(steps) else bad).extend(breach.evidence)
+        if injected and breach.stepped(injected):
+            caused.extend(breach.evidence)
+        else:
+            (explained if breach.stepped(steps) else bad).extend(breach.evidence)
     counts = {
         "writes": writes,
         "accepted": landed,
         "refused_fenced": refused,
         "claims": sum(len(c) for c in claims.values()),
     }
+    if caused:
+        counts["lease breaches caused by an injected clock step"] = len(caused) // 2
     if bad:
         return Verdict("fencing", False, f"{len(bad) // 2 or 1} fencing violation(s)", bad, counts)
     if explained:
         return _unjudged("fencing", f"{len(explained) // 2} lease breach(es)", explained, steps, counts)
-    return Verdict("fencing", True, f"{refused} stale write(s) refused, none accepted", [], counts)
+    stepped = f"; {len(caused) // 2} lease(s) lapsed early by an injected clock step" if caused else ""
+    return Verdict("fencing", True, f"{refused} stale write(s) refused, none accepted{stepped}", [], counts)
 
 
 def _store_steps(ops: list[Op], final: dict[str, Any], *, leases: bool = False) -> list[dict[str, Any]]:
@@ -615,7 +627,8 @@ def exactly_once(ops: list[Op], final: dict[str, Any]) -> Verdict:
 
 def at_least_once(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """Every recorded step's effect ran (its nonce is in the external effect log); every repeat of
-    an effect is attributed to a kill, a fence or a store error of the pass that ran it first; a
+    an effect is attributed to a kill, a forward clock step that lapsed its pass (``clockstep``), a
+    fence or a store error of the pass that ran it first; a
     step that re-ran after its record was acknowledged and before its pass loaded is a violation."""
     effects: dict[tuple[str, str], list[Op]] = defaultdict(list)
     for line in ops:
@@ -638,6 +651,9 @@ def at_least_once(ops: list[Op], final: dict[str, Any]) -> Verdict:
             acks[(o.workflow, str(o.invoke.get("key")))].append(o)
     bad: list[dict[str, Any]] = []
     causes: dict[str, int] = defaultdict(int)
+    from .clockstep import repeat_cause
+
+    lapsed_by_step = repeat_cause(ops, final)
     steps = 0
     for wf, state in final.get("workflows", {}).items():
         for key, value, *_ in state.get("history", []):
@@ -679,6 +695,8 @@ def at_least_once(ops: list[Op], final: dict[str, Any]) -> Verdict:
             mine_key = [o for o in mine if o.invoke.get("key") == key and o.f == "record"]
             if int(e["pid"]) in killed and not any(o.complete for o in mine_key):
                 causes["kill"] += 1
+            elif lapsed_by_step(mine):  # a forward clock step lapsed this pass; a newer one re-ran it
+                causes["clock step"] += 1
             elif any(o.outcome == "fenced" for o in mine):
                 causes["fence"] += 1
             elif any(o.outcome in ("failed", "unknown") for o in mine):
@@ -957,6 +975,7 @@ def bite(kind: str) -> Callable[[list[Op], dict[str, Any]], Verdict]:
         "none": none,
         **LIFECYCLE_BITES,
         **FAILOVER_BITES,
+        **CLOCK_BITES,
     }
     return table[kind]
 
@@ -986,6 +1005,7 @@ CHECKERS: dict[str, Callable[[list[Op], dict[str, Any]], Verdict]] = {
 
 # -- lifecycle (issue 14): the long-wait scenario's checkers, in their own module ----------------
 
+from .clockstep import CLOCK_BITES  # noqa: E402
 from .failover import FAILOVER_BITES  # noqa: E402
 from .lifecycle_checks import LIFECYCLE_BITES, LIFECYCLE_CHECKERS  # noqa: E402
 

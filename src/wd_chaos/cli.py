@@ -407,7 +407,8 @@ def run_cmd(
         except OptionError as exc:
             raise click.UsageError(f"{sc.name} on {st}: {exc}") from exc
         partition = any(f.kind == "partition" for f in sc.faults)
-        reason = check_available(st, partition, any(f.kind == "failover" for f in sc.faults))
+        kinds = {f.kind for f in sc.faults}
+        reason = check_available(st, partition, "failover" in kinds, "clock-step" in kinds)
         if reason:
             raise HarnessError(f"{sc.name} on {st}: cannot get its servers: {reason}")
         planned.append((sc, opts))

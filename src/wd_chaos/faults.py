@@ -4,7 +4,8 @@ Faults: ``stall`` (SIGSTOP a worker that is inside a step's effect, SIGCONT afte
 ``kill`` (arm a failpoint; the first worker to reach it SIGKILLs itself and the runner restarts it),
 ``partition`` (a toxiproxy fault on the proxy between one worker and the store), ``restart`` (the
 store server is SIGKILLed and started again on the same data), ``wall-step`` (the wall clock a
-process-clock store reads moves by so many seconds in every process, through ``WALL_OFFSET``). Each
+process-clock store reads moves by so many seconds in every process, through ``WALL_OFFSET``),
+``clock-step`` (the store's own clock steps: see ``clockstep``). Each
 writes a ``fault`` line with
 ``phase`` start and stop (kill: armed by the nemesis, start by the dying worker, stop when the
 runner has restarted it) into the controller's history.
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import failover
+from . import clockstep, failover
 from .history import HistoryWriter
 from .stores import WALL_OFFSET
 
@@ -58,6 +59,8 @@ class Nemesis:
         self.armed = run_dir / "armed"
         self.run_dir = run_dir
         self.wall_offset = 0.0
+        self.clock_offset = 0.0  # a server clock's, which clockstep moves
+        self.clock_steps = 0
         (self.armed / "taken").mkdir(parents=True, exist_ok=True)
         self.pids = pids
         self.busy = busy
@@ -155,6 +158,9 @@ class Nemesis:
                 self._line(ev, "start", offset=self.wall_offset)
         elif kind == "failover":
             failover.start(self, ev)
+        elif kind == clockstep.KIND:
+            if not clockstep.start(self, ev, elapsed, TARGET_WAIT):
+                return False
         elif kind == "restart":
             self._line(ev, "start", target_pid=self.server.pid)
             self.server.restart(kill=True)
@@ -182,4 +188,5 @@ class Nemesis:
                 self.hist.event("fault", fault="kill", phase="disarmed", id=left.name)
         if self.toxi is not None:
             self.toxi.heal_all()
+        clockstep.heal(self)
         self.hist.event("fault", fault="heal", phase="start")

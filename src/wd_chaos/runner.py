@@ -478,6 +478,7 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
             restart=any(e["fault"] == "restart" for e in events),
             failover=failover.needs(events),
             mutant=opts.mutant,
+            clock_step=any(e["fault"] == "clock-step" for e in events),
         ) as svc:
             asyncio.run(prepare(svc.spec))
             if storm is None or storm.kind == "take":

@@ -34,6 +34,8 @@ from pydantic import (
 
 from without_durability.testing.kit import Capability, KitError, resolve
 
+from .clockstep import ClockStepFault
+from .clockstep import plan_fields as clockstep_fields
 from .failover import FailoverFault
 
 StoreName = str
@@ -69,6 +71,7 @@ BITES = (
     "budget-fenced",
     "long-wait",
     "failover-promoted",
+    "clock-step",
     "none",
 )
 FAILPOINTS = ("after-effect-before-record", "inside-transact", "after-claim")
@@ -229,7 +232,7 @@ class WallStepFault(_Fault):
 
 
 Fault = Annotated[
-    StallFault | KillFault | PartitionFault | RestartFault | WallStepFault | FailoverFault,
+    StallFault | KillFault | PartitionFault | RestartFault | WallStepFault | FailoverFault | ClockStepFault,
     Field(discriminator="kind"),
 ]
 
@@ -283,6 +286,7 @@ class Scenario(_Strict):
         "budget-fenced",
         "long-wait",
         "failover-promoted",
+        "clock-step",
         "none",
     ] = "none"
     lifecycle: Lifecycle | None = None
@@ -351,7 +355,7 @@ def _expected(error: dict[str, object]) -> str:
     if kind == "union_tag_invalid" and isinstance(ctx, dict):
         return f"kind = one of {ctx.get('expected_tags')}"
     if kind == "union_tag_not_found":
-        return "a 'kind' field: stall, kill, partition, restart, wall-step or failover"
+        return "a 'kind' field: stall, kill, partition, restart, wall-step, failover or clock-step"
     return str(error.get("msg", "")).removeprefix("Value error, ")
 
 
@@ -371,7 +375,7 @@ def _where(loc: tuple[object, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("stall", "kill", "partition", "restart", "wall-step", "failover"):
+        elif part in ("stall", "kill", "partition", "restart", "wall-step", "failover", "clock-step"):
             continue  # the discriminator's branch name is noise in a field path
         else:
             out += ("." if out else "") + str(part)
@@ -526,6 +530,8 @@ def plan(scenario: Scenario, seed: int, workers: int, time_limit: float) -> list
                 event["target"] = "store"
             elif isinstance(fault, FailoverFault):
                 event.update(fault.event_fields())
+            elif isinstance(fault, ClockStepFault):
+                event.update(clockstep_fields(fault))
             else:
                 event["target"] = "store"
             events.append(event)
@@ -537,7 +543,7 @@ class ScheduledEvent(_Strict):
     """One event of a concrete fault schedule, as ``plan`` makes it and ``run.json`` records it;
     a replayed schedule (``wd-chaos run --schedule``) is held to this form."""
 
-    fault: Literal["stall", "kill", "partition", "restart", "wall-step", "failover"]
+    fault: Literal["stall", "kill", "partition", "restart", "wall-step", "failover", "clock-step"]
     index: Annotated[int, Field(ge=0)] = 0
     """Which of the scenario's ``[[faults]]`` the event came from (informational on a replay)."""
     at: Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -563,6 +569,7 @@ class ScheduledEvent(_Strict):
             "partition": ("duration", "mode"),
             "kill": ("failpoint",),
             "wall-step": ("seconds",),
+            "clock-step": ("seconds",),
             "restart": (),
             "failover": ("replication",),
         }[self.fault]

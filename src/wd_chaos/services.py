@@ -25,6 +25,7 @@ from without_durability.testing.servers import (
     why_unavailable,
 )
 
+from . import clockstep
 from .stores import WALL_OFFSET, Spec
 from .toxiproxy_server import TOXIPROXY_SERVER
 
@@ -71,10 +72,10 @@ def _replicated(
     return pair, spec
 
 
-def check_available(store: str, partition: bool, failover: bool = False) -> str | None:
+def check_available(store: str, partition: bool, failover: bool = False, clock_step: bool = False) -> str | None:
     """Why this run cannot have its servers (one message saying how to get them), or None. A
     failover run starts its replicated store privately (the kit's ``replicated``), so it asks the
-    kit what that needs."""
+    kit what that needs; a clock-step run starts the kit's server program on a stepped clock."""
     try:
         kit = find_kit(store)
         reason = kit.unavailable()
@@ -82,6 +83,10 @@ def check_available(store: str, partition: bool, failover: bool = False) -> str 
         return str(exc)
     if reason:
         return reason
+    if clock_step and kit.server_binary is not None:
+        reason = clockstep.why_unavailable(kit.server_binary)
+        if reason:
+            return reason
     if partition:
         reason = why_unavailable(TOXIPROXY_SERVER)
         if reason:
@@ -101,10 +106,12 @@ def services(
     restart: bool = False,
     mutant: str | None = None,
     failover: dict[str, Any] | None = None,
+    clock_step: bool = False,
 ) -> Iterator[Services]:
     """Provide the servers a run needs and yield its ``Services``. With ``failover`` (the run's
     failover event) the store is a replicated pair (``failover.py``) that clients reach through
-    a client following the primary."""
+    a client following the primary. With ``clock_step`` the kit's server runs on a clock the
+    nemesis steps (``clockstep.server_env``), so it is a private one."""
     tag = f"chaos_{secrets.token_hex(4)}"
     with contextlib.ExitStack() as stack:
         kit = find_kit(store)
@@ -112,7 +119,10 @@ def services(
         if failover is not None:
             server, spec = _replicated(stack, kit, failover, run_dir, tag)
         else:
-            server = stack.enter_context(kit.server(restartable=restart))
+            env = None
+            if clock_step and kit.server_binary is not None:
+                env = clockstep.server_env(kit.server_binary, run_dir / clockstep.CLOCK_FILE)
+            server = stack.enter_context(kit.server(restartable=restart, env=env))
             if restart and (server is None or server.source != "local"):
                 where = "no server" if server is None else f"{server.source} ({server.url}): unset its URL variable"
                 raise ServerUnavailable(

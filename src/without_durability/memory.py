@@ -229,7 +229,9 @@ class MemoryScheduler:
         check_time("schedule at", at)
         when = at if at is not None else self.clock()
         current = self._queue.get(workflow)
-        self._queue[workflow] = when if current is None else min(current, when)
+        # always moves, at least a microsecond earlier: a pass whose receipt is already in the past
+        # (slower than its visibility) must find it gone, or its answer would drop this wakeup
+        self._queue[workflow] = when if current is None else min(current - timedelta(microseconds=1), when)
 
     async def take(self, visibility: timedelta) -> Delivery | None:
         """See ``Scheduler.take``: the earliest visible workflow."""

@@ -195,11 +195,13 @@ RETURNING key
 
 LOAD = "SELECT key, value, written_at FROM checkpoint WHERE workflow = :workflow ORDER BY seq"
 
-# The earlier of the queued and the asked-for time wins.
+# The earlier of the queued and the asked-for time wins, and the row always moves, at least a
+# microsecond earlier: a pass whose receipt is already in the past (slower than its visibility, or
+# a wall clock stepped ahead) must find it gone, or its answer would delete this wakeup.
 SCHEDULE = """
 INSERT INTO queue (namespace, workflow, visibility) VALUES (:namespace, :workflow, :at)
 ON CONFLICT (namespace, workflow) DO UPDATE
-    SET visibility = min(queue.visibility, excluded.visibility)
+    SET visibility = min(queue.visibility - 1, excluded.visibility)
 """
 
 NEXT_DUE = """

@@ -382,7 +382,8 @@ class PostgresCheckpointer:
 
     async def history(self, workflow: str) -> list[Entry]:
         """See ``Checkpointer.history``: ``written_at`` is the server's clock_timestamp() at the
-        winning insert."""
+        winning insert, or the workflow's latest record's if that is later (a server clock stepped
+        back), so it never goes backward along the history."""
         return [Entry(key, value, at) for key, value, at in await self._rows(workflow)]
 
     # -- transact -----------------------------------------------------------------------------

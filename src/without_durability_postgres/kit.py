@@ -228,9 +228,13 @@ class PostgresKit(StoreKit):
         """Why Postgres cannot run here (driver or server missing), or None."""
         return unavailable()
 
-    def server(self, *, restartable: bool = False) -> AbstractContextManager[Server]:
+    server_binary = "postgres"
+
+    def server(self, *, restartable: bool = False, env: dict[str, str] | None = None) -> AbstractContextManager[Server]:
         """A Postgres server (every private one is restartable: it keeps its WAL fsynced; a
         ``restartable`` one is never a container, which the run could not signal)."""
+        if env is not None:
+            return provide(POSTGRES_SERVER, env=env)
         return provide(POSTGRES_SERVER, private=restartable)
 
     def open(self, server: Server) -> Any:

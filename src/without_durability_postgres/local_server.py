@@ -45,9 +45,10 @@ def _postgres_user_prefix(folder: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def local_postgres(port: int | None = None) -> Iterator[Server]:
+def local_postgres(port: int | None = None, *, env: dict[str, str] | None = None) -> Iterator[Server]:
     """A private PostgreSQL: initdb into a temporary folder, listen on a free loopback port, trust
-    auth for the ``postgres`` role, shipped durability settings. Removed on exit."""
+    auth for the ``postgres`` role, shipped durability settings. Removed on exit. ``env`` is added
+    to the server's environment (and so every backend's): a preloaded fake clock, for one."""
     pg = "/usr/lib/postgresql/*/bin/"
     initdb = find_binary("initdb", pg + "initdb")
     postgres = find_binary("postgres", pg + "postgres")
@@ -78,8 +79,12 @@ def local_postgres(port: int | None = None) -> Iterator[Server]:
         )
         if init.returncode != 0:
             raise ServerUnavailable(f"initdb failed ({init.returncode}): {init.stderr.strip()}")
+        # the environment is set after the switch to the postgres user: a preloaded library that
+        # makes shared state at start (libfaketime) must make it as the user the server runs as
+        given = ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
         command = [
             *prefix,
+            *given,
             postgres,
             "-D",
             str(data),

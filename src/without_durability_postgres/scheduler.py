@@ -18,12 +18,15 @@ from .wakeup import Notifier
 
 NOW = "SELECT clock_timestamp()"
 
-# The earlier of the queued time and the new one wins, so a wakeup is never pushed later.
+# The earlier of the queued time and the new one wins, so a wakeup is never pushed later. And the
+# row always moves, at least a microsecond earlier: a pass whose take's receipt is already in the
+# past (a pass slower than its visibility, or a server clock stepped forward) must find its receipt
+# gone when it answers, or its answer would delete the wakeup this arrival asked for.
 SCHEDULE = """
 INSERT INTO workflow_queue AS q (namespace, workflow, visibility)
 VALUES (%(namespace)s, %(workflow)s, COALESCE(%(at)s::timestamptz, now()))
 ON CONFLICT (namespace, workflow) DO UPDATE
-    SET visibility = LEAST(q.visibility, EXCLUDED.visibility)
+    SET visibility = LEAST(q.visibility - interval '1 microsecond', EXCLUDED.visibility)
 """
 
 # SKIP LOCKED: a second taker steps over the row the first is hiding instead of queueing behind

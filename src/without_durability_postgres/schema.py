@@ -106,6 +106,43 @@ BEGIN
 END $$
 """
 
+# -- history order across a server clock stepped back ------------------------------------------
+# written_at is the server's clock_timestamp(), which NTP, an operator or a resumed VM can step
+# back: a record would then be stamped before the one loaded ahead of it, and history would say
+# it landed first. Never before the workflow's latest record, as the SQLite store stamps. The
+# trigger runs once the insert holds the workflow's turn (TAKE_TURN), so the latest is committed
+# and no later seq can commit under it; a losing (conflicting) insert changes nothing either way.
+CREATE_STAMP_IN_ORDER = """
+CREATE OR REPLACE FUNCTION workflow_checkpoint_stamp_in_order() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    latest timestamptz;
+BEGIN
+    EXECUTE format('SELECT written_at FROM %I.%I WHERE workflow = $1 ORDER BY seq DESC LIMIT 1',
+                   TG_TABLE_SCHEMA, TG_TABLE_NAME)
+       INTO latest USING NEW.workflow;
+    IF latest > NEW.written_at THEN
+        NEW.written_at := latest;
+    END IF;
+    RETURN NEW;
+END $$
+"""
+
+CREATE_STAMP_IN_ORDER_TRIGGER = """
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_trigger
+         WHERE tgrelid = 'workflow_checkpoint'::regclass
+           AND tgname = 'workflow_checkpoint_stamp_in_order'
+    ) THEN
+        CREATE TRIGGER workflow_checkpoint_stamp_in_order
+            BEFORE INSERT ON workflow_checkpoint
+            FOR EACH ROW EXECUTE FUNCTION workflow_checkpoint_stamp_in_order();
+    END IF;
+END $$
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     CREATE_SEQ,
     CREATE_CHECKPOINT,
@@ -117,6 +154,8 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE_TRANSACT_GUARD,
     CREATE_TRANSACT_GUARD_CHECK,
     CREATE_TRANSACT_GUARD_TRIGGER,
+    CREATE_STAMP_IN_ORDER,
+    CREATE_STAMP_IN_ORDER_TRIGGER,
 )
 """Every statement ``migrate`` runs, in order. Each is idempotent."""
 

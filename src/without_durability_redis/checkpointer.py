@@ -384,6 +384,8 @@ class RedisCheckpointer:
             raw = await self.client.hgetall(self.hash_key(workflow))
         rows = []
         for field_, stored in raw.items():
+            if not field_:
+                continue  # the latest stamp (see _checkpoint.lua), not a record
             position, written, encoded = text(stored).split(":", 2)
             rows.append((int(position), text(field_), int(written), encoded))
         rows.sort()  # the positions are distinct: this is the order each key was first recorded
@@ -395,7 +397,9 @@ class RedisCheckpointer:
         return {key: self._decode(workflow, key, enc) for _, key, _, enc in rows}
 
     async def history(self, workflow: str) -> list[Entry]:
-        """See ``Checkpointer.history``: ``written_at`` is the server clock at the winning write."""
+        """See ``Checkpointer.history``: ``written_at`` is the server clock at the winning write, or
+        the workflow's latest record's if that is later (a server clock stepped back), so it never
+        goes backward along the history."""
         return [
             Entry(key, self._decode(workflow, key, enc), from_micros(at))
             for _, key, at, enc in await self._rows(workflow)

@@ -23,7 +23,13 @@ from without_durability.durable import SplitDurable
 from without_durability.testing.harness import EffectFailed, EffectKit, RealTestClock, StoreUnderTest
 from without_durability.testing.kit import Opened, Spec, StoreKit
 from without_durability.testing.replicated import Replicated
-from without_durability.testing.servers import Server, ServerRecipe, provide, why_unavailable
+from without_durability.testing.servers import (
+    Server,
+    ServerRecipe,
+    ServerUnavailable,
+    provide,
+    why_unavailable,
+)
 
 from .local_server import REDIS_CLUSTER_SERVER, REDIS_SERVER
 from .replicated import RedisReplicated, replicated_redis
@@ -220,17 +226,25 @@ class RedisKit(StoreKit):
         self.provides = frozenset({"workers"} if self.cluster else {"workers", "restart", "proxy"})
         if failover:  # a replicated deployment is one primary under Sentinel, never a cluster
             self.provides |= {"failover"}
+        self.server_binary = None if self.cluster else "redis-server"
         self.server_key = recipe.kind  # the set and stream kits share one server per session
 
     def unavailable(self) -> str | None:
         """Why this kit cannot run here (driver or server missing), or None."""
         return _driver_missing() or why_unavailable(self.recipe)
 
-    def server(self, *, restartable: bool = False) -> contextlib.AbstractContextManager[Server]:
+    def server(
+        self, *, restartable: bool = False, env: dict[str, str] | None = None
+    ) -> contextlib.AbstractContextManager[Server]:
         """A redis-server (``restartable``: with an fsync per write, the one setting under which
         an acknowledged write survives a SIGKILL), or a cluster."""
+        extra: dict[str, Any] = {} if env is None else {"env": env}
+        if env is not None and self.cluster:
+            raise ServerUnavailable(f"{self.name}: a cluster's nodes cannot be started on one stepped clock")
         if restartable and not self.cluster:
-            return provide(self.recipe, private=True, fsync_always=True)
+            return provide(self.recipe, private=True, fsync_always=True, **extra)
+        if extra:
+            return provide(self.recipe, **extra)
         return provide(self.recipe)
 
     def open(self, server: Server) -> Any:

@@ -31,6 +31,7 @@ def local_redis(
     cluster: bool = False,
     folder: Path | None = None,
     fsync_always: bool = False,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
     """A private redis-server on a free loopback port, with no persistence configured beyond the
     defaults' append-only log being off. ``cluster`` starts it with cluster mode enabled.
@@ -71,7 +72,7 @@ def local_redis(
         state: dict[str, Any] = {}
 
         def start() -> None:
-            ex = executor(command, "127.0.0.1", port, root / f"redis-{port}.log", signal.SIGTERM)
+            ex = executor(command, "127.0.0.1", port, root / f"redis-{port}.log", signal.SIGTERM, env)
             ex.start()
             state["ex"] = ex
             server.pid = int(ex.process.pid)

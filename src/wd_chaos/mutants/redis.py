@@ -48,6 +48,8 @@ class LoadByHashIteration(RedisCheckpointer):
         raw = await self.client.hgetall(self.hash_key(workflow))
         rows = []
         for field_, stored in raw.items():
+            if not field_:
+                continue  # the latest stamp, not a record
             position, written, encoded = text(stored).split(":", 2)
             rows.append((int(position), text(field_), int(written), encoded))
         return rows

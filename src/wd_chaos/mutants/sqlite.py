@@ -184,7 +184,7 @@ MUTANTS = [
         "sqlite",
         "lease-clock",
         "claim deadlines on the wall clock, which a step (NTP, a resumed VM) moves",
-        (*LEASE_CLOCK_KILLERS, "chaos:lease-stall:fencing"),
+        (*LEASE_CLOCK_KILLERS, "chaos:lease-stall:fencing", "chaos:clock-step:fencing"),
         swap("checkpointer", LeasesOnWallClock),
     ),
     Mutant(

@@ -139,10 +139,18 @@ class StoreKit:
         to do; None when it can. Starts nothing."""
         return None
 
-    def server(self, *, restartable: bool = False) -> AbstractContextManager[Any]:
+    server_binary: str | None = None
+    """The server program whose clock decides this store's leases and stamps (``postgres``,
+    ``redis-server``): what a clock-step run starts under a stepped clock; None for a store that
+    runs on its workers' clocks."""
+
+    def server(
+        self, *, restartable: bool = False, env: dict[str, str] | None = None
+    ) -> AbstractContextManager[Any]:
         """Enter to have this store's server for a session or a run (None for a store without one).
         ``restartable`` asks for a private instance set up to keep acknowledged writes across a
-        SIGKILL, for kits that provide ``restart``."""
+        SIGKILL, for kits that provide ``restart``; ``env`` for a private instance with these
+        variables added to its environment (a stepped clock)."""
         return contextlib.nullcontext(None)
 
     def open(self, server: Any) -> AbstractAsyncContextManager[StoreUnderTest[Any]]:

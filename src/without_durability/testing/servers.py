@@ -187,9 +187,11 @@ def as_user(user: str) -> list[str]:
     return ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups", "--"]
 
 
-def executor(command: list[str], host: str, port: int, log: Path, stop_signal: int) -> Any:
+def executor(
+    command: list[str], host: str, port: int, log: Path, stop_signal: int, env: dict[str, str] | None = None
+) -> Any:
     """A mirakuru executor for ``command``, started when host:port accepts TCP; stdout and stderr go
-    to ``log``, and ``stop_signal`` stops it cleanly."""
+    to ``log``, ``stop_signal`` stops it cleanly, and ``env`` is added to its environment."""
     from mirakuru import TCPExecutor
 
     out = open(log, "ab")  # noqa: SIM115 - the server writes here for its whole life
@@ -202,6 +204,7 @@ def executor(command: list[str], host: str, port: int, log: Path, stop_signal: i
         stdout=out,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
+        envvars=env,
     )
 
 
@@ -326,15 +329,27 @@ def provide(recipe: ServerRecipe, *, private: bool = False, **options: Any) -> I
     """A server of ``recipe``: from the environment, from testcontainers, or a private local
     instance (started with ``options``), in that order (``choose`` says which and why; the reason
     is logged at INFO on this module's logger). ``private`` skips testcontainers (a server the
-    caller restarts). Raises ``ServerUnavailable`` with what to do when none can be had."""
+    caller restarts); an ``env`` option (added to the server's environment) always means a private
+    instance. Raises ``ServerUnavailable`` with what to do when none can be had."""
+    if options.get("env") is not None:  # a server from elsewhere cannot take an environment
+        found = probe(recipe)
+        if found.missing:
+            raise ServerUnavailable(
+                f"{recipe.kind}: this run changes the server's environment, so it starts a private "
+                f"{recipe.kind} from binaries on PATH, and they are missing: {INSTALL_HINT}"
+            )
+        sweep_stale()
+        with recipe.local(**options) as private_server:
+            yield private_server
+        return
     choice = choose(recipe, probe(recipe), private=private)
     _log.info("%s", choice.why)
     if choice.source is None:
         raise ServerUnavailable(choice.why)
     if choice.source == "env":
-        server = _from_env(recipe)
-        assert server is not None  # choose saw the variable set
-        yield server
+        given = _from_env(recipe)
+        assert given is not None  # choose saw the variable set
+        yield given
         return
     if choice.source == "testcontainers":
         assert recipe.container is not None  # choose saw a container recipe

@@ -82,14 +82,33 @@ local function encoding_of(stored)
   return string.sub(stored, second + 1)
 end
 
+-- The records hash's one field that is not a record: '' (a record key is never empty) holds the
+-- latest written_at. A server clock stepped back (NTP, an operator, a resumed VM) would otherwise
+-- stamp a record before the one loaded ahead of it; never before the latest, as the SQLite and
+-- Postgres stores stamp. Positions count records only.
+local LATEST = ''
+
+local function count(records)
+  return redis.call('HLEN', records) - redis.call('HEXISTS', records, LATEST)
+end
+
+local function stamp(records, now)
+  local latest = tonumber(redis.call('HGET', records, LATEST))
+  if latest ~= nil and latest > now then
+    now = latest
+  end
+  redis.call('HSET', records, LATEST, int(now))
+  return now
+end
+
 -- First writer wins. Returns {1} when the stored encoding is the one offered (this write, or an
 -- identical earlier one), else {0, the stored encoding}. A losing write moves neither the position
 -- nor the time.
 local function put(records, key, encoded, now, ttl_ms)
   local stored = redis.call('HGET', records, key)
   if not stored then
-    local position = redis.call('HLEN', records)
-    redis.call('HSET', records, key, int(position) .. ':' .. int(now) .. ':' .. encoded)
+    local position = count(records)
+    redis.call('HSET', records, key, int(position) .. ':' .. int(stamp(records, now)) .. ':' .. encoded)
   end
   retain(records, key, tonumber(ttl_ms))
   if not stored then

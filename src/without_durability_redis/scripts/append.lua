@@ -14,9 +14,9 @@ local done = redis.call('HGET', KEYS[2], ARGV[5])
 if done then
   return done
 end
-local position = redis.call('HLEN', KEYS[1])
+local position = count(KEYS[1])
 local key = ARGV[2] .. string.format('%0' .. ARGV[3] .. 'd', position)
-redis.call('HSET', KEYS[1], key, int(position) .. ':' .. int(now_us()) .. ':' .. ARGV[1])
+redis.call('HSET', KEYS[1], key, int(position) .. ':' .. int(stamp(KEYS[1], now_us())) .. ':' .. ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[5], key)
 keep(KEYS[1], tonumber(ARGV[4]))  -- an open workflow's records never expire (see retain)
 extend(KEYS[2], tonumber(ARGV[4]))  -- a nonce only has to outlive a re-sent script

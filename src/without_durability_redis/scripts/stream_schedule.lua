@@ -14,6 +14,12 @@ local timer = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if entry and not timer then
   return 1 -- ready already: nothing is earlier than that
 end
+if entry and timer and tonumber(timer) <= now then
+  -- handed out, and the pass outlived its visibility (slow, or the server clock stepped ahead):
+  -- a fresh entry, so the pass's answer, which names the old one, cannot remove this wakeup
+  make_ready(ARGV[1])
+  return 1
+end
 if timer and tonumber(timer) <= at then
   return 1 -- its current time is earlier, and stands
 end

@@ -1,0 +1,427 @@
+"""The ``clock-step`` fault: the store's own clock jumps forward or back mid-run, as NTP stepping, an
+operator or a virtual machine resumed from a snapshot would move it.
+
+Everything about the fault is here: its scenario entry (``ClockStepFault``), what it needs from
+the environment (libfaketime, ``server_env``), the nemesis action (``start``) and its final heal
+(``heal``), the steps it made as the checkers read them off the history (``injected``), which
+repeated effects it caused (``repeat_cause``) and the check that it bit (``CLOCK_BITES``).
+
+Which clock moves: a server store's (Postgres, Redis) runs under libfaketime, preloaded with
+``FAKETIME_TIMESTAMP_FILE`` naming a control file the nemesis rewrites (``+6.000``: six seconds
+ahead), re-read on every call (``FAKETIME_NO_CACHE``) so a step lands at once; a server libfaketime
+hangs (Debian's Redis, linked with jemalloc) runs under ``clockshim.c`` instead, which reads the
+same file the same way. Only the wall clock
+(``CLOCK_REALTIME``) is faked: an NTP step leaves ``CLOCK_MONOTONIC`` alone, and the servers time
+their own waits on it (Redis's event loop, Postgres's latches), so faking it would stall them
+rather than model a step. A process-clock store (SQLite) has its wall clock moved the way the
+``wall-step`` fault moves it (``stores.WALL_OFFSET``), in every worker at once.
+
+The harness's own clocks never move: the history is stamped by them, so the checkers judge the
+store by real time, and each step's line records the monotonic moments just before and after the
+control file changed (``between``), the window in which the store's clock jumped.
+"""
+
+from __future__ import annotations
+
+import glob
+import shutil
+import subprocess
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .stores import WALL_OFFSET
+
+if TYPE_CHECKING:
+    from .checkers import Operation, Verdict
+    from .faults import Nemesis
+    from .history import Op
+
+KIND = "clock-step"
+CLOCK_FILE = "server-clock"
+"""The control file in a run's directory that libfaketime reads in the server: a signed offset in
+seconds (``+0`` until the first step)."""
+
+LIBFAKETIME_GLOBS = (
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/*/faketime/libfaketime.so.1",
+    "/usr/lib/faketime/libfaketime.so.1",
+    "/usr/local/lib/faketime/libfaketime.so.1",
+    "/usr/lib64/faketime/libfaketime.so.1",
+)
+INSTALL_HINT = "install it with scripts/install-servers (Debian: apt-get install faketime)"
+
+
+class ClockStepFault(BaseModel):
+    """Step the store's clock by ``seconds`` (negative: back): a server store's clock through
+    libfaketime, a process-clock store's (SQLite) wall clock in every worker. Steps add up; the
+    final heal puts the clock right again."""
+
+    # the timing fields every fault has (scenario._Fault), repeated so this module needs no
+    # import of scenario.py, which imports it
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    at: Annotated[float, Field(ge=0, description="seconds after the start")]
+    every: Annotated[float | None, Field(gt=0)] = None
+    count: Annotated[int, Field(ge=1, le=1000)] = 1
+    jitter: Annotated[float, Field(ge=0)] = 0.0
+    kind: Literal["clock-step"]
+    seconds: Annotated[float, Field(ge=-3600, le=3600, allow_inf_nan=False)]
+
+
+def plan_fields(fault: ClockStepFault) -> dict[str, object]:
+    """The fields ``scenario.plan`` puts on one scheduled clock-step event."""
+    return {"seconds": fault.seconds, "target": "store"}
+
+
+# -- what it needs --------------------------------------------------------------------------------
+
+
+def find_libfaketime() -> str:
+    """The path of libfaketime.so.1 (the usual places, then what dpkg says the package holds), or
+    ``ServerUnavailable`` saying how to install it."""
+    from without_durability.testing.servers import ServerUnavailable
+
+    for pattern in LIBFAKETIME_GLOBS:
+        hits = sorted(glob.glob(pattern))
+        if hits:
+            return hits[0]
+    if shutil.which("dpkg"):
+        listed = subprocess.run(["dpkg", "-L", "libfaketime"], capture_output=True, text=True, check=False)
+        for line in listed.stdout.splitlines():
+            if line.endswith("/libfaketime.so.1") and Path(line).exists():
+                return line
+    raise ServerUnavailable(
+        f"a clock-step run needs libfaketime (libfaketime.so.1 was not found): {INSTALL_HINT}"
+    )
+
+
+def _linked_with_jemalloc(binary: str) -> bool:
+    listed = subprocess.run(["ldd", binary], capture_output=True, text=True, check=False)
+    return "libjemalloc" in listed.stdout
+
+
+def build_shim(folder: Path) -> str:
+    """Compile ``clockshim.c`` (shipped beside this module) into ``folder``; returns the library's
+    path, or ``ServerUnavailable`` saying how to get a C compiler."""
+    from without_durability.testing.servers import ServerUnavailable
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise ServerUnavailable(
+            "a clock-step run on Redis builds a small preload library and needs a C compiler: "
+            "install one with scripts/install-servers (Debian: apt-get install gcc libc6-dev)"
+        )
+    out = folder / "clockshim.so"
+    source = Path(__file__).with_name("clockshim.c")
+    made = subprocess.run(
+        [compiler, "-shared", "-fPIC", "-O2", "-o", str(out), str(source)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if made.returncode != 0:
+        raise ServerUnavailable(f"compiling {source} failed ({made.returncode}): {made.stderr.strip()}")
+    return str(out)
+
+
+def why_unavailable(binary_name: str) -> str | None:
+    """Why the server program ``binary_name`` (a kit's ``server_binary``: postgres, redis-server)
+    cannot run on a stepped clock here (what to install), or None."""
+    from without_durability.testing.servers import ServerUnavailable, find_binary
+
+    try:
+        binary = find_binary(
+            binary_name, "/usr/lib/postgresql/*/bin/postgres"
+        )
+        if not _linked_with_jemalloc(binary):
+            find_libfaketime()
+        elif not (shutil.which("cc") or shutil.which("gcc")):
+            return "a clock-step run on Redis needs a C compiler: apt-get install gcc libc6-dev (scripts/install-servers)"
+    except ServerUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def _readable_by_the_server(kind: str, control: Path) -> None:
+    """Postgres started by root runs as the ``postgres`` user (``servers.as_user``): a control file
+    it cannot read would leave its clock unmoved and the run proving nothing, so refuse it."""
+    import os
+
+    from without_durability.testing.servers import ServerUnavailable, as_user
+
+    if kind != "postgres" or os.geteuid() != 0:
+        return
+    probe = subprocess.run([*as_user("postgres"), "test", "-r", str(control)], check=False)
+    if probe.returncode != 0:
+        raise ServerUnavailable(
+            f"the postgres server runs as user postgres and cannot read the clock control file "
+            f"{control}: give a --report-dir every user can read (for example under /tmp)"
+        )
+
+
+def server_env(binary_name: str, control: Path) -> dict[str, str]:
+    """The environment that runs the server program ``binary_name`` (postgres, redis-server) on a
+    clock ``control`` steps
+    (creating it at ``+0``): libfaketime, or, for a server linked with jemalloc (Debian's Redis),
+    which hangs under libfaketime at start (libfaketime issue #130), the small ``clockshim.c``
+    reading the same control file."""
+    from without_durability.testing.servers import find_binary
+
+    # absolute: a server changes its working directory (Redis to --dir, Postgres to its data)
+    control = control.resolve()
+    if not control.exists():
+        control.write_text("+0\n")
+    _readable_by_the_server(binary_name, control)
+    binary = find_binary(
+        binary_name, "/usr/lib/postgresql/*/bin/postgres"
+    )
+    if _linked_with_jemalloc(binary):
+        return {"LD_PRELOAD": build_shim(control.parent), "WD_CLOCK_FILE": str(control)}
+    return {
+        "LD_PRELOAD": find_libfaketime(),
+        "FAKETIME_TIMESTAMP_FILE": str(control),
+        "FAKETIME_NO_CACHE": "1",  # every clock read sees the file as it is: a step lands at once
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",  # a real step moves the wall clock only
+    }
+
+
+# -- the nemesis ------------------------------------------------------------------------------------
+
+
+def _write(path: Path, text: str) -> None:
+    # written aside and renamed, so no reader ever sees a half-written offset
+    aside = path.with_name(path.name + ".new")
+    aside.write_text(text)
+    aside.replace(path)
+
+
+def _move(nemesis: Nemesis, seconds: float) -> tuple[float, int]:
+    """Move the store's clock by ``seconds``; returns the new offset and the monotonic time (ns)
+    just before the move."""
+    before = time.monotonic_ns()
+    if nemesis.server is not None:
+        nemesis.clock_offset += seconds
+        _write(nemesis.run_dir / CLOCK_FILE, f"{nemesis.clock_offset:+.3f}\n")
+        return nemesis.clock_offset, before
+    nemesis.wall_offset += seconds  # the same offset a wall-step moves: the two add up
+    _write(nemesis.run_dir / WALL_OFFSET, repr(nemesis.wall_offset))
+    return nemesis.wall_offset, before
+
+
+def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float, wait: float) -> bool:
+    """Make one scheduled step; False to be asked again (no pass is mid-step yet, for at most
+    ``wait`` seconds past its time): a step proves most when it lands on a live pass."""
+    if not nemesis.busy("step") - nemesis.stalled and elapsed - float(ev["at"]) <= wait:
+        return False
+    offset, before = _move(nemesis, float(ev["seconds"]))
+    nemesis.clock_steps += 1
+    clock = "server" if nemesis.server is not None else "worker wall"
+    nemesis._line(ev, "start", offset=offset, before_mono=before, clock=clock)
+    return True
+
+
+def heal(nemesis: Nemesis) -> None:
+    """Put the store's clock right (offset 0), logged as one more step, so the final reads and the
+    liveness wait run on true time."""
+    moved = nemesis.clock_offset if nemesis.server is not None else nemesis.wall_offset
+    if not nemesis.clock_steps or moved == 0:
+        return
+    offset, before = _move(nemesis, -moved)
+    nemesis.hist.event(
+        "fault",
+        fault=KIND,
+        phase="start",
+        id=f"{KIND}-heal",
+        seconds=-moved,
+        offset=offset,
+        before_mono=before,
+        target="store",
+        healing=True,
+    )
+
+
+# -- what the checkers read ----------------------------------------------------------------------
+
+
+def injected(ops: list[Op]) -> list[dict[str, Any]]:
+    """The clock steps this run made, in the form ``wallclock.steps`` gives: ``seconds``,
+    ``wall`` and ``between`` (monotonic ns just before and after the control file changed)."""
+    return [
+        {
+            "seconds": float(line["seconds"]),
+            "wall": line.get("wall"),
+            "between": [int(line["before_mono"]), int(line["mono"])],
+            "injected": True,
+        }
+        for line in ops
+        if line["type"] == "fault" and line.get("fault") == KIND and line.get("phase") == "start"
+    ]
+
+
+def lease_steps(ops: list[Op], final: dict[str, Any]) -> list[dict[str, Any]]:
+    """The injected steps that moved the clock the store's leases run on: every step on a store
+    whose leases are on its wall clock (a server's ``now()``/``TIME``), none on a store that keeps
+    them on the monotonic clock (SQLite), where a lapse at a step is the store's fault."""
+    return injected(ops) if final.get("lease_clock") == "wall" else []
+
+
+def _window_end(x: Operation, mine: list[Operation]) -> float:
+    """When the liveness ``x`` (a landed write of a pass) gave ran out in real time: its alive
+    window from when it was invoked, never past the budget from when the claim was invoked."""
+    claim = next((o for o in mine if o.f == "claim" and o.invoke.get("alive") is not None), None)
+    if claim is None:
+        return float("-inf")
+    held_until = claim.start + float(claim.invoke.get("budget") or "inf") * 1e9
+    return min(x.start + float(claim.invoke["alive"]) * 1e9, held_until)
+
+
+def _live_at(mine: list[Operation], at: float) -> Operation | None:
+    """The last write of a pass that kept it alive, landed before ``at`` with its liveness window
+    still open at ``at``; None if there is none."""
+    from .checkers import RENEWING
+
+    kept = [x for x in mine if x.landed and x.f in RENEWING and x.end <= at and _window_end(x, mine) > at]
+    return max(kept, key=lambda x: x.end, default=None)
+
+
+def _passes(all_ops: list[Operation]) -> dict[tuple[str, int], list[Operation]]:
+    passes: dict[tuple[str, int], list[Operation]] = defaultdict(list)
+    for o in all_ops:
+        if o.workflow is not None and o.token is not None:
+            passes[(o.workflow, o.token)].append(o)
+    return passes
+
+
+def lapsed(ops: list[Op], final: dict[str, Any]) -> list[tuple[Operation, Operation, Operation]]:
+    """For each forward step on a store whose leases run on the stepped clock, the passes it
+    lapsed: ``(held, taken, refused)``: ``held`` the old pass's last write before ``taken`` (a
+    newer claim of its workflow, decided after the step began), whose liveness window still
+    covered the moment ``taken`` completed, with the step between the two; and ``refused`` the old
+    pass's next write, refused as Fenced. The breach is the one ``checkers.fencing`` lays on the
+    step, plus the fence that must follow it."""
+    from .checkers import FENCED_WRITES, RENEWING, SLACK_NS, operations
+
+    steps = [s for s in lease_steps(ops, final) if s["seconds"] > 0]
+    if not steps:
+        return []
+    all_ops = operations(ops)
+    passes = _passes(all_ops)
+    claims = [o for o in all_ops if o.f == "claim" and o.ok and o.token is not None]
+    found = []
+    for step in steps:
+        lo, hi = step["between"]
+        for taken in claims:
+            if taken.end < lo:
+                continue
+            assert taken.workflow is not None and taken.token is not None
+            for (wf, token), mine in passes.items():
+                if wf != taken.workflow or token >= taken.token:
+                    continue
+                released = min((o.start for o in mine if o.f == "release"), default=float("inf"))
+                kept = [x for x in mine if x.landed and x.f in RENEWING and x.end <= taken.end]
+                held = max(kept, key=lambda x: x.end, default=None)
+                if held is None or released < taken.end or held.start > hi:
+                    continue  # released first, or renewed only after the step: no lapse to see
+                if taken.end + SLACK_NS >= _window_end(held, mine):
+                    continue  # the old pass's own window had run out by then: no step needed
+                later = sorted(
+                    (o for o in mine if o.f in FENCED_WRITES and o.start > held.end), key=lambda o: o.start
+                )
+                if later and later[0].outcome == "fenced":
+                    found.append((held, taken, later[0]))
+    # one lapse per old pass is enough evidence
+    unique: dict[tuple[str | None, int | None], tuple[Operation, Operation, Operation]] = {}
+    for held, taken, refused in found:
+        unique.setdefault((held.workflow, held.token), (held, taken, refused))
+    return list(unique.values())
+
+
+def repeat_cause(ops: list[Op], final: dict[str, Any]) -> Callable[[list[Operation]], bool]:
+    """Whether a pass (its operations) was lapsed by a forward step: its repeated effects are the
+    step's doing (at-least-once attributes them to it)."""
+    hit = {(held.workflow, held.token) for held, _, _ in lapsed(ops, final)}
+
+    def caused(mine: list[Operation]) -> bool:
+        return any((o.workflow, o.token) in hit for o in mine)
+
+    return caused
+
+
+def _stamps_moved(ops: list[Op], final: dict[str, Any], step: dict[str, Any]) -> dict[str, Any] | None:
+    """A record landed after ``step`` whose stored ``written_at`` is ahead of the harness's own
+    wall clock at its invoke by at least half the step: the step reached the store's clock."""
+    from datetime import datetime
+
+    from .checkers import operations
+
+    stamps = {
+        (wf, row[0]): datetime.fromisoformat(str(row[2])).timestamp()
+        for wf, state in final.get("workflows", {}).items()
+        for row in state.get("history", [])
+    }
+    for o in operations(ops):
+        if o.f != "record" or not o.ok or not o.got("won") or o.start < step["between"][1]:
+            continue
+        stamp = stamps.get((str(o.workflow), str(o.invoke.get("key"))))
+        wall = datetime.fromisoformat(str(o.invoke["wall"])).timestamp()
+        if stamp is not None and stamp - wall >= 0.5 * float(step["seconds"]):
+            return o.brief(f"stamped {stamp - wall:+.1f}s from real time: the store's clock had moved")
+    return None
+
+
+def _held_across(ops: list[Op], final: dict[str, Any]) -> list[dict[str, Any]]:
+    """On a store whose leases are on the monotonic clock: for each forward step that reached the
+    store's clock, a pass live at the step whose next write after it was accepted, its lease kept."""
+    from .checkers import FENCED_WRITES, operations
+
+    all_ops = operations(ops)
+    passes = _passes(all_ops)
+    hits = []
+    for step in [s for s in injected(ops) if s["seconds"] > 0]:
+        lo, hi = step["between"]
+        moved = _stamps_moved(ops, final, step)
+        if moved is None:
+            continue
+        for (_wf, _token), mine in passes.items():
+            held = _live_at(mine, lo)
+            nxt = sorted((o for o in mine if o.f in FENCED_WRITES and o.start > hi), key=lambda o: o.start)
+            if held is not None and nxt and nxt[0].landed:
+                hits += [nxt[0].brief(f"live across a {step['seconds']:+g}s step, its write accepted"), moved]
+                break
+    return hits
+
+
+def clock_step_bite(ops: list[Op], final: dict[str, Any]) -> Verdict:
+    """The step touched a live lease. Where the store's leases run on the stepped clock (a server's):
+    a forward step lapsed a live pass: a newer claim completed while the old pass's window was
+    still open in real time, and the old pass's next write was refused as Fenced. Where they run
+    on the monotonic clock (SQLite): a forward step reached the store's clock (a record stamped
+    ahead of real time) while a pass was live, and that pass's next write was accepted."""
+    from .checkers import _bit
+
+    tried = sum(1 for s in injected(ops) if s["seconds"] > 0)
+    if final.get("lease_clock") != "wall":
+        hits = _held_across(ops, final)
+        return _bit(KIND, hits, tried, "forward step(s) held by a live pass (leases on the monotonic clock)")
+    hits = []
+    for held, taken, refused in lapsed(ops, final):
+        hits += [
+            held.brief(f"token {held.token} kept alive ({held.invoke.get('alive')}s window)"),
+            taken.brief(f"claimed after a forward server clock step while token {held.token} was alive"),
+            refused.brief(f"token {held.token}'s next write, refused as Fenced"),
+        ]
+    verdict = _bit(KIND, hits, tried, "part(s) of evidence: a forward step lapsed a live lease")
+    if hits:
+        verdict.summary = (
+            f"{len(hits) // 3} live pass(es) lapsed by a forward step, each refused on its next write"
+        )
+        verdict.counts["bit"] = len(hits) // 3
+    return verdict
+
+
+CLOCK_BITES: dict[str, Callable[[list[Op], dict[str, Any]], Verdict]] = {KIND: clock_step_bite}
+"""The bite check, as ``checkers.bite`` finds it by the scenario's ``bite`` name."""
