@@ -30,9 +30,22 @@ SCRIPTS = {
     **dict.fromkeys(
         ("claim", "renew", "release", "discard", "record", "supply", "append", "transact"), "checkpoint"
     ),
-    **dict.fromkeys(("set_schedule", "set_take", "set_wake", "now"), "plain"),
     **dict.fromkeys(
-        ("stream_schedule", "stream_take", "stream_wake", "stream_cancel", "stream_idle"), "stream"
+        ("set_schedule", "set_take", "set_wake", "set_answer_take", "set_take_many", "set_finish_many", "now"),
+        "plain",
+    ),
+    **dict.fromkeys(
+        (
+            "stream_schedule",
+            "stream_take",
+            "stream_wake",
+            "stream_cancel",
+            "stream_idle",
+            "stream_answer_take",
+            "stream_take_many",
+            "stream_finish_many",
+        ),
+        "stream",
     ),
 }
 """Every script by name, with the prelude it is loaded after."""
