@@ -209,3 +209,79 @@ async def test_take_many_refuses_a_bad_limit(wd_store: Store) -> None:
     for bad in (0, -1, True, 1.5):
         with pytest.raises(InvalidInput, match="limit"):
             await sched.take_many(LONG, bad)  # type: ignore[arg-type]
+
+
+# -- calls made together go out together ---------------------------------------------------------
+
+
+def one_connection_client(store: Store) -> Any:
+    """A client whose pool holds a single connection: two commands in flight at once would fail
+    with "Too many connections", so only calls sent as one pipeline can share it."""
+    from redis.asyncio import Redis
+
+    return Redis.from_url(store.extra["server"].url, max_connections=1)
+
+
+async def test_concurrent_calls_share_one_pipeline_and_each_gets_its_own_reply(wd_store: Store) -> None:
+    sched = scheduler(wd_store)
+    client = one_connection_client(wd_store)
+    try:
+        mine: Sched = type(sched)(client, namespace=sched.namespace, prefix=sched.prefix)
+        names = [f"p-{i:02d}" for i in range(20)]
+        for n in names:
+            await sched.schedule(n)
+        got = await asyncio.gather(*(mine.take(LONG) for _ in names))
+        assert sorted(d.workflow for d in got if d is not None) == names, got
+        current = await queued(sched)
+        for d in got:  # each receipt is the one its own reply carried
+            assert d is not None and receipt_time(d) == current[d.workflow], d
+        assert await asyncio.gather(*(mine.answer_and_take(d, None, LONG) for d in got if d)) == [None] * 20
+        assert await queued(sched) == {}
+    finally:
+        await client.aclose()
+
+
+async def test_a_script_flushed_from_the_server_is_loaded_again_for_calls_sent_together(
+    wd_store: Store,
+) -> None:
+    sched = scheduler(wd_store)
+    for n in ("x", "y", "z"):
+        await sched.schedule(n)
+    assert await sched.take(LONG) is not None  # the take script is loaded now
+    await sched.client.script_flush()
+    got = await asyncio.gather(sched.take(LONG), sched.take(LONG), sched.take(LONG))
+    assert sorted(d.workflow for d in got if d is not None) == ["y", "z"], got
+
+
+async def test_an_error_reaches_only_the_call_that_caused_it(wd_store: Store) -> None:
+    from redis.exceptions import ResponseError
+
+    from without_durability_redis._scripts import Scripts
+
+    script = "if ARGV[1] == 'bad' then return redis.error_reply('refused ' .. ARGV[1]) end return ARGV[1]"
+    client = one_connection_client(wd_store)
+    try:
+        scripts = Scripts(client, {"now": script}, coalesce=True)
+        key = f"{wd_store.extra['prefix']}errors"
+        got = await asyncio.gather(
+            *(scripts.run("now", [key], [a]) for a in ("a", "bad", "b")), return_exceptions=True
+        )
+        assert [text(g) for g in (got[0], got[2])] == ["a", "b"], got
+        assert isinstance(got[1], ResponseError) and "refused bad" in str(got[1]), got
+    finally:
+        await client.aclose()
+
+
+async def test_an_unreachable_server_fails_every_call_sent_together() -> None:
+    from redis.asyncio import Redis
+
+    from without_durability.errors import StoreUnavailable
+    from without_durability.testing.servers import free_port
+
+    client = Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=1)
+    try:
+        scheds: list[Sched] = [RedisSetScheduler(client), RedisStreamScheduler(client)]
+        got = await asyncio.gather(*(s.take(LONG) for s in scheds for _ in range(3)), return_exceptions=True)
+        assert all(isinstance(g, StoreUnavailable) for g in got), got
+    finally:
+        await client.aclose()

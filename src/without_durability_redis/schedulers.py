@@ -43,7 +43,7 @@ class _Base:
         self.client = client
         self.namespace = check_name("namespace", namespace)
         self.prefix = check_name("prefix", prefix, allow_empty=True)
-        self._scripts = Scripts(client, self.script_overrides)
+        self._scripts = Scripts(client, self.script_overrides, coalesce=True)
         self._clock_key = f"{prefix}clock:{{{namespace}}}"
 
     async def _run(self, what: str, name: str, keys: list[str], args: list[object]) -> Any:
