@@ -131,7 +131,11 @@ class Scripts:
             replies = await self._send_all(batch)
         except BaseException as exc:  # the whole batch failed: every call sees why
             for _, _, reply in batch:
-                if not reply.done():
+                if reply.done():
+                    continue
+                if isinstance(exc, asyncio.CancelledError):
+                    reply.cancel()
+                else:
                     reply.set_exception(exc)
             if not isinstance(exc, Exception):
                 raise
