@@ -1,15 +1,18 @@
 """Take throughput: deliveries taken and answered per second against worker count, on a pre-filled
 queue, for every scheduler; beside it, in the same run, the ceilings (pgbench running
-PostgresScheduler's own statements, redis-benchmark running the shipped TAKE scripts), a naive FOR
-UPDATE without SKIP LOCKED, and PgQueuer draining the same number of jobs.
+PostgresScheduler's own statements, redis-benchmark running the shipped answer-and-take scripts),
+a naive FOR UPDATE without SKIP LOCKED, and PgQueuer draining the same number of jobs.
 
-    python -m benchmarks.take [--quick] [--out DIR]
+    python -m benchmarks.take [--quick] [--out DIR] [--only LABEL] [--workers 1,8]
 
 A "worker" here is one asyncio task doing the scheduler's part of a Worker, without a workflow
 body. On Postgres that is measured two ways, each against pgbench running exactly its statements:
 ``postgres`` answers each delivery and takes the next in one statement (``answer_and_take``, what
 ``Worker`` does), against pgbench running FINISH_AND_TAKE; ``postgres-two-calls`` loops take ->
-wake_at(None) (the bare ``Scheduler`` calls), against pgbench running TAKE then FINISH. Every run
+wake_at(None) (the bare ``Scheduler`` calls), against pgbench running TAKE then FINISH. On Redis,
+each scheduler's ``answer_and_take`` (bare name) against redis-benchmark sending its script with an
+answer that finds nothing (so the ceiling does a little less than ours), and redis-py alone chaining
+the same script with real answers, one command per call: the Python driver's own share. Every run
 checks that each pre-filled workflow was handed out exactly once (nothing lost, nothing duplicated)
 and the queue is empty.
 """
