@@ -295,6 +295,13 @@ def list_() -> None:
     "the one the seed makes; a shrink's schedule.json is one.",
 )
 @click.option(
+    "--locust-workers",
+    type=click.IntRange(0, 64),
+    default=0,
+    help="A storm's locust in its distributed mode: a master and N worker processes (default 0: one "
+    "process). More machines join with locust --worker --master-host, given the same run.",
+)
+@click.option(
     "--check",
     "check_only",
     is_flag=True,
@@ -313,6 +320,7 @@ def run_cmd(
     client: str | None,
     mutant: str | None,
     schedule_file: Path | None,
+    locust_workers: int,
     check_only: bool,
 ) -> None:
     """Run scenario NAME (or --all) and print a verdict; exit 0 valid, 1 invalid, 2 unknown."""
@@ -354,6 +362,7 @@ def run_cmd(
             mutant=mutant,
             schedule=schedule,
             schedule_source=str(schedule_file) if schedule_file is not None else None,
+            locust_workers=locust_workers,
         )
         try:
             check_options(sc, opts)
