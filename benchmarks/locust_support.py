@@ -24,15 +24,18 @@ ENV_RESULT = "WD_BENCH_RESULT"
 
 
 class Bridge:
-    """One asyncio loop in a real thread; ``call`` runs a coroutine there and waits cooperatively."""
+    """One asyncio loop in a real thread; ``call`` runs a coroutine there and waits cooperatively.
+    The thread starts at the first call: a distributed run's master imports the locustfile too,
+    monkey-patched (its messaging to the workers needs that), and never calls."""
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="wd-asyncio", daemon=True)
-        self.thread.start()
-        gevent.get_hub().threadpool.maxsize = 64
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     def call(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+            threading.Thread(target=self.loop.run_forever, name="wd-asyncio", daemon=True).start()
+            gevent.get_hub().threadpool.maxsize = 64
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         return gevent.get_hub().threadpool.apply(future.result)
 

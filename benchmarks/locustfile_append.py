@@ -1,7 +1,10 @@
 """Locust: append load over 1,000 workflows (custom users, no HTTP). Run by ``benchmarks.load``.
 
 Each user appends a numbered message to a random workflow; at the end every acknowledged append is
-looked up with ``load`` and anything missing, changed or unacknowledged is counted.
+looked up with ``load`` and anything missing or changed is counted. Each process (one, or locust's
+workers in distributed mode) writes its own result with the keys it saw loaded and the keys it was
+acknowledged; ``benchmarks.load`` merges them, so a key nobody was told about is found across
+processes too. The master of a distributed run holds no users and opens no store.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import time
 from typing import Any
 
 from locust import User, constant, events, task
+from locust.runners import MasterRunner
 
 from benchmarks.locust_support import ENV_RESULT, Bridge, fire, open_durable
 
@@ -25,22 +29,27 @@ NUMBERS = itertools.count()
 
 @events.test_start.add_listener
 def start(environment: Any, **_: Any) -> None:
-    STATE["durable"], STATE["close"] = BRIDGE.call(open_durable())
+    if not isinstance(environment.runner, MasterRunner):
+        STATE["durable"], STATE["close"] = BRIDGE.call(open_durable())
 
 
-async def check(acked: dict[str, dict[str, object]]) -> dict[str, int]:
+async def check(acked: dict[str, dict[str, object]]) -> dict[str, Any]:
     cp = STATE["durable"].checkpointer
-    lost = wrong = extra = 0
+    lost = wrong = 0
+    seen: dict[str, list[str]] = {}
     for workflow, want in acked.items():
         loaded = await cp.load(workflow)
         lost += sum(1 for k in want if k not in loaded)
         wrong += sum(1 for k, v in want.items() if k in loaded and loaded[k] != v)
-        extra += sum(1 for k in loaded if k not in want)
-    return {"lost": lost, "wrong": wrong, "unacknowledged_extra": extra}
+        seen[workflow] = list(loaded)
+    return {"lost": lost, "wrong": wrong, "loaded_keys": seen,
+            "acked_keys": {w: list(v) for w, v in acked.items()}}
 
 
 @events.test_stop.add_listener
 def stop(environment: Any, **_: Any) -> None:
+    if STATE["durable"] is None:  # the master of a distributed run
+        return
     acked = STATE["acked"]
     result = {"acknowledged": sum(len(v) for v in acked.values()), **BRIDGE.call(check(acked))}
     with open(os.environ[ENV_RESULT], "w") as f:
@@ -49,14 +58,14 @@ def stop(environment: Any, **_: Any) -> None:
 
 
 class AppendUser(User):
-    """append(random workflow, {"n": unique number})."""
+    """append(random workflow, {"pid": this process, "n": unique number in it})."""
 
     wait_time = constant(0)
 
     @task
     def append(self) -> None:
         workflow = f"load-{random.randrange(WORKFLOWS)}"
-        value = {"n": next(NUMBERS)}
+        value = {"pid": os.getpid(), "n": next(NUMBERS)}
         t0 = time.perf_counter()
         try:
             key = BRIDGE.call(STATE["durable"].checkpointer.append(workflow, value))

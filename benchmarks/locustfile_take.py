@@ -2,7 +2,11 @@
 
 Each user loops: take one delivery, answer it due again at once (so the queue never drains and the
 load is steady). Every delivery handed out while another user still held the same workflow is
-counted as a duplicate: two concurrent takes must never get one delivery.
+counted as a duplicate: two concurrent takes must never get one delivery. Each process also keeps
+when it held each workflow (wall clock, from its take's return to its answer's send), so
+``benchmarks.load`` finds a delivery handed to two processes at once in a distributed run: a take
+that returned while another process had not yet begun to answer the same workflow. The master of a
+distributed run holds no users and opens no store.
 """
 
 from __future__ import annotations
@@ -14,23 +18,29 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from locust import User, constant, events, task
+from locust.runners import MasterRunner
 
 from benchmarks.locust_support import ENV_RESULT, Bridge, fire, open_durable
 
 BRIDGE = Bridge()
-STATE: dict[str, Any] = {"durable": None, "close": None, "held": set(), "duplicates": 0, "answered": 0}
+STATE: dict[str, Any] = {"durable": None, "close": None, "held": {}, "duplicates": 0, "answered": 0,
+                         "spans": []}
 VISIBILITY = timedelta(minutes=10)
 
 
 @events.test_start.add_listener
 def start(environment: Any, **_: Any) -> None:
-    STATE["durable"], STATE["close"] = BRIDGE.call(open_durable())
+    if not isinstance(environment.runner, MasterRunner):
+        STATE["durable"], STATE["close"] = BRIDGE.call(open_durable())
 
 
 @events.test_stop.add_listener
 def stop(environment: Any, **_: Any) -> None:
+    if STATE["durable"] is None:  # the master of a distributed run
+        return
     with open(os.environ[ENV_RESULT], "w") as f:
-        json.dump({"duplicates": STATE["duplicates"], "answered": STATE["answered"]}, f)
+        json.dump({"duplicates": STATE["duplicates"], "answered": STATE["answered"],
+                   "spans": STATE["spans"]}, f)
     BRIDGE.call(STATE["close"]())
 
 
@@ -40,14 +50,16 @@ async def take(sched: Any) -> Any:
     if delivery is not None:
         if delivery.workflow in STATE["held"]:
             STATE["duplicates"] += 1
-        STATE["held"].add(delivery.workflow)
+        STATE["held"][delivery.workflow] = time.time()
     return delivery
 
 
 async def answer(sched: Any, delivery: Any) -> None:
     """Let go of the workflow just before the answer is sent (from then on another user may
     rightly take it), then answer it due again at once."""
-    STATE["held"].discard(delivery.workflow)
+    took = STATE["held"].pop(delivery.workflow, None)
+    if took is not None:
+        STATE["spans"].append((delivery.workflow, took, time.time()))
     await sched.wake_at(delivery, datetime.now(UTC) - timedelta(seconds=1))
     STATE["answered"] += 1
 

@@ -1,15 +1,18 @@
 """Take throughput: deliveries taken and answered per second against worker count, on a pre-filled
 queue, for every scheduler; beside it, in the same run, the ceilings (pgbench running
-PostgresScheduler's own statements, redis-benchmark running the shipped TAKE scripts), a naive FOR
-UPDATE without SKIP LOCKED, and PgQueuer draining the same number of jobs.
+PostgresScheduler's own statements, redis-benchmark running the shipped answer-and-take scripts),
+a naive FOR UPDATE without SKIP LOCKED, and PgQueuer draining the same number of jobs.
 
-    python -m benchmarks.take [--quick] [--out DIR]
+    python -m benchmarks.take [--quick] [--out DIR] [--only LABEL] [--workers 1,8]
 
 A "worker" here is one asyncio task doing the scheduler's part of a Worker, without a workflow
 body. On Postgres that is measured two ways, each against pgbench running exactly its statements:
 ``postgres`` answers each delivery and takes the next in one statement (``answer_and_take``, what
 ``Worker`` does), against pgbench running FINISH_AND_TAKE; ``postgres-two-calls`` loops take ->
-wake_at(None) (the bare ``Scheduler`` calls), against pgbench running TAKE then FINISH. Every run
+wake_at(None) (the bare ``Scheduler`` calls), against pgbench running TAKE then FINISH. On Redis,
+each scheduler's ``answer_and_take`` (bare name) against redis-benchmark sending its script with an
+answer that finds nothing (so the ceiling does a little less than ours), and redis-py alone chaining
+the same script with real answers, one command per call: the Python driver's own share. Every run
 checks that each pre-filled workflow was handed out exactly once (nothing lost, nothing duplicated)
 and the queue is empty.
 """
@@ -387,26 +390,58 @@ async def pgqueuer_runs(url: str, n: int, counts: Sequence[int], batch: int) -> 
 # -- Redis ------------------------------------------------------------------------------------
 
 
-async def redis_runs(url: str, n: int, counts: Sequence[int]) -> list[dict[str, Any]]:
-    from redis.asyncio import Redis
+REDIS_KINDS = (("redis-set", "set_answer_take"), ("redis-stream", "stream_answer_take"))
+"""Each Redis scheduler, and the script its ``answer_and_take`` runs (what the ceilings run too)."""
 
+
+def redis_scheduler(kind: str, client: Any) -> Any:
     from without_durability_redis import RedisSetScheduler, RedisStreamScheduler
+
+    cls = RedisSetScheduler if kind == "redis-set" else RedisStreamScheduler
+    return cls(client, namespace=NAMESPACE)
+
+
+async def redis_prefill(client: Any, kind: str, n: int) -> tuple[Any, list[str]]:
+    """A flushed database and ``n`` workflows scheduled due now, through the scheduler."""
+    await client.flushdb()
+    sched = redis_scheduler(kind, client)
+    ids = workflow_ids(n)
+    for i in range(0, n, 50):
+        await asyncio.gather(*(sched.schedule(x) for x in ids[i:i + 50]))
+    return sched, ids
+
+
+def redis_script_call(sched: Any, answered: tuple[str, str, str]) -> tuple[list[str], list[Any]]:
+    """The keys and arguments of the answer-and-take script answering ``answered`` (workflow and
+    receipt parts; ``("-", "0", "0")`` answers nothing) with no next time, as ``answer_and_take``
+    sends them."""
+    from without_durability_redis._scripts import span
+
+    wf, a, b = answered
+    vis = span(VISIBILITY)
+    if hasattr(sched, "stream_key"):
+        return list(sched._keys), [wf, a, b, "", vis, sched.consumer, sched.wake_batch]
+    return [sched.key], [wf, a, "", vis]
+
+
+async def redis_runs(url: str, n: int, counts: Sequence[int]) -> list[dict[str, Any]]:
+    """Both Redis schedulers through this library: ``answer_and_take`` per delivery (what Worker
+    sends; the system's bare name), and take alone (``-take-only``)."""
+    from redis.asyncio import Redis
 
     rows = []
     client = Redis.from_url(url, max_connections=64)
     try:
-        for kind, cls in (("redis-set", RedisSetScheduler), ("redis-stream", RedisStreamScheduler)):
+        for kind, _ in REDIS_KINDS:
             for w in counts:
-                for answered in (True, False):
-                    await client.flushdb()
-                    sched = cls(client, namespace=NAMESPACE)
-                    ids = workflow_ids(n)
-                    for i in range(0, n, 50):
-                        await asyncio.gather(*(sched.schedule(x) for x in ids[i:i + 50]))
-                    r = await drain(lambda s=sched: s.take(VISIBILITY),
-                                    (lambda d, s=sched: s.wake_at(d, None)) if answered else None, n, w)
+                for chained in (True, False):
+                    sched, ids = await redis_prefill(client, kind, n)
+                    if chained:
+                        r = await drain_chained(sched, n, w)
+                    else:
+                        r = await drain(lambda s=sched: s.take(VISIBILITY), None, n, w)
                     check = check_exactly_once(kind, ids, r.pop("taken"))
-                    rows.append({"system": kind if answered else f"{kind}-take-only", "workers": w,
+                    rows.append({"system": kind if chained else f"{kind}-take-only", "workers": w,
                                  "n": n, **r, **check})
     finally:
         await client.aclose()
@@ -414,65 +449,64 @@ async def redis_runs(url: str, n: int, counts: Sequence[int]) -> list[dict[str, 
 
 
 async def redis_py_raw(url: str, n: int, counts: Sequence[int]) -> list[dict[str, Any]]:
-    """The shipped set TAKE script through redis-py's EVALSHA directly (none of this library's code):
-    the Python driver's own rate, to split the gap to redis-benchmark."""
+    """The shipped answer-and-take scripts through redis-py's EVALSHA directly, each call answering
+    the delivery the previous one took (none of this library's code): the Python driver's own rate
+    (with hiredis when installed), to split the gap to redis-benchmark into the driver's share and ours."""
+    import redis.utils
     from redis.asyncio import Redis
 
-    from without_durability_redis import RedisSetScheduler, script_source
-    from without_durability_redis._scripts import span
+    from without_durability_redis import script_source
 
     rows = []
     client = Redis.from_url(url, max_connections=64)
     try:
-        for w in counts:
-            await client.flushdb()
-            sched = RedisSetScheduler(client, namespace=NAMESPACE)
-            ids = workflow_ids(n)
-            for i in range(0, n, 50):
-                await asyncio.gather(*(sched.schedule(x) for x in ids[i:i + 50]))
-            sha = await client.script_load(script_source("set_take"))
-            got: list[str] = []
+        for kind, name in REDIS_KINDS:
+            for w in counts:
+                sched, ids = await redis_prefill(client, kind, n)
+                sha = await client.script_load(script_source(name))
+                got: list[str] = []
 
-            async def one(out: list[str] = got, key: str = sched.key, sha: str = sha) -> None:
-                while reply := await client.evalsha(sha, 1, key, span(VISIBILITY)):
-                    out.append(reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0]))
+                async def one(out: list[str] = got, sched: Any = sched, sha: str = sha) -> None:
+                    answered = ("-", "0", "0")
+                    while True:
+                        keys, args = redis_script_call(sched, answered)
+                        reply = await client.evalsha(sha, len(keys), *keys, *args)
+                        if not reply or reply[0] in (b"", ""):
+                            return
+                        parts = [p.decode() if isinstance(p, bytes) else str(p) for p in reply]
+                        out.append(parts[0])
+                        answered = (parts[0], parts[1], parts[2] if len(parts) > 2 else "0")
 
-            start = time.perf_counter()
-            await asyncio.gather(*(one() for _ in range(w)))
-            seconds = time.perf_counter() - start
-            check = check_exactly_once("redis-py", ids, got)
-            rows.append({"system": "redis-py-raw-set-take-only", "workers": w, "n": n, "seconds": seconds,
-                         "rate": len(got) / seconds, **check})
+                start = time.perf_counter()
+                await asyncio.gather(*(one() for _ in range(w)))
+                seconds = time.perf_counter() - start
+                check = check_exactly_once("redis-py", ids, got)
+                rows.append({"system": f"redis-py-raw-{kind}", "workers": w, "n": n, "seconds": seconds,
+                             "rate": len(got) / seconds, "hiredis": redis.utils.HIREDIS_AVAILABLE,
+                             **check})
     finally:
         await client.aclose()
     return rows
 
 
 async def redis_benchmark(url: str, port: int, n: int, counts: Sequence[int]) -> list[dict[str, Any]]:
-    """redis-benchmark sending EVALSHA of the shipped TAKE scripts (the same text our client loads)."""
+    """redis-benchmark sending EVALSHA of the shipped answer-and-take scripts (the same text our
+    client loads), each call answering nothing (an unknown workflow: one lookup that finds nothing,
+    where ours answers a real delivery) and taking one."""
     from redis.asyncio import Redis
 
-    from without_durability_redis import RedisSetScheduler, RedisStreamScheduler, script_source
-    from without_durability_redis._scripts import span
+    from without_durability_redis import script_source
 
     rows = []
     client = Redis.from_url(url)
     try:
-        for kind, cls, name in (("redis-set", RedisSetScheduler, "set_take"),
-                                ("redis-stream", RedisStreamScheduler, "stream_take")):
+        for kind, name in REDIS_KINDS:
             for w in counts:
-                await client.flushdb()
-                sched: Any = cls(client, namespace=NAMESPACE)
-                ids = workflow_ids(n)
-                for i in range(0, n, 50):
-                    await asyncio.gather(*(sched.schedule(x) for x in ids[i:i + 50]))
+                sched, _ = await redis_prefill(client, kind, n)
                 sha = await client.script_load(script_source(name))
-                if kind == "redis-set":
-                    args = ["1", sched.key, str(span(VISIBILITY))]
-                else:
-                    args = ["3", *sched._keys, str(span(VISIBILITY)), "bench-consumer", "1000"]
+                keys, args = redis_script_call(sched, ("-", "0", "0"))
                 cmd = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(w), "-n", str(n),
-                       "--csv", "EVALSHA", sha, *args]
+                       "--csv", "EVALSHA", sha, str(len(keys)), *keys, *[str(a) for a in args]]
                 out = await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, timeout=600)
                 rps = None
                 for rec in csv.reader(io.StringIO(out.stdout)):
@@ -550,9 +584,11 @@ def aggregate(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS) -> dict[str, Any]:
+async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS,
+               only: str | None = None) -> dict[str, Any]:
     n = 960 if quick else 4800  # divisible by every worker count
     rounds = int(os.environ.get("WD_BENCH_ROUNDS", 1 if quick else 3))
+    nr = 5 * n  # Redis drains several times faster: a longer run keeps the timing above the noise
     rows: list[dict[str, Any]] = []
     with servers("postgres", "redis") as srv:
         pg, rd = srv["postgres"], srv["redis"]
@@ -566,9 +602,9 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS) -> di
             ("pgbench ceiling (TAKE; FINISH)", lambda: pgbench(pg.url, n, counts, folder, chain=False)),
             ("psycopg alone (FINISH_AND_TAKE)", lambda: psycopg_raw(pg.url, n, counts, chain=True)),
             ("pgqueuer batch 10", lambda: pgqueuer_runs(pg.url, n, counts, 10)),
-            ("redis (ours)", lambda: redis_runs(rd.url, n, counts)),
-            ("redis-benchmark ceiling", lambda: redis_benchmark(rd.url, rd.port, n, counts)),
-            ("redis-py alone (same TAKE script)", lambda: redis_py_raw(rd.url, n, counts)),
+            ("redis (ours)", lambda: redis_runs(rd.url, nr, counts)),
+            ("redis-benchmark ceiling", lambda: redis_benchmark(rd.url, rd.port, nr, counts)),
+            ("redis-py alone (same scripts)", lambda: redis_py_raw(rd.url, nr, counts)),
         ]
         once: list[tuple[str, Callable[[], Awaitable[list[dict[str, Any]]]]]] = [
             ("psycopg alone (TAKE; FINISH)", lambda: psycopg_raw(pg.url, n, counts, chain=False)),
@@ -577,6 +613,9 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS) -> di
             ("pgqueuer batch 1", lambda: pgqueuer_runs(pg.url, n, counts, 1)),
             ("sqlite (ours)", lambda: sqlite_runs(n, counts)),
         ]
+        if only:  # a development run of some comparisons (their labels contain ``only``)
+            paired = [p for p in paired if only in p[0]]
+            once = [p for p in once if only in p[0]]
         schedule = [(r, label, step) for r in range(rounds) for label, step in paired]
         schedule += [(0, label, step) for label, step in once]
         for r, label, step in schedule:
@@ -604,14 +643,13 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS) -> di
             "pg-two-calls/naive": ratio(pick(rows, "postgres-two-calls", w), pick(rows, "postgres-naive", w)),
             "pg-batch10/pg": ratio(pick(rows, "postgres-batch10", w), pick(rows, "postgres", w)),
             "pg-batch10/pgqueuer-b10": ratio(pick(rows, "postgres-batch10", w), pick(rows, "pgqueuer-b10", w)),
-            "set-take/redis-benchmark": ratio(pick(rows, "redis-set-take-only", w),
-                                              pick(rows, "redis-benchmark-set_take", w)),
-            "redis-py-raw/redis-benchmark": ratio(pick(rows, "redis-py-raw-set-take-only", w),
-                                                  pick(rows, "redis-benchmark-set_take", w)),
-            "stream-take/redis-benchmark": ratio(pick(rows, "redis-stream-take-only", w),
-                                                 pick(rows, "redis-benchmark-stream_take", w)),
+            **{f"{kind.removeprefix('redis-')}/redis-benchmark": ratio(
+                pick(rows, kind, w), pick(rows, f"redis-benchmark-{name}", w)) for kind, name in REDIS_KINDS},
+            **{f"redis-py-raw-{kind.removeprefix('redis-')}/redis-benchmark": ratio(
+                pick(rows, f"redis-py-raw-{kind}", w), pick(rows, f"redis-benchmark-{name}", w))
+               for kind, name in REDIS_KINDS},
         })
-    result = {"benchmark": "take", "n": n, "rounds": rounds, "raw": raw,
+    result = {"benchmark": "take", "n": n, "n_redis": nr, "rounds": rounds, "raw": raw,
               "visibility_s": VISIBILITY.total_seconds(),
               "machine": machine(), "postgres_settings": settings, "rows": rows, "ratios": ratios,
               "pgbench_script": pgbench_script(), "pgbench_chain_script": pgbench_chain_script()}
@@ -625,7 +663,7 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS) -> di
                          sum(r.get("duplicated", 0) for r in rows if r["system"] == s)] for s in systems])
     ratio_table = table(list(ratios[0]), [list(r.values()) for r in ratios])
     errors = [r for r in rows if "error" in r]
-    text = (f"# Take throughput\n\n{n} pre-filled deliveries per point; the paired systems (ours and "
+    text = (f"# Take throughput\n\n{n} pre-filled deliveries per point ({nr} on Redis); the paired systems (ours and "
             f"pgbench both ways, psycopg alone, PgQueuer batch 10, Redis and redis-benchmark) are the "
             f"median of {rounds} interleaved rounds; deliveries/s (taken and answered; `-take-only` "
             f"and redis-benchmark rows: takes/s).\n\n"
@@ -649,8 +687,12 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS) -> di
 
 
 if __name__ == "__main__":
-    args = parser(__doc__ or "").parse_args()
+    p = parser(__doc__ or "")
+    p.add_argument("--only", help="run only the comparisons whose label contains this (e.g. redis)")
+    p.add_argument("--workers", help="worker counts, comma-separated (default: 1,2,4,8,16)")
+    args = p.parse_args()
     out = report_dir(args.out)
+    chosen = tuple(int(x) for x in args.workers.split(",")) if args.workers else WORKERS
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(main(out, args.quick))
+        asyncio.run(main(out, args.quick, chosen, args.only))
     print(f"\nreport: {out}")

@@ -21,7 +21,7 @@ import pytest
 from wd_chaos import clockstep
 from wd_chaos.stores import open_store, prepare
 from without_durability import Fenced
-from without_durability.testing import servers
+from without_durability.testing.kit import find_kit
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.parametrize("kind", ["postgres", "redis"])]
 LONG = timedelta(minutes=5)
@@ -45,13 +45,14 @@ def _readable_dir(stack: contextlib.ExitStack) -> Path:
 def _start(stack: contextlib.ExitStack, kind: str, folder: Path) -> tuple[str, Path]:
     """A private ``kind`` server on a clock stepped through ``folder``'s control file: its URL and
     the control file."""
-    reason = clockstep.why_unavailable(kind)
+    kit = find_kit(kind)
+    assert kit.server_binary is not None
+    reason = clockstep.why_unavailable(kit.server_binary)
     if reason:
         pytest.fail(f"needs a {kind} server on a stepped clock (bash scripts/install-servers): {reason}")
     control = folder / clockstep.CLOCK_FILE
-    env = clockstep.server_env(kind, control)
-    local = servers.local_postgres if kind == "postgres" else servers.local_redis
-    server = stack.enter_context(local(env=env))
+    env = clockstep.server_env(kit.server_binary, control)
+    server = stack.enter_context(kit.server(env=env))
     return server.url, control.resolve()
 
 

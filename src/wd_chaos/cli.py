@@ -340,6 +340,13 @@ def list_(scenario_dirs: tuple[Path, ...]) -> None:
     "the one the seed makes; a shrink's schedule.json is one.",
 )
 @click.option(
+    "--locust-workers",
+    type=click.IntRange(0, 64),
+    default=0,
+    help="A storm's locust in its distributed mode: a master and N worker processes (default 0: one "
+    "process). More machines join with locust --worker --master-host, given the same run.",
+)
+@click.option(
     "--check",
     "check_only",
     is_flag=True,
@@ -358,6 +365,7 @@ def run_cmd(
     client: str | None,
     mutant: str | None,
     schedule_file: Path | None,
+    locust_workers: int,
     check_only: bool,
 ) -> None:
     """Run scenario NAME (a name from ``wd-chaos list``, or the path of your own .toml file), or
@@ -401,6 +409,7 @@ def run_cmd(
             mutant=mutant,
             schedule=schedule,
             schedule_source=str(schedule_file) if schedule_file is not None else None,
+            locust_workers=locust_workers,
         )
         try:
             check_options(sc, opts)

@@ -51,6 +51,9 @@ class Options:
     """An exact fault schedule to run instead of the one ``plan`` makes from the seed (a replay)."""
     schedule_source: str | None = None
     """Where ``schedule`` came from (a file), recorded in run.json so a reader knows."""
+    locust_workers: int = 0
+    """A storm's locust in its distributed mode: a master and this many worker processes (0: one
+    process)."""
 
 
 @dataclass
@@ -75,9 +78,13 @@ class Cluster:
         self.restarts = 0
         self.log = (run_dir / "processes.log").open("ab")
 
-    def start(self, role: str, name: str, command: list[str] | None = None) -> None:
+    def start(self, role: str, name: str, command: list[str] | None = None, *, patched: bool = False) -> None:
+        """Start a process; ``patched``: let locust monkey-patch it (a distributed storm's master,
+        whose messaging to its workers needs that, and which runs no user)."""
         command = command or [sys.executable, "-m", "wd_chaos.workload", role, str(self.config), name]
         env = {**os.environ, "WD_CHAOS_CONFIG": str(self.config), "LOCUST_SKIP_MONKEY_PATCH": "1"}
+        if patched:
+            del env["LOCUST_SKIP_MONKEY_PATCH"]
         # A new session: Ctrl-C in the terminal reaches the runner only, which stops them itself;
         # the kernel kills them if the runner dies without doing so (lifeline.die_with_parent)
         me = os.getpid()
@@ -252,8 +259,16 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _storm(storm: Any, seconds: float, cluster: Cluster, watch: Watch, report: Callable[..., None]) -> None:
-    """Run the locust storm headless in one process and wait for it (with a hard deadline)."""
+def _storm(
+    storm: Any,
+    seconds: float,
+    cluster: Cluster,
+    watch: Watch,
+    report: Callable[..., None],
+    locust_workers: int = 0,
+) -> None:
+    """Run the locust storm headless, in one process or (``locust_workers``) as locust's own
+    master and worker processes, and wait for it (with a hard deadline)."""
     # the locustfile by path, never imported here: importing locust monkey-patches this process
     spec = importlib.util.find_spec("wd_chaos.storms")
     locustfile = str(spec.origin) if spec is not None else ""
@@ -266,7 +281,17 @@ def _storm(storm: Any, seconds: float, cluster: Cluster, watch: Watch, report: C
         "--stop-timeout", "5", "--only-summary", "--loglevel", "WARNING",
         "--exit-code-on-error", "0", *users,
     ]  # fmt: skip
-    cluster.start("locust", "locust", command)
+    if locust_workers:
+        from without_durability.testing.servers import free_port
+
+        port = free_port()
+        command += ["--master", "--expect-workers", str(locust_workers), "--master-bind-port", str(port)]
+        for i in range(locust_workers):
+            cluster.start("locust", f"locust-worker-{i}", [
+                sys.executable, "-m", "locust", "-f", locustfile, "--worker", "--master-host", "127.0.0.1",
+                "--master-port", str(port), "--loglevel", "WARNING",
+            ])  # fmt: skip
+    cluster.start("locust", "locust", command, patched=bool(locust_workers))
     deadline = time.monotonic() + seconds + 60
     started = time.monotonic()
     while cluster.alive("locust"):
@@ -525,7 +550,7 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
             try:
                 if storm is not None:
                     phase = "storm"
-                    _storm(storm, limit, cluster, watch, report)
+                    _storm(storm, limit, cluster, watch, report, opts.locust_workers)
                 else:
                     phase = "workload"
                     if life is not None:

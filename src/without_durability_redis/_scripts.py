@@ -3,6 +3,7 @@ NOSCRIPT), and the boundary where the driver's errors become this library's."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
@@ -30,9 +31,22 @@ SCRIPTS = {
     **dict.fromkeys(
         ("claim", "renew", "release", "discard", "record", "supply", "append", "transact"), "checkpoint"
     ),
-    **dict.fromkeys(("set_schedule", "set_take", "set_wake", "now"), "plain"),
     **dict.fromkeys(
-        ("stream_schedule", "stream_take", "stream_wake", "stream_cancel", "stream_idle"), "stream"
+        ("set_schedule", "set_take", "set_wake", "set_answer_take", "set_take_many", "set_finish_many", "now"),
+        "plain",
+    ),
+    **dict.fromkeys(
+        (
+            "stream_schedule",
+            "stream_take",
+            "stream_wake",
+            "stream_cancel",
+            "stream_idle",
+            "stream_answer_take",
+            "stream_take_many",
+            "stream_finish_many",
+        ),
+        "stream",
     ),
 }
 """Every script by name, with the prelude it is loaded after."""
@@ -59,16 +73,24 @@ def script_source(name: str) -> str:
 class Scripts:
     """One client's registered scripts. ``run`` calls a script by name; ``run_source`` calls a
     script built at run time (a TRANSACT with an effect spliced in), keeping the most recent few
-    hundred registered so a steady set of effects is hashed once."""
+    hundred registered so a steady set of effects is hashed once.
+
+    With ``coalesce`` (a standalone client only), the ``run`` calls made in one turn of the event
+    loop go out together as one pipeline: still one script per call, but one write and one read of
+    the socket for all of them, where the driver's per-command cost is most of the time a call
+    takes. Each call gets its own reply or error, as it would alone."""
 
     _CACHE = 256
 
-    def __init__(self, client: Client, overrides: Mapping[str, str]) -> None:
+    def __init__(self, client: Client, overrides: Mapping[str, str], *, coalesce: bool = False) -> None:
         self._client = client
         self._overrides = dict(overrides)
         self._named: dict[str, AsyncScript] = {}
         self._built: OrderedDict[str, AsyncScript] = OrderedDict()
         self._ready = not isinstance(client, redis.asyncio.cluster.RedisCluster)
+        self._coalesce = coalesce and isinstance(client, redis.asyncio.Redis)
+        self._waiting: list[tuple[AsyncScript, list[object], asyncio.Future[Any]]] = []
+        self._sending: set[asyncio.Task[None]] = set()
 
     async def ready(self) -> None:
         """Make sure the client is ready for concurrent commands. A ``RedisCluster`` is set up
@@ -89,7 +111,65 @@ class Scripts:
         if script is None:
             body = self.source(name)
             script = self._named[name] = self._client.register_script(body)
-        return await script(keys=list(keys), args=[_arg(a) for a in args], client=client)
+        if not self._coalesce or client is not None:  # one connection asked for: no batching
+            return await script(keys=list(keys), args=[_arg(a) for a in args], client=client)
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[Any] = loop.create_future()
+        if not self._waiting:
+            loop.call_soon(self._send)  # after every call made in this turn has joined
+        self._waiting.append((script, [len(keys), *keys, *(_arg(a) for a in args)], reply))
+        return await reply
+
+    def _send(self) -> None:
+        batch, self._waiting = self._waiting, []
+        task = asyncio.get_running_loop().create_task(self._pipeline(batch))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _pipeline(self, batch: list[tuple[AsyncScript, list[object], asyncio.Future[Any]]]) -> None:
+        """Send ``batch`` as one pipeline and hand each call its reply. A script the server does
+        not hold (NOSCRIPT: it was not run) is sent again alone, which loads it."""
+        assert isinstance(self._client, redis.asyncio.Redis)
+        try:
+            replies = await self._send_all(batch)
+        except BaseException as exc:  # the whole batch failed: every call sees why
+            for _, _, reply in batch:
+                if reply.done():
+                    continue
+                if isinstance(exc, asyncio.CancelledError):
+                    reply.cancel()
+                else:
+                    reply.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (script, call, reply), got in zip(batch, replies, strict=True):
+            if isinstance(got, redis.exceptions.NoScriptError):
+                n = int(str(call[0]))
+                try:
+                    got = await script(keys=call[1 : 1 + n], args=call[1 + n :])  # type: ignore[arg-type]
+                except Exception as exc:
+                    got = exc
+            if reply.done():
+                continue
+            if isinstance(got, Exception):
+                reply.set_exception(got)
+            else:
+                reply.set_result(got)
+
+    async def _send_all(self, batch: list[tuple[AsyncScript, list[object], asyncio.Future[Any]]]) -> list[Any]:
+        assert isinstance(self._client, redis.asyncio.Redis)
+        if len(batch) == 1:  # alone: a plain command, the pipeline would only add its cost
+            script, call, _ = batch[0]
+            try:
+                return [await self._client.evalsha(script.sha, *call)]  # type: ignore[arg-type]
+            except redis.exceptions.NoScriptError as exc:
+                return [exc]
+        pipe = self._client.pipeline(transaction=False)
+        for script, call, _ in batch:
+            pipe.evalsha(script.sha, *call)  # type: ignore[arg-type]
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+        return replies
 
     def source(self, name: str) -> str:
         """The text this client runs for script ``name``: an override, or the shipped script."""

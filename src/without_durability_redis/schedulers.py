@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from without_durability._values import Delivery
 from without_durability.errors import InvalidInput
+from without_durability.protocols import AnswersAndTakes
 from without_durability.rules import check_time, check_visibility
 
 from ._keys import check_id, check_name
@@ -42,7 +43,7 @@ class _Base:
         self.client = client
         self.namespace = check_name("namespace", namespace)
         self.prefix = check_name("prefix", prefix, allow_empty=True)
-        self._scripts = Scripts(client, self.script_overrides)
+        self._scripts = Scripts(client, self.script_overrides, coalesce=True)
         self._clock_key = f"{prefix}clock:{{{namespace}}}"
 
     async def _run(self, what: str, name: str, keys: list[str], args: list[object]) -> Any:
@@ -55,6 +56,11 @@ class _Base:
 
     def _at(self, at: datetime | None) -> str:
         return "" if at is None else str(micros(at))
+
+
+def _check_limit(limit: object) -> None:
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise InvalidInput(f"take_many limit must be a positive int, got {limit!r}")
 
 
 class RedisSetScheduler(_Base):
@@ -90,14 +96,55 @@ class RedisSetScheduler(_Base):
     async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
         """See ``Scheduler.wake_at``."""
         check_time("wake_at at", at)
-        if not isinstance(delivery.receipt, _SetReceipt):
-            raise InvalidInput(f"{delivery!r} was not handed out by a RedisSetScheduler")
+        receipt = self._receipt(delivery)
         await self._run(
             f"wake_at {delivery.workflow!r}",
             "set_wake",
             [self.key],
-            [delivery.workflow, delivery.receipt.visible_at, self._at(at)],
+            [delivery.workflow, receipt.visible_at, self._at(at)],
         )
+
+    async def answer_and_take(
+        self, delivery: Delivery, at: datetime | None, visibility: timedelta
+    ) -> Delivery | None:
+        """See ``AnswersAndTakes``: ``wake_at(delivery, at)`` and ``take(visibility)`` as one
+        script, one round trip (what ``Worker`` uses between passes)."""
+        check_time("wake_at at", at)
+        check_visibility(visibility)
+        receipt = self._receipt(delivery)
+        reply = await self._run(
+            f"answering for {delivery.workflow!r} and taking",
+            "set_answer_take",
+            [self.key],
+            [delivery.workflow, receipt.visible_at, self._at(at), span(visibility)],
+        )
+        if reply is None:
+            return None
+        return Delivery(text(reply[0]), _SetReceipt(int(text(reply[1]))))
+
+    async def take_many(self, visibility: timedelta, limit: int) -> list[Delivery]:
+        """Batching option: up to ``limit`` visible workflows, earliest first, in one script, each
+        hidden for ``visibility`` exactly as ``take`` hides one (same guarantees, one round trip).
+        Keep ``limit`` to what will be answered well within ``visibility``."""
+        check_visibility(visibility)
+        _check_limit(limit)
+        reply = await self._run("take_many", "set_take_many", [self.key], [span(visibility), limit])
+        hidden = _SetReceipt(int(text(reply[0])))
+        return [Delivery(text(w), hidden) for w in reply[1:]]
+
+    async def finish_many(self, deliveries: list[Delivery]) -> None:
+        """Batching option: ``wake_at(d, None)`` for every delivery, in one script; each is removed
+        only if it is still the delivery that was taken (as ``wake_at`` decides)."""
+        args: list[object] = []
+        for d in deliveries:
+            args += [d.workflow, self._receipt(d).visible_at]
+        if args:
+            await self._run(f"answering {len(deliveries)} deliveries", "set_finish_many", [self.key], args)
+
+    def _receipt(self, delivery: Delivery) -> _SetReceipt:
+        if not isinstance(delivery.receipt, _SetReceipt):
+            raise InvalidInput(f"{delivery!r} was not handed out by a RedisSetScheduler")
+        return delivery.receipt
 
     async def cancel(self, workflow: str) -> None:
         """See ``Scheduler.cancel``."""
@@ -156,6 +203,10 @@ class RedisStreamScheduler(_Base):
         reply = await self._run(
             "take", "stream_take", self._keys, [span(visibility), self.consumer, self.wake_batch]
         )
+        return self._taken(reply)
+
+    def _taken(self, reply: Any) -> Delivery | None:
+        """A take script's reply as a delivery, or None, noting where a ``wait`` starts from."""
         if text(reply[0]) == "":
             self._idle = (text(reply[1]), text(reply[2]))
             return None
@@ -187,16 +238,80 @@ class RedisStreamScheduler(_Base):
     async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
         """See ``Scheduler.wake_at``."""
         check_time("wake_at at", at)
-        if not isinstance(delivery.receipt, _StreamReceipt):
-            raise InvalidInput(f"{delivery!r} was not handed out by a RedisStreamScheduler")
+        receipt = self._receipt(delivery)
         await self._run(
             f"wake_at {delivery.workflow!r}",
             "stream_wake",
             self._keys,
-            [delivery.workflow, delivery.receipt.entry, delivery.receipt.timer, self._at(at)],
+            [delivery.workflow, receipt.entry, receipt.timer, self._at(at)],
         )
+
+    async def answer_and_take(
+        self, delivery: Delivery, at: datetime | None, visibility: timedelta
+    ) -> Delivery | None:
+        """See ``AnswersAndTakes``: ``wake_at(delivery, at)`` and ``take(visibility)`` as one
+        script, one round trip (what ``Worker`` uses between passes). When it finds nothing, a
+        ``wait`` after it starts from where this take left off, as after an empty ``take``."""
+        check_time("wake_at at", at)
+        check_visibility(visibility)
+        receipt = self._receipt(delivery)
+        reply = await self._run(
+            f"answering for {delivery.workflow!r} and taking",
+            "stream_answer_take",
+            self._keys,
+            [
+                delivery.workflow,
+                receipt.entry,
+                receipt.timer,
+                self._at(at),
+                span(visibility),
+                self.consumer,
+                self.wake_batch,
+            ],
+        )
+        return self._taken(reply)
+
+    async def take_many(self, visibility: timedelta, limit: int) -> list[Delivery]:
+        """Batching option: up to ``limit`` deliveries in one script, each taken and hidden for
+        ``visibility`` exactly as ``take`` takes one (same guarantees, one round trip). Keep
+        ``limit`` to what will be answered well within ``visibility``."""
+        check_visibility(visibility)
+        _check_limit(limit)
+        reply = await self._run(
+            "take_many",
+            "stream_take_many",
+            self._keys,
+            [span(visibility), self.consumer, self.wake_batch, limit],
+        )
+        return [
+            Delivery(text(reply[i]), _StreamReceipt(text(reply[i + 1]), int(text(reply[i + 2]))))
+            for i in range(0, len(reply), 3)
+        ]
+
+    async def finish_many(self, deliveries: list[Delivery]) -> None:
+        """Batching option: ``wake_at(d, None)`` for every delivery, in one script; each is removed
+        only if it is still the delivery that was taken (as ``wake_at`` decides)."""
+        args: list[object] = []
+        for d in deliveries:
+            receipt = self._receipt(d)
+            args += [d.workflow, receipt.entry, receipt.timer]
+        if args:
+            await self._run(
+                f"answering {len(deliveries)} deliveries", "stream_finish_many", self._keys, args
+            )
+
+    def _receipt(self, delivery: Delivery) -> _StreamReceipt:
+        if not isinstance(delivery.receipt, _StreamReceipt):
+            raise InvalidInput(f"{delivery!r} was not handed out by a RedisStreamScheduler")
+        return delivery.receipt
 
     async def cancel(self, workflow: str) -> None:
         """See ``Scheduler.cancel``."""
         check_id(workflow)
         await self._run(f"cancel {workflow!r}", "stream_cancel", self._keys, [workflow])
+
+
+def _typecheck(client: Client) -> None:  # pragma: no cover - mypy proves they offer the capability
+    a: AnswersAndTakes = RedisSetScheduler(client)
+    b: AnswersAndTakes = RedisStreamScheduler(client)
+    del a, b

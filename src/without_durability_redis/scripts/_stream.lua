@@ -42,3 +42,46 @@ local function make_ready(workflow)
   local id = redis.call('XADD', KEYS[1], '*', 'w', workflow)
   redis.call('HSET', KEYS[3], workflow, id)
 end
+
+-- Whether a delivery is still its workflow's current one: its entry is the workflow's entry and its
+-- timer the one its take set (a cancel, a wakeup or a redelivery since changes one of them).
+local function still_current(workflow, entry, timer)
+  if redis.call('HGET', KEYS[3], workflow) ~= entry then
+    return false
+  end
+  local score = redis.call('ZSCORE', KEYS[2], workflow)
+  return score ~= false and tonumber(score) == tonumber(timer)
+end
+
+-- stream_take.lua's take for the scripts that take along with something else: move up to `batch`
+-- due timers into the stream, read one entry for `consumer` and hide it until now + visibility.
+-- An entry of workflow `skip` (nil: none) is passed over: dropped, so the caller re-adds it.
+-- Returns {workflow, entry id, timer} or nil when nothing is ready, and whether `skip` was dropped.
+local function take_one(now, visibility, consumer, batch, skip)
+  ensure_group(KEYS[1])
+  local due = redis.call('ZRANGE', KEYS[2], '-inf', int(now), 'BYSCORE', 'LIMIT', 0, batch)
+  for _, workflow in ipairs(due) do
+    make_ready(workflow)
+  end
+  local skipped = false
+  while true do
+    local read = redis.call('XREADGROUP', 'GROUP', GROUP, consumer, 'COUNT', 1, 'STREAMS', KEYS[1], '>')
+    if not read then
+      return nil, skipped
+    end
+    local id = read[1][2][1][1]
+    local workflow = read[1][2][1][2][2]
+    local current = redis.call('HGET', KEYS[3], workflow) == id
+    if current and workflow == skip then
+      drop_entry(workflow)
+      skipped = true
+    elseif current then
+      local hidden = int(now + visibility)
+      redis.call('ZADD', KEYS[2], hidden, workflow)
+      return {workflow, id, hidden}, skipped
+    else
+      redis.call('XACK', KEYS[1], GROUP, id)
+      redis.call('XDEL', KEYS[1], id)
+    end
+  end
+end

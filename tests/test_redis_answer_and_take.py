@@ -1,0 +1,287 @@
+"""The Redis schedulers' one-round-trip paths: ``answer_and_take`` (one script that answers a
+delivery and takes the next, with the guarantees of ``wake_at`` then ``take``) and the batching
+option ``take_many``/``finish_many``. Run with ``--wd-store redis-set --wd-store redis-stream``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from without_durability import AnswersAndTakes, Delivery
+from without_durability.errors import InvalidInput
+from without_durability.testing.harness import StoreUnderTest
+
+pytest.importorskip("redis.asyncio")
+from without_durability_redis import RedisSetScheduler, RedisStreamScheduler
+from without_durability_redis._scripts import text
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.wd_store(["redis-set", "redis-stream"])]
+
+Store = StoreUnderTest[Any]
+Sched = RedisSetScheduler | RedisStreamScheduler
+LONG = timedelta(hours=1)
+
+
+def scheduler(store: Store) -> Sched:
+    """The store's own scheduler (under a fresh prefix per test)."""
+    sched = store.scheduler
+    assert isinstance(sched, RedisSetScheduler | RedisStreamScheduler)
+    return sched
+
+
+async def queued(sched: Sched) -> dict[str, float]:
+    """What the queue holds: workflow -> the time it becomes visible (microseconds), 0 for a stream
+    entry waiting to be read (ready now)."""
+    if isinstance(sched, RedisSetScheduler):
+        rows = await sched.client.zrange(sched.key, 0, -1, withscores=True)
+        return {text(w): s for w, s in rows}
+    timers = {text(w): s for w, s in await sched.client.zrange(sched.timers_key, 0, -1, withscores=True)}
+    entries = {text(w) for w in await sched.client.hkeys(sched.entries_key)}
+    return {w: timers.get(w, 0.0) for w in timers.keys() | entries}
+
+
+def receipt_time(d: Delivery) -> float:
+    r: Any = d.receipt
+    return float(r.visible_at if hasattr(r, "visible_at") else r.timer)
+
+
+async def test_it_is_offered_as_the_optional_capability(wd_store: Store) -> None:
+    assert isinstance(scheduler(wd_store), AnswersAndTakes)
+
+
+async def test_it_finishes_the_answered_delivery_and_hands_out_the_next(wd_store: Store) -> None:
+    sched = scheduler(wd_store)
+    await sched.schedule("b")
+    await sched.schedule("a")
+    first = await sched.take(LONG)
+    assert first is not None and first.workflow == "b"
+    second = await sched.answer_and_take(first, None, LONG)
+    assert second is not None and second.workflow == "a", f"expected 'a' next, got {second!r}"
+    assert set(await queued(sched)) == {"a"}, "the answered delivery must be gone, the taken one kept"
+    assert await sched.answer_and_take(second, None, LONG) is None
+    assert await queued(sched) == {}, "answering the last delivery must empty the queue"
+
+
+async def test_the_answer_acts_only_while_its_receipt_is_current(wd_store: Store) -> None:
+    sched = scheduler(wd_store)
+    for name in ("woken", "cancelled", "plain"):
+        await sched.schedule(name)
+    taken = {d.workflow: d for d in [await sched.take(LONG) for _ in range(3)] if d is not None}
+    assert set(taken) == {"woken", "cancelled", "plain"}
+    await sched.schedule("woken")  # a wakeup since the take: it stands
+    await sched.cancel("cancelled")  # cancelled since the take: not reinstated
+    later = await sched.now() + LONG
+    # "woken" is due again and is the workflow being answered: its sleep answer must not move it,
+    # and this call must not hand it back.
+    assert await sched.answer_and_take(taken["woken"], later, LONG) is None
+    assert (await queued(sched))["woken"] / 1e6 <= time.time() + 5, "a wakeup since the take must stand"
+    again = await sched.answer_and_take(taken["cancelled"], later, LONG)
+    assert again is not None and again.workflow == "woken"
+    rows = await queued(sched)
+    assert "cancelled" not in rows, "an answer must not reinstate a cancelled workflow"
+    assert set(rows) == {"woken", "plain"}
+    assert rows["plain"] == receipt_time(taken["plain"]), "an unrelated delivery must be left as taken"
+
+
+async def test_a_stale_answer_leaves_the_newer_delivery_alone(wd_store: Store) -> None:
+    sched = scheduler(wd_store)
+    await sched.schedule("w")
+    old = await sched.take(timedelta(milliseconds=50))
+    assert old is not None
+    newer: Delivery | None = None
+    deadline = time.monotonic() + 10
+    while newer is None:  # the server's clock decides when the short visibility has lapsed
+        assert time.monotonic() < deadline, "the delivery never reappeared after its visibility"
+        await asyncio.sleep(0.02)
+        newer = await sched.take(LONG)
+    assert newer.workflow == "w"
+    current = await queued(sched)
+    assert await sched.answer_and_take(old, await sched.now(), LONG) is None
+    assert await queued(sched) == current, "a stale sleep answer must not move the newer delivery"
+    assert await sched.answer_and_take(old, None, LONG) is None
+    assert await queued(sched) == current, "a stale finish must not remove the newer delivery"
+    assert await sched.answer_and_take(newer, None, LONG) is None
+    assert await queued(sched) == {}
+
+
+async def test_a_due_sleep_answer_is_never_handed_back_but_left_for_the_next_take(wd_store: Store) -> None:
+    sched = scheduler(wd_store)
+    await sched.schedule("sleeper")
+    d = await sched.take(LONG)
+    assert d is not None
+    past = await sched.now() - timedelta(seconds=5)
+    assert await sched.answer_and_take(d, past, LONG) is None, "it must not hand back its own workflow"
+    assert "sleeper" in await queued(sched)
+    if isinstance(sched, RedisStreamScheduler):
+        started = time.monotonic()  # a wait from that empty answer must see the sleeper's entry
+        await sched.wait(timedelta(seconds=20))
+        assert time.monotonic() - started < 5, "wait slept through the entry the answer made"
+    again = await sched.take(LONG)
+    assert again is not None and again.workflow == "sleeper", "a due sleep answer is left for the next take"
+
+
+async def test_a_later_sleep_answer_hides_the_workflow_until_then(wd_store: Store) -> None:
+    sched = scheduler(wd_store)
+    await sched.schedule("sleeper")
+    await sched.schedule("other")
+    d = await sched.take(LONG)
+    assert d is not None and d.workflow == "sleeper"
+    at = await sched.now() + timedelta(minutes=5)
+    nxt = await sched.answer_and_take(d, at, LONG)
+    assert nxt is not None and nxt.workflow == "other"
+    assert (await queued(sched))["sleeper"] == pytest.approx(at.timestamp() * 1e6, abs=1)
+    assert await sched.take(LONG) is None, "a sleeping workflow must not be handed out early"
+
+
+async def test_a_delivery_from_elsewhere_is_refused_before_anything_is_written(wd_store: Store) -> None:
+    sched = scheduler(wd_store)
+    other: Sched = (RedisStreamScheduler if isinstance(sched, RedisSetScheduler) else RedisSetScheduler)(
+        sched.client, namespace=sched.namespace, prefix=sched.prefix + "other:"
+    )
+    await other.schedule("x")
+    d = await other.take(LONG)
+    assert d is not None
+    before = await queued(other)
+    for call in (lambda: sched.answer_and_take(d, None, LONG), lambda: sched.finish_many([d])):
+        with pytest.raises(InvalidInput, match="was not handed out by"):
+            await call()
+    assert await queued(other) == before
+    await other.client.delete(*[k for k in await other.client.keys(other.prefix + "*")])
+
+
+async def test_concurrent_chains_hand_out_every_workflow_exactly_once(wd_store: Store) -> None:
+    sched = scheduler(wd_store)
+    names = [f"c-{i:03d}" for i in range(120)]
+    for n in names:
+        await sched.schedule(n)
+    got: list[str] = []
+
+    async def chain() -> None:
+        d = await sched.take(LONG)
+        while d is not None:
+            got.append(d.workflow)
+            await asyncio.sleep(0)  # let the chains interleave
+            d = await sched.answer_and_take(d, None, LONG)
+
+    await asyncio.gather(*(chain() for _ in range(6)))
+    assert sorted(got) == names, f"expected each of 120 once, got {len(got)} ({len(set(got))} distinct)"
+    assert await queued(sched) == {}
+
+
+async def test_concurrent_take_many_hand_out_every_workflow_exactly_once(wd_store: Store) -> None:
+    sched = scheduler(wd_store)
+    names = [f"b-{i:03d}" for i in range(60)]
+    for n in names:
+        await sched.schedule(n)
+    got: list[str] = []
+
+    async def taker() -> None:
+        while batch := await sched.take_many(LONG, 7):
+            assert len(batch) <= 7
+            got.extend(d.workflow for d in batch)
+            await sched.finish_many(batch)
+
+    await asyncio.gather(*(taker() for _ in range(4)))
+    assert sorted(got) == names, f"expected each of 60 once, got {len(got)} ({len(set(got))} distinct)"
+    assert await queued(sched) == {}, "finish_many must have removed every delivery"
+
+
+async def test_finish_many_removes_only_deliveries_still_current(wd_store: Store) -> None:
+    sched = scheduler(wd_store)
+    for n in ("done", "woken", "cancelled"):
+        await sched.schedule(n)
+    batch = await sched.take_many(LONG, 10)
+    assert sorted(d.workflow for d in batch) == ["cancelled", "done", "woken"]
+    assert await sched.take(LONG) is None, "take_many must hide what it took"
+    await sched.schedule("woken")  # a wakeup since the take: it stands
+    await sched.cancel("cancelled")  # cancelled since: not reinstated
+    await sched.finish_many(batch)
+    left = await sched.take_many(LONG, 10)
+    assert [d.workflow for d in left] == ["woken"], f"expected only the woken one queued, got {left!r}"
+
+
+async def test_take_many_refuses_a_bad_limit(wd_store: Store) -> None:
+    sched = scheduler(wd_store)
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(InvalidInput, match="limit"):
+            await sched.take_many(LONG, bad)  # type: ignore[arg-type]
+
+
+# -- calls made together go out together ---------------------------------------------------------
+
+
+def one_connection_client(store: Store) -> Any:
+    """A client whose pool holds a single connection: two commands in flight at once would fail
+    with "Too many connections", so only calls sent as one pipeline can share it."""
+    from redis.asyncio import Redis
+
+    return Redis.from_url(store.extra["server"].url, max_connections=1)
+
+
+async def test_concurrent_calls_share_one_pipeline_and_each_gets_its_own_reply(wd_store: Store) -> None:
+    sched = scheduler(wd_store)
+    client = one_connection_client(wd_store)
+    try:
+        mine: Sched = type(sched)(client, namespace=sched.namespace, prefix=sched.prefix)
+        names = [f"p-{i:02d}" for i in range(20)]
+        for n in names:
+            await sched.schedule(n)
+        got = await asyncio.gather(*(mine.take(LONG) for _ in names))
+        assert sorted(d.workflow for d in got if d is not None) == names, got
+        current = await queued(sched)
+        for d in got:  # each receipt is the one its own reply carried
+            assert d is not None and receipt_time(d) == current[d.workflow], d
+        assert await asyncio.gather(*(mine.answer_and_take(d, None, LONG) for d in got if d)) == [None] * 20
+        assert await queued(sched) == {}
+    finally:
+        await client.aclose()
+
+
+async def test_a_script_flushed_from_the_server_is_loaded_again_for_calls_sent_together(
+    wd_store: Store,
+) -> None:
+    sched = scheduler(wd_store)
+    for n in ("x", "y", "z"):
+        await sched.schedule(n)
+    assert await sched.take(LONG) is not None  # the take script is loaded now
+    await sched.client.script_flush()
+    got = await asyncio.gather(sched.take(LONG), sched.take(LONG), sched.take(LONG))
+    assert sorted(d.workflow for d in got if d is not None) == ["y", "z"], got
+
+
+async def test_an_error_reaches_only_the_call_that_caused_it(wd_store: Store) -> None:
+    from redis.exceptions import ResponseError
+
+    from without_durability_redis._scripts import Scripts
+
+    script = "if ARGV[1] == 'bad' then return redis.error_reply('refused ' .. ARGV[1]) end return ARGV[1]"
+    client = one_connection_client(wd_store)
+    try:
+        scripts = Scripts(client, {"now": script}, coalesce=True)
+        key = f"{wd_store.extra['prefix']}errors"
+        got = await asyncio.gather(
+            *(scripts.run("now", [key], [a]) for a in ("a", "bad", "b")), return_exceptions=True
+        )
+        assert [text(g) for g in (got[0], got[2])] == ["a", "b"], got
+        assert isinstance(got[1], ResponseError) and "refused bad" in str(got[1]), got
+    finally:
+        await client.aclose()
+
+
+async def test_an_unreachable_server_fails_every_call_sent_together() -> None:
+    from redis.asyncio import Redis
+
+    from without_durability.errors import StoreUnavailable
+    from without_durability.testing.servers import free_port
+
+    client = Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=1)
+    try:
+        scheds: list[Sched] = [RedisSetScheduler(client), RedisStreamScheduler(client)]
+        got = await asyncio.gather(*(s.take(LONG) for s in scheds for _ in range(3)), return_exceptions=True)
+        assert all(isinstance(g, StoreUnavailable) for g in got), got
+    finally:
+        await client.aclose()
