@@ -1,12 +1,12 @@
 """A wakeup that arrives after a delivery's visibility ran out, while nobody has taken it again, must
 survive that delivery's ``wake_at(None)``: DESIGN says a wakeup that arrived since the take stands.
 
-The built-in schedulers keep one time per workflow and take ``min(queued, now)`` on a wakeup: once
-``now`` is past the delivery's hiding time (a pass slower than its visibility, or a wall clock
-stepped forward), the wakeup leaves the entry as the take set it, the receipt still matches, and
-``wake_at(None)`` deletes the workflow with the arrival unanswered. wd-chaos saw it as a liveness
-failure of lease-stall on SQLite (its wall-step fault). Marked as expected to fail, strictly, on
-the stores known to have the gap, so a fix shows up as a failure to remove the mark.
+The built-in schedulers once kept one time per workflow and took ``min(queued, now)`` on a wakeup:
+once ``now`` was past the delivery's hiding time (a pass slower than its visibility, or a wall
+clock stepped forward), the wakeup left the entry as the take set it, the receipt still matched,
+and ``wake_at(None)`` deleted the workflow with the arrival unanswered (wd-chaos saw it as a
+liveness failure of lease-stall on SQLite). Each now counts wakeups per entry; the conformance
+suite holds every store to this too (``test_a_wakeup_after_the_visibility_ran_out_survives_the_answer``).
 """
 
 from __future__ import annotations
@@ -18,16 +18,12 @@ import pytest
 
 from without_durability.testing.harness import StoreUnderTest
 
-KNOWN_GAP = {"memory", "sqlite", "postgres", "redis-set", "redis-stream", "redis-cluster", "redis-cluster-stream"}
-
 pytestmark = pytest.mark.asyncio
 
 
 async def test_a_wakeup_after_the_visibility_ran_out_survives_wake_at_none(
-    wd_store: StoreUnderTest[Any], request: pytest.FixtureRequest
+    wd_store: StoreUnderTest[Any],
 ) -> None:
-    if wd_store.name in KNOWN_GAP:
-        request.applymarker(pytest.mark.xfail(strict=True, reason="the scheduler drops such a wakeup"))
     scheduler = wd_store.scheduler
     await scheduler.schedule("wf-late-wakeup")
     delivery = await scheduler.take(timedelta(seconds=1))

@@ -637,6 +637,40 @@ async def test_wake_at_does_not_overwrite_a_wakeup_since_the_take(wd_store: Stor
     assert again is not None and again.workflow == w, "wake_at overwrote a wakeup that arrived since"
 
 
+async def test_a_wakeup_for_later_than_the_hidden_time_survives_the_answer(wd_store: Store) -> None:
+    # The wakeup leaves the visibility as the take set it (that time is earlier), so only a store
+    # that counts wakeups, not one that compares times, can tell it arrived.
+    u = unit(wd_store)
+    for answer in ("done", "later"):
+        w = wf(f"woken-later-{answer}")
+        await wd_store.scheduler.schedule(w)
+        got = await wd_store.scheduler.take(u)
+        assert got is not None and got.workflow == w
+        await wd_store.scheduler.schedule(w, await wd_store.now() + 2 * u)  # while the pass runs
+        await wd_store.scheduler.wake_at(got, None if answer == "done" else await wd_store.now() + LONG)
+        await wd_store.clock.advance(2.5 * u)
+        again = await wd_store.scheduler.take(u)
+        assert again is not None and again.workflow == w, (
+            f"wake_at({'None' if answer == 'done' else 'later'}) dropped a wakeup for a time past the "
+            f"delivery's hidden time that arrived while it was held: take gave {again!r}"
+        )
+        await wd_store.scheduler.cancel(w)
+
+
+async def test_a_wakeup_after_the_visibility_ran_out_survives_the_answer(wd_store: Store) -> None:
+    u, w = unit(wd_store), wf("woken-late")
+    await wd_store.scheduler.schedule(w)
+    got = await wd_store.scheduler.take(u)
+    assert got is not None and got.workflow == w
+    await wd_store.clock.advance(1.5 * u)  # the pass outlives its visibility; nobody takes it again
+    await wd_store.scheduler.schedule(w)  # an arrival's wakeup, after the take
+    await wd_store.scheduler.wake_at(got, None)  # the late holder answers: it saw nothing to do
+    again = await wd_store.scheduler.take(u)
+    assert again is not None and again.workflow == w, (
+        f"wake_at(None) of a delivery whose visibility ran out dropped a wakeup since: take gave {again!r}"
+    )
+
+
 async def test_stale_delivery_cannot_answer_for_a_newer_take(wd_store: Store) -> None:
     u, w = unit(wd_store), wf("stale")
     await wd_store.scheduler.schedule(w)
