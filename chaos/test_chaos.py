@@ -72,9 +72,11 @@ def _run(name: str, store: str, *extra: str) -> tuple[int, dict[str, Any], str]:
     except subprocess.TimeoutExpired:
         pytest.fail(f"{name} on {store} did not finish within {HARD_TIMEOUT}s")
     runs = sorted(reports.glob(f"*-{name}-{store}*"), key=lambda p: p.stat().st_mtime)
-    summary = json.loads((runs[-1] / "summary.json").read_text()) if runs else {}
-    if runs:
-        summary["run_dir"] = str(runs[-1])
+    if not runs or not (runs[-1] / "summary.json").is_file():
+        # a run that stopped before judging (a server that would not start) says why in its output
+        pytest.fail(f"{name} on {store} exited {done.returncode} without a summary:\n{done.stdout}{done.stderr}")
+    summary = json.loads((runs[-1] / "summary.json").read_text())
+    summary["run_dir"] = str(runs[-1])
     return done.returncode, summary, done.stdout + done.stderr
 
 
