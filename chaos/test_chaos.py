@@ -3,13 +3,15 @@
 broken store that must be caught.
 
 Run it with ``python -m pytest chaos`` (``.ci/run`` does). ``WD_CHAOS_GATE_SECONDS`` sets the
-workload phase of each run (default 12 s; storms 5 s); reports land in ``reports/chaos-gate/``.
+workload phase of each run (default 12 s; storms 5 s); reports land in ``reports/chaos-gate/``,
+one folder per case. ``.ci/run`` runs two cases at a time (pytest-xdist ``-n 2``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -59,6 +61,13 @@ def _worker_stores() -> list[str]:
     return sorted(chaos_kits())
 
 
+def _case_reports() -> Path:
+    """This test's own folder under ``REPORTS``: cases run side by side (``-n 2``), and a run's
+    folder is found by name afterwards, so two cases of one scenario and store must not share one."""
+    test = os.environ.get("PYTEST_CURRENT_TEST", "outside-a-test").rpartition(" ")[0]
+    return REPORTS / re.sub(r"[^\w.-]+", "_", test.rpartition("::")[2]).strip("_")
+
+
 def _run(name: str, store: str, *extra: str) -> tuple[int, dict[str, Any], str]:
     scenario = load_file(available()[name])
     partition = any(f.kind == "partition" for f in scenario.faults)
@@ -80,7 +89,7 @@ def _run(name: str, store: str, *extra: str) -> tuple[int, dict[str, Any], str]:
         "--time-limit",
         str(seconds),
         "--report-dir",
-        str(REPORTS),
+        str(reports := _case_reports()),
         *extra,
     ]
     try:
@@ -89,10 +98,12 @@ def _run(name: str, store: str, *extra: str) -> tuple[int, dict[str, Any], str]:
         )
     except subprocess.TimeoutExpired:
         pytest.fail(f"{name} on {store} did not finish within {HARD_TIMEOUT}s")
-    runs = sorted(REPORTS.glob(f"*-{name}-{store}*"), key=lambda p: p.stat().st_mtime)
-    summary = json.loads((runs[-1] / "summary.json").read_text()) if runs else {}
-    if runs:
-        summary["run_dir"] = str(runs[-1])
+    runs = sorted(reports.glob(f"*-{name}-{store}*"), key=lambda p: p.stat().st_mtime)
+    if not runs or not (runs[-1] / "summary.json").is_file():
+        # a run that stopped before judging (a server that would not start) says why in its output
+        pytest.fail(f"{name} on {store} exited {done.returncode} without a summary:\n{done.stdout}{done.stderr}")
+    summary = json.loads((runs[-1] / "summary.json").read_text())
+    summary["run_dir"] = str(runs[-1])
     return done.returncode, summary, done.stdout + done.stderr
 
 
@@ -176,6 +187,7 @@ def test_a_store_without_the_fence_on_record_is_caught() -> None:
 
 
 @pytest.mark.timeout(HARD_TIMEOUT + 60)
+@pytest.mark.longest
 def test_a_failing_run_shrinks_to_fewer_faults_that_still_fail_on_replay(tmp_path: Path) -> None:
     """``wd-chaos shrink`` on the broken store's run finds a smaller schedule within a short budget,
     and that schedule replayed with ``--schedule`` fails the run again."""

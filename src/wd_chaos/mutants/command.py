@@ -3,7 +3,9 @@ passes the same checks."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,33 +20,49 @@ from without_durability.testing.kit import KitError, resolve
 from ..options import Bounded, probe_dir
 from ..scenario import TimeLimit
 from . import CatalogueError, Mutant, catalogue, check_killers
+from .gate_shrink import RUN_DIR
 from .runner import ChaosRunner, GateReport, run_gate
 
 
 def chaos_runner(seconds: float) -> ChaosRunner:
-    """Run a chaos killer as a real wd-chaos run (worker processes, faults) of ``seconds``."""
+    """Run a chaos killer as a real ``wd-chaos run`` command (worker processes, faults) of
+    ``seconds``, in a process of its own, so that runs may go side by side (``--jobs``)."""
+
+    def run_once(scenario: str, store: str, mutant: str | None, report_dir: Path) -> tuple[str, dict[str, Any]]:
+        # a folder per run: the run's own folder is found by name when it is done
+        out = report_dir / f"{scenario}-{mutant or store}"
+        command = [sys.executable, "-m", "wd_chaos.cli", "run", scenario, "--store", store]
+        command += ["--time-limit", f"{seconds:g}", "--report-dir", str(out)]
+        command += ["--mutant", mutant] if mutant else []
+        before = set(out.glob(f"*-{scenario}-*"))
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        ran = sorted(set(out.glob(f"*-{scenario}-*")) - before)
+        if not ran or not (ran[-1] / "summary.json").is_file():
+            raise RuntimeError(
+                f"wd-chaos run {scenario} on {mutant or store} exited {done.returncode} without a "
+                f"summary:\n{(done.stdout + done.stderr)[-2000:]}"
+            )
+        return str(ran[-1]), json.loads((ran[-1] / "summary.json").read_text())
 
     def run_one(scenario: str, store: str, mutant: str | None, report_dir: Path) -> dict[str, str]:
-        from wd_chaos.runner import Options, run
-        from wd_chaos.scenario import find
         from without_durability.testing.kit import find_kit
 
         if "workers" not in find_kit(store).provides:
             return {"__evidence__": f"store kit {store!r} cannot be opened by worker processes"}
-        options = Options(store=store, time_limit=seconds, report_dir=report_dir, mutant=mutant)
-        outcome = run(find(scenario), options)
+        run_dir, summary = run_once(scenario, store, mutant, report_dir)
         stepped = ""
-        if outcome.valid not in (True, False) and outcome.summary.get("wall_clock_steps"):
+        if summary.get("valid") not in (True, False) and summary.get("wall_clock_steps"):
             # this machine's wall clock stepped under a store deciding by it: that run proves
             # nothing either way, so it is kept, named, and run once more
-            stepped = f"{outcome.run_dir} was unknown across a wall-clock step; again: "
-            outcome = run(find(scenario), options)
+            stepped = f"{run_dir} was unknown across a wall-clock step; again: "
+            run_dir, summary = run_once(scenario, store, mutant, report_dir)
         verdicts = {
-            v.name: "valid" if v.valid is True else "invalid" if v.valid is False else "unknown"
-            for v in outcome.verdicts
+            str(v["name"]): "valid" if v["valid"] is True else "invalid" if v["valid"] is False else "unknown"
+            for v in summary["verdicts"]
         }
-        failed = [f"{v.name}: {v.summary}" for v in outcome.verdicts if v.valid is not True]
-        verdicts["__evidence__"] = stepped + f"{outcome.run_dir}: " + ("; ".join(failed) or "all valid")
+        failed = [f"{v['name']}: {v['summary']}" for v in summary["verdicts"] if v["valid"] is not True]
+        verdicts["__evidence__"] = stepped + f"{run_dir}: " + ("; ".join(failed) or "all valid")
+        verdicts[RUN_DIR] = run_dir
         return verdicts
 
     return run_one
@@ -87,6 +105,32 @@ def _table(report: GateReport) -> Table:
     show_default=True,
     help="The workload phase of each chaos killer's run (0 < s <= 3600).",
 )
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(1, 8),
+    default=1,
+    show_default=True,
+    help="Chaos runs at a time (each a wd-chaos run with its own servers; a run mostly waits on its "
+    "workload's fixed phases).",
+)
+@click.option(
+    "--shrink-seconds",
+    type=click.FloatRange(min=0, max=3600),
+    default=0.0,
+    show_default=True,
+    help="Also shrink one chaos-killed mutant per store (wd-chaos shrink, one attempt per candidate) "
+    "within this many seconds each, and replay the shrunk schedule: the gate fails unless it has "
+    "fewer faults and fails again (0: no shrinking).",
+)
+@click.option(
+    "--shrink-store",
+    "shrink_stores",
+    multiple=True,
+    metavar="STORE",
+    help="Shrink only on this store kit (a name or alias; repeatable; default: every store with a "
+    "chaos-killed mutant).",
+)
 def mutants_command(
     store: str | None,
     names: tuple[str, ...],
@@ -94,6 +138,9 @@ def mutants_command(
     modules: tuple[str, ...],
     chaos: bool,
     chaos_seconds: float,
+    jobs: int,
+    shrink_seconds: float,
+    shrink_stores: tuple[str, ...],
 ) -> None:
     """Run every mutant (a store with one guarantee removed) and its real store through the checks
     named for that guarantee. Exit 0 when every mutant is killed and every real store passes, else 1."""
@@ -103,6 +150,7 @@ def mutants_command(
         if store:
             kit = resolve(store)
             mutants = [m for m in mutants if m.store == kit]
+        shrink_stores = tuple(resolve(one) for one in shrink_stores)
     except (CatalogueError, KitError) as exc:
         raise click.UsageError(str(exc)) from exc
     if names:
@@ -123,9 +171,22 @@ def mutants_command(
         os.environ["WD_MUTANT_MODULES"] = ",".join(modules)
     out = report_dir / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-mutants"
     runner: Any = chaos_runner(chaos_seconds) if chaos else None
+    if shrink_seconds and not chaos:
+        raise click.UsageError("--shrink-seconds shrinks chaos runs: it needs --chaos")
     with console.status(f"running {len(mutants)} mutants and their real stores ..."):
-        report = run_gate(mutants, out, chaos=runner)
+        report = run_gate(
+            mutants,
+            out,
+            chaos=runner,
+            shrink_seconds=shrink_seconds,
+            shrink_stores=shrink_stores,
+            say=console.print,
+            jobs=jobs,
+        )
     console.print(_table(report))
+    for c in report.shrinks:
+        mark = "[green]shrink ok" if c.passed else "[red bold]SHRINK FAILED"
+        console.print(f"{mark}: {c.mutant} ({c.scenario} on {c.store}): {c.evidence} ({c.seconds}s)")
     bad_real = [r for r in report.real if r.outcome != "passed"]
     for r in bad_real:
         console.print(f"[red]real store {r.store} failed {r.check}: {r.evidence[:300]}")
@@ -135,6 +196,9 @@ def mutants_command(
         f"{verdict}: {len(report.mutants) - len(survivors)}/{len(report.mutants)} killed"
         f" (by tests {report.killed_by_tests}, by wd-chaos {report.killed_by_chaos})"
         f"{', survivors: ' + ', '.join(survivors) if survivors else ''}; "
-        f"real stores {'pass' if not bad_real else 'FAIL'}; {report.seconds}s; report {out / 'mutants.html'}"
+        f"real stores {'pass' if not bad_real else 'FAIL'}"
+        f"{f'; shrinks {sum(c.passed for c in report.shrinks)}/{len(report.shrinks)} pass' if report.shrinks else ''}"
+        f"; {report.seconds}s ({', '.join(f'{k} {v}s' for k, v in report.timings.items())}); "
+        f"report {out / 'mutants.html'}"
     )
     sys.exit(0 if report.passed else 1)

@@ -143,3 +143,31 @@ MUTANTS.append(
         swap_scripts("checkpointer", RecordsExpireAfterLastWrite),
     )
 )
+
+
+# -- the fence on record ----------------------------------------------------------------------
+
+
+class RecordWithoutFence(RedisCheckpointer):
+    """record skips its token check: a superseded pass's writes land (Redis's counterpart of the
+    SQLite and Postgres record-without-fence mutants, and the Redis run the mutant gate shrinks)."""
+
+    script_overrides = {  # noqa: RUF012 - the store reads it as a mapping, never mutated
+        "record": _edit(
+            script_source("record"),
+            "if redis.call('HGET', KEYS[2], 'token') ~= ARGV[1] then\n  return {'fenced'}\nend",
+            "",
+        )
+    }
+
+
+MUTANTS.append(
+    Mutant(
+        "redis-record-without-fence",
+        "redis-set",
+        "fencing",
+        "record ignores the token: a superseded pass's writes land",
+        ("test_superseded_record_is_fenced_and_writes_nothing", "chaos:lease-stall:fencing"),
+        swap_scripts("checkpointer", RecordWithoutFence),
+    )
+)

@@ -18,10 +18,12 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import Mutant
+from . import Mutant, gate_shrink
+from .gate_shrink import ShrinkCheck
 
 SUITE = "from without_durability.testing.conformance import *  # noqa: F403\n"
 
@@ -65,11 +67,20 @@ class GateReport:
     mutants: list[MutantVerdict]
     real: list[CheckResult]
     seconds: float
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds spent in each part of the gate: conformance, chaos, shrink."""
+    shrinks: list[ShrinkCheck] = field(default_factory=list)
+    """The shrink checks (``--shrink-seconds``): one chaos-killed mutant per store shrunk and replayed."""
 
     @property
     def passed(self) -> bool:
-        """Every mutant killed and every real store passing every check it ran."""
-        return all(m.killed for m in self.mutants) and all(r.outcome == "passed" for r in self.real)
+        """Every mutant killed, every real store passing every check it ran, and every shrink check
+        passing."""
+        return (
+            all(m.killed for m in self.mutants)
+            and all(r.outcome == "passed" for r in self.real)
+            and all(c.passed for c in self.shrinks)
+        )
 
     @property
     def killed_by_tests(self) -> int:
@@ -235,26 +246,59 @@ def judge(mutants: Sequence[Mutant], results: Sequence[CheckResult], started: fl
     return GateReport(verdicts, real, round(time.monotonic() - started, 1))
 
 
-def run_gate(mutants: Sequence[Mutant], report_dir: Path, *, chaos: ChaosRunner | None = None) -> GateReport:
+def run_gate(
+    mutants: Sequence[Mutant],
+    report_dir: Path,
+    *,
+    chaos: ChaosRunner | None = None,
+    shrink_seconds: float = 0.0,
+    shrink_stores: Sequence[str] = (),
+    say: Callable[[str], None] = lambda line: None,
+    jobs: int = 1,
+) -> GateReport:
     """Run every check that any mutant names against the mutants and their real stores, judge, and
-    write ``mutants.json`` and ``mutants.html`` into ``report_dir``."""
+    write ``mutants.json`` and ``mutants.html`` into ``report_dir``; ``jobs`` chaos runs at a time.
+    With ``shrink_seconds`` (and ``chaos``), also shrink one chaos-killed mutant per store (of
+    ``shrink_stores``, if given) within that budget each, ``jobs`` at a time (``gate_shrink``)."""
     started = time.monotonic()
     report_dir.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="wd-mutants-") as tmp:
         results = run_conformance(mutants, Path(tmp))
+    timings["conformance"] = round(time.monotonic() - started, 1)
+    runs: dict[tuple[str, str], dict[str, str]] = {}
     if chaos is not None:
-        results += run_chaos_killers(mutants, report_dir, chaos)
+        results += run_chaos_killers(mutants, report_dir, chaos, runs, jobs)
+        timings["chaos"] = round(time.monotonic() - started - timings["conformance"], 1)
     report = judge(mutants, results, started)
+    if chaos is not None and shrink_seconds > 0:
+        shrink_started = time.monotonic()
+        killed_by = {m.name: m.killed_by for m in report.mutants}
+        picks = gate_shrink.pick(mutants, killed_by, runs, shrink_stores)
+        for chosen in picks:
+            say(f"shrinking {chosen.mutant}'s {chosen.scenario} run on {chosen.store} ({chosen.faults} faults)")
+        report.shrinks = gate_shrink.check_all(picks, report_dir / "shrinks", shrink_seconds, say, jobs)
+        timings["shrink"] = round(time.monotonic() - shrink_started, 1)
+        report.seconds = round(time.monotonic() - started, 1)
+    report.timings = timings
     write_report(report, report_dir)
     return report
 
 
-def run_chaos_killers(mutants: Sequence[Mutant], report_dir: Path, chaos: ChaosRunner) -> list[CheckResult]:
+def run_chaos_killers(
+    mutants: Sequence[Mutant],
+    report_dir: Path,
+    chaos: ChaosRunner,
+    verdicts_by_run: dict[tuple[str, str], dict[str, str]] | None = None,
+    jobs: int = 1,
+) -> list[CheckResult]:
     """Each ``chaos:<scenario>:<checker>`` killer judged on a wd-chaos run of its scenario on the
     mutant and on its real store: one run per scenario and store, whatever number of killers (every
-    checker of a run judges the same history)."""
-    results: list[CheckResult] = []
-    runs: dict[tuple[str, str], tuple[dict[str, str], float]] = {}
+    checker of a run judges the same history), ``jobs`` runs at a time (``chaos`` must then be safe
+    to call from threads). ``verdicts_by_run``, if given, receives each run's verdicts by (scenario,
+    mutant or store name)."""
+    wanted: dict[tuple[str, str], tuple[str, str | None]] = {}  # -> (store, mutant or None)
+    judged: list[tuple[str, str, str, str]] = []  # (killer, judged store name, scenario, checker)
     real_judged: set[tuple[str, str]] = set()
     for m in mutants:
         for killer in m.killers:
@@ -266,15 +310,25 @@ def run_chaos_killers(mutants: Sequence[Mutant], report_dir: Path, chaos: ChaosR
                 real_judged.add((killer, m.store))
                 targets.append((m.store, ""))
             for store_name, mutant_name in targets:
-                if (scenario, store_name) not in runs:
-                    t0 = time.monotonic()
-                    verdicts = chaos(scenario, m.store, mutant_name or None, report_dir / "runs")
-                    runs[(scenario, store_name)] = (verdicts, round(time.monotonic() - t0, 1))
-                verdicts, seconds = runs[(scenario, store_name)]
-                outcome = {"valid": "passed", "invalid": "failed"}.get(verdicts.get(checker, ""), "error")
-                results.append(
-                    CheckResult(killer, store_name, outcome, seconds, verdicts.get("__evidence__", ""))
-                )
+                wanted.setdefault((scenario, store_name), (m.store, mutant_name or None))
+                judged.append((killer, store_name, scenario, checker))
+
+    def one(key: tuple[str, str]) -> tuple[dict[str, str], float]:
+        t0 = time.monotonic()
+        store, mutant = wanted[key]
+        verdicts = chaos(key[0], store, mutant, report_dir / "runs")
+        return verdicts, round(time.monotonic() - t0, 1)
+
+    # each run's time is its own, even when another ran beside it
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        runs = dict(zip(wanted, pool.map(one, wanted), strict=True))
+    if verdicts_by_run is not None:
+        verdicts_by_run.update({key: verdicts for key, (verdicts, _) in runs.items()})
+    results: list[CheckResult] = []
+    for killer, store_name, scenario, checker in judged:
+        verdicts, seconds = runs[(scenario, store_name)]
+        outcome = {"valid": "passed", "invalid": "failed"}.get(verdicts.get(checker, ""), "error")
+        results.append(CheckResult(killer, store_name, outcome, seconds, verdicts.get("__evidence__", "")))
     return results
 
 
@@ -287,6 +341,8 @@ def write_report(report: GateReport, report_dir: Path) -> None:
         "killed_by_chaos": report.killed_by_chaos,
         "mutants": [asdict(m) for m in report.mutants],
         "real": [asdict(r) for r in report.real],
+        "timings": report.timings,
+        "shrinks": gate_shrink.as_json(report.shrinks),
     }
     (report_dir / "mutants.json").write_text(json.dumps(data, indent=2))
     rows = "\n".join(
@@ -304,17 +360,35 @@ def write_report(report: GateReport, report_dir: Path) -> None:
         f"<td>{html.escape(r.check)}</td><td>{r.outcome}</td><td><pre>{html.escape(r.evidence)}</pre></td></tr>"
         for r in report.real
     )
+    shrink_rows = "\n".join(
+        f"<tr class={'killed' if c.passed else 'survived'}><td>{html.escape(c.store)}</td>"
+        f"<td>{html.escape(c.mutant)}</td><td>{html.escape(c.scenario)}</td>"
+        f"<td>{html.escape(', '.join(c.targets))}</td><td>{c.original_faults} &rarr; {c.shrunk_faults}</td>"
+        f"<td>{c.candidates}</td><td>{html.escape(', '.join(c.replay_failed) or '-')}</td>"
+        f"<td>{'pass' if c.passed else 'FAIL'}</td><td>{c.seconds:.1f}s</td>"
+        f"<td><pre>{html.escape(c.evidence)}\n{html.escape(c.folder)}</pre></td></tr>"
+        for c in report.shrinks
+    )
+    shrinks = (
+        "<h2>Shrinking: one chaos-killed mutant per store, shrunk and replayed</h2>"
+        "<table><tr><th>store</th><th>mutant</th><th>scenario</th><th>target</th><th>faults</th>"
+        f"<th>candidates</th><th>replay failed</th><th>verdict</th><th>time</th><th>evidence</th></tr>{shrink_rows}</table>"
+        if report.shrinks
+        else ""
+    )
+    timings = ", ".join(f"{part} {seconds}s" for part, seconds in report.timings.items())
     verdict = "PASS: every mutant killed, real stores pass" if report.passed else "FAIL"
     (report_dir / "mutants.html").write_text(f"""<!doctype html><meta charset=utf-8>
 <title>wd-chaos mutants: {verdict}</title>
 <style>body{{font:14px system-ui;margin:2em}}td,th{{border:1px solid #ccc;padding:4px;vertical-align:top}}
 table{{border-collapse:collapse}}.killed td:nth-child(5){{color:#080}}.survived{{background:#fdd}}
 pre{{white-space:pre-wrap;max-width:50em;margin:0}}</style>
-<h1>Mutant gate: {verdict}</h1><p>{len(report.mutants)} mutants, {report.seconds}s;
+<h1>Mutant gate: {verdict}</h1><p>{len(report.mutants)} mutants, {report.seconds}s ({timings});
 killed by tests: {report.killed_by_tests}/{len(report.mutants)};
 killed by wd-chaos: {report.killed_by_chaos}/{len(report.mutants)}.</p>
 <table><tr><th>mutant</th><th>store</th><th>guarantee</th><th>what it breaks</th><th>verdict</th>
 <th>by tests</th><th>by wd-chaos</th><th>killed by</th><th>time</th><th>evidence</th></tr>{rows}</table>
 <h2>The real stores on the same checks</h2>
 <table><tr><th>store</th><th>check</th><th>outcome</th><th>evidence</th></tr>{real_rows}</table>
+{shrinks}
 """)
