@@ -204,6 +204,27 @@ async def test_finish_many_removes_only_deliveries_still_current(wd_store: Store
     assert [d.workflow for d in left] == ["woken"], f"expected only the woken one queued, got {left!r}"
 
 
+async def test_a_wakeup_for_later_than_the_hidden_time_survives_every_answer_path(wd_store: Store) -> None:
+    # The wakeup's time is past the delivery's hidden time, so only a changed receipt can say it came.
+    sched = scheduler(wd_store)
+    await sched.schedule("opener")
+    opener = await sched.take(LONG)
+    assert opener is not None and opener.workflow == "opener"
+    await sched.schedule("chained")
+    chained = await sched.answer_and_take(opener, None, LONG)
+    assert chained is not None and chained.workflow == "chained"
+    await sched.schedule("batched")
+    batch = await sched.take_many(LONG, 5)
+    assert [d.workflow for d in batch] == ["batched"]
+    later = await sched.now() + 2 * LONG
+    for d in (*batch, chained):
+        await sched.schedule(d.workflow, later)  # while the pass holds it
+    await sched.finish_many(batch)
+    assert await sched.answer_and_take(chained, None, LONG) is None
+    left = await queued(sched)
+    assert sorted(left) == ["batched", "chained"], f"an answer dropped a wakeup since its take: {left!r}"
+
+
 async def test_take_many_refuses_a_bad_limit(wd_store: Store) -> None:
     sched = scheduler(wd_store)
     for bad in (0, -1, True, 1.5):

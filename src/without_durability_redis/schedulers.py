@@ -163,8 +163,9 @@ class RedisStreamScheduler(_Base):
     group (so it joins this consumer's pending list) and sets the timer that brings it back if
     nobody answers within ``visibility``; all in one script. ``wake_at`` asks whether its entry is
     still the workflow's current one and its timer the one the take set, so a cancelled delivery
-    is never reinstated and a wakeup that came since stands. A schedule that is already due goes
-    into the stream at once, so a reader blocked on the stream (``XREAD BLOCK``) wakes for it.
+    is never reinstated and a wakeup that came since stands (it changes the entry or moves the
+    timer, at least a microsecond earlier). A schedule that is already due goes into the stream at
+    once, so a reader blocked on the stream (``XREAD BLOCK``) wakes for it.
 
     Answered entries are acknowledged and deleted, so the stream stays as short as the ready work.
     ``consumer`` names this scheduler's pending list (default: host and process id).

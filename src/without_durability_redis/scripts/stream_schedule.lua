@@ -1,5 +1,7 @@
 -- SCHEDULE (stream): make a workflow visible no later than a time; the earlier time wins. A time
 -- already due puts it in the stream at once (where a blocked reader sees it); a later one is a timer.
+-- A workflow handed out always has its timer or entry changed, so the holder's answer finds its
+-- receipt stale and leaves this wakeup standing.
 -- KEYS[1..3] stream, timer set, entry hash (see _stream.lua)
 -- ARGV[1] the workflow
 -- ARGV[2] visible-at, microseconds, or '' for the server's now
@@ -20,8 +22,15 @@ if entry and timer and tonumber(timer) <= now then
   make_ready(ARGV[1])
   return 1
 end
+if entry and timer and tonumber(timer) <= at then
+  -- handed out, hidden until a time no later than this one: that time stands, a microsecond
+  -- earlier, so the holder's receipt (which names the timer) no longer matches and its answer
+  -- cannot remove this wakeup
+  redis.call('ZADD', KEYS[2], int(tonumber(timer) - 1), ARGV[1])
+  return 1
+end
 if timer and tonumber(timer) <= at then
-  return 1 -- its current time is earlier, and stands
+  return 1 -- sleeping until an earlier time, which stands
 end
 if at <= now then
   make_ready(ARGV[1])
