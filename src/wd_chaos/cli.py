@@ -25,6 +25,7 @@ from rich.table import Table
 
 from . import checkers
 from .mutants.command import mutants_command
+from .mutate.command import mutate_command
 from .options import Bounded, probe_dir, probe_file
 from .runner import Options, Outcome, analyze, check_options, run
 from .scenario import (
@@ -488,6 +489,7 @@ def clean_cmd(report_dir: Path) -> None:
 
 
 main.add_command(mutants_command)
+main.add_command(mutate_command)
 
 if __name__ == "__main__":
     main()

@@ -72,7 +72,10 @@ class Opened:
 
 async def open_store(spec: Spec) -> Opened:
     """Open the store ``spec`` names (and, with ``mutant``, break it the way that catalogue entry
-    says)."""
+    says; a generated mutant in ``WD_MUTANT_EDIT`` is put in place in this process first)."""
+    from .mutate.patch import apply_from_env
+
+    apply_from_env()
     kind = spec["kind"]
     if kind == "sqlite":
         opened = await _sqlite(spec)
