@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .patch import EDIT_ENV, Spec
+from .plugin import ORDER_ENV
 from .targets import Target, describe, mutants, script_targets, statement_targets
 
 
@@ -133,6 +134,7 @@ def run_tests(
     tests: tuple[str, ...] | None = None,
     timeout: float | None = None,
     fail_fast: bool = True,
+    junit: Path | None = None,
 ) -> Check:
     """One pytest session over ``plan``'s tests (or ``tests``, node ids) on ``plan``'s stores, with
     ``spec`` applied in every process (None: the real store)."""
@@ -144,6 +146,7 @@ def run_tests(
         sys.executable, "-m", "pytest", *(tests or plan.tests), "-q", "--no-header", "-rfE",
         "-p", "no:cacheprovider", "-p", "wd_chaos.mutate.plugin", "-o", "timeout=60",
         *(["-x"] if fail_fast else []),
+        *([f"--junitxml={junit}"] if junit else []),
         *[arg for s in plan.wd_stores for arg in ("--wd-store", s)],
         *plan.pytest_args,
     ]  # fmt: skip
@@ -229,12 +232,15 @@ def mutate(
         outcomes[s.id] = Outcome(s.id, s.target, s.operator, change["before"], change["after"])
     progress(f"{plan.name}: {len(specs)} mutants from {len(targets)} statements/scripts")
     with servers(plan):
-        base = run_tests(plan, None, fail_fast=False)
+        base = run_tests(plan, None, fail_fast=False, junit=report_dir / "real.xml")
         if base.code != 0:
             raise RuntimeError(
                 f"the real {plan.name} store fails its own tests ({base.failed or base.code}); "
                 f"fix that before mutating it:\n{base.tail}"
             )
+        order = report_dir / "order.json"
+        order.write_text(json.dumps(_timings(report_dir / "real.xml")))
+        os.environ[ORDER_ENV] = str(order)
         per_mutant = max(90.0, 3 * base.seconds)
         progress(f"real store: tests pass in {base.seconds:.0f}s; a mutant gets at most {per_mutant:.0f}s")
         for n, spec in enumerate(specs, 1):
@@ -259,10 +265,22 @@ def mutate(
             )
         _confirm(plan, outcomes, progress)
         _chaos(plan, specs, outcomes, deadline, chaos_seconds, report_dir, progress)
+        os.environ.pop(ORDER_ENV, None)
     report = _report(plan, outcomes, time.monotonic() - started)
     (report_dir / "mutate.json").write_text(json.dumps(report, indent=2) + "\n")
     (report_dir / "mutate.html").write_text(_html(report))
     return report
+
+
+def _timings(junit: Path) -> dict[str, float]:
+    """Test id -> seconds, from a junit file pytest wrote (ids rebuilt as pytest prints them)."""
+    from xml.etree import ElementTree
+
+    found: dict[str, float] = {}
+    for case in ElementTree.parse(junit).iter("testcase"):
+        module = case.get("classname", "").replace(".", "/")
+        found[f"{module}.py::{case.get('name')}"] = float(case.get("time", "0"))
+    return found
 
 
 def _confirm(plan: StorePlan, outcomes: dict[str, Outcome], progress: Progress) -> None:

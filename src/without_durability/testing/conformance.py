@@ -23,7 +23,7 @@ from .._values import Delivery, Pass, Recorded
 from ..errors import Contended, Fenced, InvalidInput, InvalidKey, InvalidValue
 from ..rules import INBOX_PREFIX
 from .harness import EffectFailed, StoreUnderTest
-from .model import test_store_agrees_with_memory_model as test_store_agrees_with_memory_model
+from .model import test_store_agrees_with_reference_model as test_store_agrees_with_reference_model
 from .prefix import Read, non_prefix
 
 Store = StoreUnderTest[Any]
