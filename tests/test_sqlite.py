@@ -442,3 +442,39 @@ async def test_an_effect_that_ends_the_transaction_lands_nothing(
     assert await cp.load("w") == {}, f"{label}: recorded though the effect ended it"
     ok = await cp.transact(held, "k", wd_store.effects.ledger_add("w", 2))
     assert ok == Recorded(2, True), f"{label}: the store was left unusable: {ok!r}"
+
+
+# -- namespaces ----------------------------------------------------------------------------------
+
+
+async def test_namespaces_share_one_file_and_nothing_else(tmp_path: Path) -> None:
+    """Two schedulers on one file, one workflow queued in each: every step in one namespace (take,
+    hide, answer, wake, cancel) leaves the other's entry alone. Takes happen at one instant of a
+    manual clock, so both receipts carry the same time and only the namespace tells them apart."""
+    from without_durability.clock import ManualClock
+
+    conn = await sqlite_connect(tmp_path / "ns.db")
+    clock = ManualClock()
+    a, b = SqliteScheduler(conn, clock=clock, namespace="a"), SqliteScheduler(conn, clock=clock, namespace="b")
+    try:
+        await b.schedule("only-b")
+        assert await a.take(LONG) is None, "a took b's workflow"
+        only_b = await b.take(LONG)
+        assert only_b is not None
+        await b.wake_at(only_b, None)
+        for w in ("done", "again", "cancel"):
+            await a.schedule(w)
+            await b.schedule(w)
+            got_a, got_b = await a.take(LONG), await b.take(LONG)
+            assert got_a is not None and got_a.workflow == w
+            assert got_b is not None and got_b.workflow == w, f"{w}: a's take hid b's entry"
+            if w == "cancel":
+                await a.cancel(w)
+            else:
+                await a.wake_at(got_a, None if w == "done" else clock() + 3 * LONG)
+            clock.advance(2 * LONG)
+            again = await b.take(LONG)
+            assert again is not None and again.workflow == w, f"{w}: a's answer changed b's entry"
+            await b.wake_at(again, None)
+    finally:
+        await conn.close()
