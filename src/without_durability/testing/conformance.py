@@ -651,6 +651,25 @@ async def test_stale_delivery_cannot_answer_for_a_newer_take(wd_store: Store) ->
     assert third is not None and third.workflow == w, "a stale delivery's answer removed a newer one"
 
 
+async def test_answering_one_delivery_leaves_one_taken_with_it_alone(wd_store: Store) -> None:
+    # two takes at one instant of a fake clock set one visibility time: only the workflow tells
+    # the two queue entries apart when one of them is answered
+    u, sched = unit(wd_store), wd_store.scheduler
+    for answer in ("done", "later"):
+        pair = {wf(f"pair-{answer}"), wf(f"pair-{answer}")}
+        for w in sorted(pair):
+            await sched.schedule(w)
+        first, second = await sched.take(u), await sched.take(u)
+        assert first is not None and second is not None and {first.workflow, second.workflow} == pair
+        await sched.wake_at(first, None if answer == "done" else await wd_store.now() + LONG)
+        await wd_store.clock.advance(1.5 * u)
+        again = await sched.take(LONG)
+        assert again is not None and again.workflow == second.workflow, (
+            f"answering {first.workflow} ({answer}) changed {second.workflow}, taken with it"
+        )
+        await sched.wake_at(again, None)
+
+
 # -- the durable transitions -----------------------------------------------------------------
 
 
