@@ -50,6 +50,12 @@ from .targets import mutants
     default=EQUIVALENT_FILE,
     help='TOML file of equivalent mutants ([equivalent] "id" = "why").',
 )
+@click.option(
+    "--resume",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    default=None,
+    help="An earlier mutate.json: keep its kills, run only the mutants it did not kill.",
+)
 def mutate_command(
     store: str,
     budget_minutes: float,
@@ -62,6 +68,7 @@ def mutate_command(
     wd_stores: tuple[str, ...],
     pytest_args: tuple[str, ...],
     equivalent: Path,
+    resume: Path | None,
 ) -> None:
     """Derive mutants from STORE's own statements (SQL constants) or scripts (Lua), run each through
     the store's conformance suite and its own tests (fail fast), then survivors through short wd-chaos
@@ -93,6 +100,7 @@ def mutate_command(
         only=only,
         progress=lambda line: click.echo(line, err=True),
         equivalent_file=equivalent,
+        resume=resume,
     )
     click.echo(
         f"{plan.name}: generated {report['generated']}, killed {report['killed']}, equivalent "

@@ -214,10 +214,12 @@ def mutate(
     only: tuple[str, ...] = (),
     progress: Progress = print,
     equivalent_file: Path = EQUIVALENT_FILE,
+    resume: Path | None = None,
 ) -> dict[str, Any]:
     """Generate ``plan``'s mutants, run each through its tests (and survivors through wd-chaos
     while the budget lasts), write ``mutate.json`` and ``mutate.html`` in ``report_dir``, and
-    return the report."""
+    return the report. With ``resume`` (an earlier ``mutate.json``), a mutant it records as killed
+    keeps that verdict (tests are only ever added, so a kill stays a kill) and only the others run."""
     deadline = time.monotonic() + budget_seconds
     started = time.monotonic()
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -226,6 +228,7 @@ def mutate(
     if only:
         specs = [s for s in specs if s.id in only or any(s.id.startswith(p) for p in only)]
     known = equivalents(equivalent_file)
+    earlier = _killed_in(resume) if resume else {}
     outcomes: dict[str, Outcome] = {}
     for s in specs:
         change = describe(s, targets[s.target].text)
@@ -249,6 +252,10 @@ def mutate(
                 outcome.verdict, outcome.why = "equivalent", known[spec.id]
                 progress(f"[{n}/{len(specs)}] {spec.id}: equivalent ({known[spec.id]})")
                 continue
+            if spec.id in earlier:
+                outcome.verdict, outcome.killed_by = "killed", earlier[spec.id]
+                outcome.why = f"killed in {resume}"
+                continue
             if time.monotonic() + min(per_mutant, base.seconds) > deadline:
                 progress(f"[{n}/{len(specs)}] {spec.id}: not run, the budget is spent")
                 continue
@@ -270,6 +277,12 @@ def mutate(
     (report_dir / "mutate.json").write_text(json.dumps(report, indent=2) + "\n")
     (report_dir / "mutate.html").write_text(_html(report))
     return report
+
+
+def _killed_in(report: Path) -> dict[str, str]:
+    """Mutant id -> what killed it, in an earlier ``mutate.json``."""
+    data = json.loads(report.read_text())
+    return {m["mutant"]: m["killed_by"] for m in data.get("mutants", []) if m.get("verdict") == "killed"}
 
 
 def _timings(junit: Path) -> dict[str, float]:
