@@ -139,3 +139,33 @@ def test_one_generated_mutant_is_killed_where_the_real_store_passes(monkeypatch:
     assert real.code == 0, real.tail
     broken = run_tests(plan, spec, timeout=120)
     assert broken.code == 1 and broken.failed.startswith(check), broken.tail
+
+
+def test_the_command_lists_mutants_and_refuses_an_unknown_store_clearly() -> None:
+    from click.testing import CliRunner
+
+    from wd_chaos.cli import main
+
+    listed = CliRunner().invoke(main, ["mutate", "--store", "sqlite", "--list"])
+    assert listed.exit_code == 0, listed.output
+    assert "sqlite:FENCE_AND_RENEW:drop-and:" in listed.output and "=>" in listed.output
+    unknown = CliRunner().invoke(main, ["mutate", "--store", "mine"])
+    assert (
+        unknown.exit_code == 2 and "--statements MODULE, --tests PATH and --wd-store NAME" in unknown.output
+    )
+
+
+def test_equivalents_name_real_mutants_each_with_a_reason() -> None:
+    from wd_chaos.mutate.runner import equivalents
+
+    known = equivalents()
+    ids = {
+        m.id
+        for store, targets in (
+            ("sqlite", statement_targets("without_durability.sqlite")),
+            ("postgres", statement_targets("without_durability_postgres")),
+            ("redis", script_targets()),
+        )
+        for m in mutants(store, targets)
+    }
+    assert known and set(known) <= ids, f"equivalent.toml names no such mutant: {sorted(set(known) - ids)}"
