@@ -151,7 +151,7 @@ def test_the_command_lists_mutants_and_refuses_an_unknown_store_clearly() -> Non
     assert "sqlite:FENCE_AND_RENEW:drop-and:" in listed.output and "=>" in listed.output
     unknown = CliRunner().invoke(main, ["mutate", "--store", "mine"])
     assert (
-        unknown.exit_code == 2 and "--statements MODULE, --tests PATH and --wd-store NAME" in unknown.output
+        unknown.exit_code == 64 and "--statements MODULE, --tests PATH and --wd-store NAME" in unknown.output
     )
 
 
