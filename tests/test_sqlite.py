@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from without_durability import (
+    Fenced,
     InvalidInput,
     Recorded,
     SchemaMismatch,
@@ -478,3 +479,24 @@ async def test_namespaces_share_one_file_and_nothing_else(tmp_path: Path) -> Non
             await b.wake_at(again, None)
     finally:
         await conn.close()
+
+
+async def test_a_superseded_pass_never_calls_its_transact_effect(durable: SqliteDurable) -> None:
+    """The fence is checked before the effect: a superseded pass's effect is not even called (the
+    check after it would roll its writes back, but not anything else the effect did), whether or
+    not another workflow holds a claim with the same token."""
+    cp = durable.checkpointer
+    old = await cp.claim("w", alive=LONG, budget=LONG)
+    await cp.discard("w")
+    await cp.claim("w", alive=LONG, budget=LONG)
+    other = await cp.claim("v", alive=LONG, budget=LONG)
+    assert other.token == old.token  # a claim row elsewhere carries the stale pass's token
+    calls: list[str] = []
+
+    def effect(cur: sqlite3.Cursor) -> object:
+        calls.append("called")
+        return 1
+
+    with pytest.raises(Fenced):
+        await cp.transact(old, "k", effect)
+    assert calls == [], "the effect of a superseded pass was called"
