@@ -185,6 +185,25 @@ async def test_records_expire_only_once_the_workflow_is_terminal(wd_store: Store
     assert await client.pttl(cp.hash_key(failed)) == -1, "a re-armed workflow's records still expire"
 
 
+@CHECKPOINTERS
+async def test_a_later_write_never_shortens_the_retention_a_pass_set(wd_store: Store) -> None:
+    # a pass with a long budget keeps a finished workflow's records at least as long as its claim;
+    # a write afterwards, of any kind, may only lengthen that
+    client = client_of(wd_store)
+    cp = type(checkpointer_of(wd_store))(client, prefix=wd_store.extra["prefix"], ttl=timedelta(seconds=60))
+    w = wf("ttl-longest")
+    held = await cp.claim(w, alive=timedelta(seconds=30), budget=timedelta(seconds=600))
+    with lifecycle_writes():
+        await cp.record(held, "wd/finished", "done")
+    assert await client.pttl(cp.hash_key(w)) > 600_000
+    await cp.supply(w, "late", 3)
+    await cp.append(w, "m")
+    with lifecycle_writes():
+        await cp.supply(w, "wd/finished", "done")
+    records_ttl = await client.pttl(cp.hash_key(w))
+    assert records_ttl > 600_000, f"a later write shortened the retention to {records_ttl} ms"
+
+
 @pytest.mark.wd_store("redis-set")
 async def test_a_sleep_past_the_ttl_does_not_restart_the_workflow(wd_store: Store) -> None:
     client, w = client_of(wd_store), wf("sleep-past-ttl")
