@@ -22,6 +22,7 @@ from without_durability import (
     InvalidKey,
     InvalidValue,
     InvalidWorkflowId,
+    Pass,
     Recorded,
     StoreError,
     StoreUnavailable,
@@ -154,6 +155,19 @@ async def test_expired_claim_hash_still_mints_a_higher_token(wd_store: Store) ->
     )
     with pytest.raises(Fenced):
         await cp.record(last, "late", 1)
+
+
+@CHECKPOINTERS
+async def test_a_token_ahead_of_the_clock_is_still_outranked(wd_store: Store) -> None:
+    # tokens run ahead of the millisecond clock when claims come faster than one a millisecond;
+    # the next claim must still mint above the last, not at the clock's floor or at the last
+    client, cp, w = client_of(wd_store), checkpointer_of(wd_store), wf("ahead")
+    ahead = (await client.time())[0] * 1000 + 10**9  # seconds -> ms, far ahead of the clock
+    await client.hset(cp.claim_key(w), mapping={"token": ahead, "held": 0, "alive": 0, "for": 0})
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    assert held.token > ahead, f"a claim minted {held.token}, not above the last token {ahead}"
+    with pytest.raises(Fenced):
+        await cp.record(Pass(w, ahead), "k", 1)
 
 
 @CHECKPOINTERS
