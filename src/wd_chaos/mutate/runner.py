@@ -294,9 +294,14 @@ def mutate(
 
 
 def _killed_in(report: Path) -> dict[str, str]:
-    """Mutant id -> what killed it, in an earlier ``mutate.json``."""
+    """Mutant id -> what killed it, in an earlier ``mutate.json``: kills by a named test or a
+    wd-chaos run only; a kill by timeout runs again (a loaded machine times out too)."""
     data = json.loads(report.read_text())
-    return {m["mutant"]: m["killed_by"] for m in data.get("mutants", []) if m.get("verdict") == "killed"}
+    return {
+        m["mutant"]: m["killed_by"]
+        for m in data.get("mutants", [])
+        if m.get("verdict") == "killed" and ("::" in m["killed_by"] or m["killed_by"].startswith("chaos:"))
+    }
 
 
 def _timings(junit: Path) -> dict[str, float]:
