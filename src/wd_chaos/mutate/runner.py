@@ -138,6 +138,11 @@ class Check:
     tail: str
 
 
+TEST_TIMEOUT = 300
+"""Seconds one test may take (pytest-timeout): generous, since a loaded machine is slow too, and a
+test cut off by it is reported as a timeout, not as the test's failure."""
+
+_TIMED_OUT = re.compile(r"Timeout \(?>?\s*[0-9.]+s")
 _FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
 
 
@@ -158,7 +163,7 @@ def run_tests(
         env[EDIT_ENV] = spec.to_json()
     command = [
         sys.executable, "-m", "pytest", *(tests or plan.tests), "-q", "--no-header", "-rfE",
-        "-p", "no:cacheprovider", "-p", "wd_chaos.mutate.plugin", "-o", "timeout=60",
+        "-p", "no:cacheprovider", "-p", "wd_chaos.mutate.plugin", "-o", f"timeout={TEST_TIMEOUT}",
         *(["-x"] if fail_fast else []),
         *([f"--junitxml={junit}"] if junit else []),
         *[arg for s in (plan.stores_for(spec.target) if spec else plan.wd_stores) for arg in ("--wd-store", s)],
@@ -171,6 +176,8 @@ def run_tests(
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
         return Check(-1, f"timeout after {timeout:.0f}s", time.monotonic() - started, out[-2000:])
     failed = _FAILED.findall(done.stdout)
+    if failed and _TIMED_OUT.search(done.stdout):
+        failed = [f"timeout in {failed[0]}"]  # not the test's verdict: not carried by --resume
     return Check(
         done.returncode, failed[0] if failed else "", time.monotonic() - started, done.stdout[-2000:]
     )
@@ -300,7 +307,9 @@ def _killed_in(report: Path) -> dict[str, str]:
     return {
         m["mutant"]: m["killed_by"]
         for m in data.get("mutants", [])
-        if m.get("verdict") == "killed" and ("::" in m["killed_by"] or m["killed_by"].startswith("chaos:"))
+        if m.get("verdict") == "killed"
+        and not m["killed_by"].startswith("timeout")
+        and ("::" in m["killed_by"] or m["killed_by"].startswith("chaos:"))
     }
 
 
@@ -319,7 +328,11 @@ def _confirm(plan: StorePlan, outcomes: dict[str, Outcome], progress: Progress) 
     """A kill counts only when its failing test passes on the real store: run every distinct
     killing test once more on the real store, and take back the kills of any that fail there."""
     killers = sorted(
-        {o.killed_by for o in outcomes.values() if o.verdict == "killed" and "::" in o.killed_by}
+        {
+            o.killed_by
+            for o in outcomes.values()
+            if o.verdict == "killed" and "::" in o.killed_by and not o.killed_by.startswith("timeout")
+        }
     )
     if not killers:
         return
