@@ -637,6 +637,18 @@ async def test_wake_at_does_not_overwrite_a_wakeup_since_the_take(wd_store: Stor
     assert again is not None and again.workflow == w, "wake_at overwrote a wakeup that arrived since"
 
 
+async def test_wake_at_does_not_overwrite_a_later_wakeup_since_the_take(wd_store: Store) -> None:
+    u, w = unit(wd_store), wf("woken-later")
+    await wd_store.scheduler.schedule(w)
+    got = await wd_store.scheduler.take(LONG)
+    assert got is not None
+    await wd_store.scheduler.schedule(w, await wd_store.now() + 2 * u)  # a wakeup for later, mid-pass
+    await wd_store.scheduler.wake_at(got, None)
+    await wd_store.clock.advance(2.5 * u)
+    again = await wd_store.scheduler.take(LONG)
+    assert again is not None and again.workflow == w, "wake_at removed a later wakeup that arrived since"
+
+
 async def test_stale_delivery_cannot_answer_for_a_newer_take(wd_store: Store) -> None:
     u, w = unit(wd_store), wf("stale")
     await wd_store.scheduler.schedule(w)
