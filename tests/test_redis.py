@@ -309,6 +309,7 @@ async def test_failing_effects_are_undone_and_reported(wd_store: Store) -> None:
         )
     for label, body, err in (
         ("a number", "return 5", InvalidValue),
+        ("a table", "return {1, 2}", InvalidValue),
         ("not JSON", "return 'five'", InvalidValue),
         ("a syntax error", "return (", InvalidInput),
     ):
@@ -320,6 +321,18 @@ async def test_failing_effects_are_undone_and_reported(wd_store: Store) -> None:
     ok = await cp.transact(held, "reserve", LuaEffect(writes + "return cjson.encode('done')", keys))
     assert ok == Recorded("done", True)
     assert await client.get(f"{base}:kept") == b"after"
+
+
+@CHECKPOINTERS
+async def test_an_effect_result_of_exactly_the_limit_is_recorded(wd_store: Store) -> None:
+    client, w = client_of(wd_store), wf("limit")
+    cp = type(checkpointer_of(wd_store))(client, prefix=wd_store.extra["prefix"], max_value_bytes=16)
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    exactly = '"' + "x" * 14 + '"'  # 16 bytes of JSON
+    got = await cp.transact(held, "at-limit", LuaEffect(f"return '{exactly}'", ()))
+    assert got == Recorded("x" * 14, True)
+    with pytest.raises(InvalidValue):
+        await cp.transact(held, "over-limit", LuaEffect(f"return '{exactly} '", ()))
 
 
 @CHECKPOINTERS
