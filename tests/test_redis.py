@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from datetime import timedelta
 from typing import Any
@@ -333,6 +334,24 @@ async def test_an_effect_result_of_exactly_the_limit_is_recorded(wd_store: Store
     assert got == Recorded("x" * 14, True)
     with pytest.raises(InvalidValue):
         await cp.transact(held, "over-limit", LuaEffect(f"return '{exactly} '", ()))
+
+
+class _Prefixed:
+    """A codec whose encodings are not JSON: the script must not parse an effect's result as JSON."""
+
+    def encode(self, value: object) -> str:
+        return "v1:" + json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+    def decode(self, encoded: str) -> object:
+        return json.loads(encoded.removeprefix("v1:"))
+
+
+@CHECKPOINTERS
+async def test_an_effect_result_in_a_codec_that_is_not_json_is_recorded(wd_store: Store) -> None:
+    client, w = client_of(wd_store), wf("not-json")
+    cp = type(checkpointer_of(wd_store))(client, prefix=wd_store.extra["prefix"], codec=_Prefixed())
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    assert await cp.transact(held, "k", LuaEffect("return 'v1:5'", ())) == Recorded(5, True)
 
 
 @CHECKPOINTERS
