@@ -194,6 +194,17 @@ async def test_record_renewal_keeps_the_claims_own_window(wd_store: Store) -> No
     assert await claimable(wd_store, w) is not None, "record renewed for longer than the claim's window"
 
 
+async def test_transact_renews_within_the_budget_and_its_own_workflow_only(wd_store: Store) -> None:
+    u, w, v = unit(wd_store), wf("transact-budget"), wf("transact-other")
+    held = await wd_store.checkpointer.claim(w, alive=3 * u, budget=4 * u)
+    await wd_store.checkpointer.claim(v, alive=2 * u, budget=LONG)  # often the same token as held
+    await wd_store.clock.advance(2.5 * u)
+    await wd_store.checkpointer.transact(held, "step", wd_store.effects.ledger_add(w, 1))
+    assert await claimable(wd_store, v) is not None, "a transact renewed another workflow's claim"
+    await wd_store.clock.advance(2 * u)  # the renewal would reach 5.5u; the budget ends at 4u
+    assert await claimable(wd_store, w) is not None, "transact carried liveness past the budget"
+
+
 async def test_discard_raises_the_fence_and_leaves_the_id_claimable(wd_store: Store) -> None:
     w = wf("discard")
     held = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
