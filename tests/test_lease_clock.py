@@ -121,6 +121,23 @@ async def test_a_wall_clock_stepped_back_keeps_history_in_order(wd_store: StoreU
     assert times[3] == clocks.wall, f"written_at does not follow the wall clock: {times}"
 
 
+async def test_a_step_back_stamps_after_the_latest_record_not_the_first(wd_store: StoreUnderTest[Any]) -> None:
+    # the floor is the newest record's stamp: a step back landing between the first record's and
+    # the newest one's must still stamp at the newest
+    cp, clocks = _apart(wd_store)
+    held = await cp.claim("w", alive=ALIVE, budget=BUDGET)
+    await cp.record(held, "first", 1)
+    clocks.step_wall(timedelta(hours=1))
+    await cp.record(held, "second", 2)
+    newest = clocks.wall
+    clocks.step_wall(-timedelta(minutes=30))
+    await cp.supply("w", "third", 3)
+    await cp.append("w", "fourth")
+    await cp.record(held, "fifth", 5)
+    times = [e.written_at for e in await cp.history("w")]
+    assert times[1:] == [newest] * 4, f"stamped before the newest record after a step back: {times}"
+
+
 @PROCESS_CLOCK
 async def test_a_claim_from_before_the_lease_clock_restarted_is_free(wd_store: StoreUnderTest[Any]) -> None:
     cp, clocks = _apart(wd_store)

@@ -526,6 +526,17 @@ async def test_namespaces_are_separate_queues(wd_store: Store) -> None:
         await b.wake_at(got, None)
 
 
+async def test_a_cancel_in_one_namespace_leaves_the_other_alone(wd_store: Store) -> None:
+    pool, w = pool_of(wd_store), wf("ns-cancel")
+    a, b = PostgresScheduler(pool=pool, namespace="a"), PostgresScheduler(pool=pool, namespace="b")
+    await a.schedule(w)
+    await b.schedule(w)
+    await a.cancel(w)
+    assert await a.take(LONG) is None
+    got = await b.take(LONG)
+    assert got is not None and got.workflow == w, "a cancel in namespace a removed b's entry"
+
+
 # -- the sweep -----------------------------------------------------------------------------------
 
 

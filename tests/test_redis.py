@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from datetime import timedelta
 from typing import Any
@@ -22,6 +23,7 @@ from without_durability import (
     InvalidKey,
     InvalidValue,
     InvalidWorkflowId,
+    Pass,
     Recorded,
     StoreError,
     StoreUnavailable,
@@ -157,6 +159,19 @@ async def test_expired_claim_hash_still_mints_a_higher_token(wd_store: Store) ->
 
 
 @CHECKPOINTERS
+async def test_a_token_ahead_of_the_clock_is_still_outranked(wd_store: Store) -> None:
+    # tokens run ahead of the millisecond clock when claims come faster than one a millisecond;
+    # the next claim must still mint above the last, not at the clock's floor or at the last
+    client, cp, w = client_of(wd_store), checkpointer_of(wd_store), wf("ahead")
+    ahead = (await client.time())[0] * 1000 + 10**9  # seconds -> ms, far ahead of the clock
+    await client.hset(cp.claim_key(w), mapping={"token": ahead, "held": 0, "alive": 0, "for": 0})
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    assert held.token > ahead, f"a claim minted {held.token}, not above the last token {ahead}"
+    with pytest.raises(Fenced):
+        await cp.record(Pass(w, ahead), "k", 1)
+
+
+@CHECKPOINTERS
 async def test_records_expire_only_once_the_workflow_is_terminal(wd_store: Store) -> None:
     client = client_of(wd_store)
     cp = type(checkpointer_of(wd_store))(client, prefix=wd_store.extra["prefix"], ttl=timedelta(seconds=60))
@@ -183,6 +198,25 @@ async def test_records_expire_only_once_the_workflow_is_terminal(wd_store: Store
         assert 0 < await client.pttl(cp.hash_key(failed)) <= 61_000, "failing did not start the TTL"
         await cp.supply(failed, "wd/rearmed/0", {})
     assert await client.pttl(cp.hash_key(failed)) == -1, "a re-armed workflow's records still expire"
+
+
+@CHECKPOINTERS
+async def test_a_later_write_never_shortens_the_retention_a_pass_set(wd_store: Store) -> None:
+    # a pass with a long budget keeps a finished workflow's records at least as long as its claim;
+    # a write afterwards, of any kind, may only lengthen that
+    client = client_of(wd_store)
+    cp = type(checkpointer_of(wd_store))(client, prefix=wd_store.extra["prefix"], ttl=timedelta(seconds=60))
+    w = wf("ttl-longest")
+    held = await cp.claim(w, alive=timedelta(seconds=30), budget=timedelta(seconds=600))
+    with lifecycle_writes():
+        await cp.record(held, "wd/finished", "done")
+    assert await client.pttl(cp.hash_key(w)) > 600_000
+    await cp.supply(w, "late", 3)
+    await cp.append(w, "m")
+    with lifecycle_writes():
+        await cp.supply(w, "wd/finished", "done")
+    records_ttl = await client.pttl(cp.hash_key(w))
+    assert records_ttl > 600_000, f"a later write shortened the retention to {records_ttl} ms"
 
 
 @pytest.mark.wd_store("redis-set")
@@ -276,6 +310,7 @@ async def test_failing_effects_are_undone_and_reported(wd_store: Store) -> None:
         )
     for label, body, err in (
         ("a number", "return 5", InvalidValue),
+        ("a table", "return {1, 2}", InvalidValue),
         ("not JSON", "return 'five'", InvalidValue),
         ("a syntax error", "return (", InvalidInput),
     ):
@@ -287,6 +322,36 @@ async def test_failing_effects_are_undone_and_reported(wd_store: Store) -> None:
     ok = await cp.transact(held, "reserve", LuaEffect(writes + "return cjson.encode('done')", keys))
     assert ok == Recorded("done", True)
     assert await client.get(f"{base}:kept") == b"after"
+
+
+@CHECKPOINTERS
+async def test_an_effect_result_of_exactly_the_limit_is_recorded(wd_store: Store) -> None:
+    client, w = client_of(wd_store), wf("limit")
+    cp = type(checkpointer_of(wd_store))(client, prefix=wd_store.extra["prefix"], max_value_bytes=16)
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    exactly = '"' + "x" * 14 + '"'  # 16 bytes of JSON
+    got = await cp.transact(held, "at-limit", LuaEffect(f"return '{exactly}'", ()))
+    assert got == Recorded("x" * 14, True)
+    with pytest.raises(InvalidValue):
+        await cp.transact(held, "over-limit", LuaEffect(f"return '{exactly} '", ()))
+
+
+class _Prefixed:
+    """A codec whose encodings are not JSON: the script must not parse an effect's result as JSON."""
+
+    def encode(self, value: object) -> str:
+        return "v1:" + json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+    def decode(self, encoded: str) -> object:
+        return json.loads(encoded.removeprefix("v1:"))
+
+
+@CHECKPOINTERS
+async def test_an_effect_result_in_a_codec_that_is_not_json_is_recorded(wd_store: Store) -> None:
+    client, w = client_of(wd_store), wf("not-json")
+    cp = type(checkpointer_of(wd_store))(client, prefix=wd_store.extra["prefix"], codec=_Prefixed())
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    assert await cp.transact(held, "k", LuaEffect("return 'v1:5'", ())) == Recorded(5, True)
 
 
 @CHECKPOINTERS

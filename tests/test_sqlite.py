@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from without_durability import (
+    Fenced,
     InvalidInput,
     Recorded,
     SchemaMismatch,
@@ -442,3 +443,60 @@ async def test_an_effect_that_ends_the_transaction_lands_nothing(
     assert await cp.load("w") == {}, f"{label}: recorded though the effect ended it"
     ok = await cp.transact(held, "k", wd_store.effects.ledger_add("w", 2))
     assert ok == Recorded(2, True), f"{label}: the store was left unusable: {ok!r}"
+
+
+# -- namespaces ----------------------------------------------------------------------------------
+
+
+async def test_namespaces_share_one_file_and_nothing_else(tmp_path: Path) -> None:
+    """Two schedulers on one file, one workflow queued in each: every step in one namespace (take,
+    hide, answer, wake, cancel) leaves the other's entry alone. Takes happen at one instant of a
+    manual clock, so both receipts carry the same time and only the namespace tells them apart."""
+    from without_durability.clock import ManualClock
+
+    conn = await sqlite_connect(tmp_path / "ns.db")
+    clock = ManualClock()
+    a, b = SqliteScheduler(conn, clock=clock, namespace="a"), SqliteScheduler(conn, clock=clock, namespace="b")
+    try:
+        await b.schedule("only-b")
+        assert await a.take(LONG) is None, "a took b's workflow"
+        only_b = await b.take(LONG)
+        assert only_b is not None
+        await b.wake_at(only_b, None)
+        for w in ("done", "again", "cancel"):
+            await a.schedule(w)
+            await b.schedule(w)
+            got_a, got_b = await a.take(LONG), await b.take(LONG)
+            assert got_a is not None and got_a.workflow == w
+            assert got_b is not None and got_b.workflow == w, f"{w}: a's take hid b's entry"
+            if w == "cancel":
+                await a.cancel(w)
+            else:
+                await a.wake_at(got_a, None if w == "done" else clock() + 3 * LONG)
+            clock.advance(2 * LONG)
+            again = await b.take(LONG)
+            assert again is not None and again.workflow == w, f"{w}: a's answer changed b's entry"
+            await b.wake_at(again, None)
+    finally:
+        await conn.close()
+
+
+async def test_a_superseded_pass_never_calls_its_transact_effect(durable: SqliteDurable) -> None:
+    """The fence is checked before the effect: a superseded pass's effect is not even called (the
+    check after it would roll its writes back, but not anything else the effect did), whether or
+    not another workflow holds a claim with the same token."""
+    cp = durable.checkpointer
+    old = await cp.claim("w", alive=LONG, budget=LONG)
+    await cp.discard("w")
+    await cp.claim("w", alive=LONG, budget=LONG)
+    other = await cp.claim("v", alive=LONG, budget=LONG)
+    assert other.token == old.token  # a claim row elsewhere carries the stale pass's token
+    calls: list[str] = []
+
+    def effect(cur: sqlite3.Cursor) -> object:
+        calls.append("called")
+        return 1
+
+    with pytest.raises(Fenced):
+        await cp.transact(old, "k", effect)
+    assert calls == [], "the effect of a superseded pass was called"

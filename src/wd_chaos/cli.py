@@ -26,6 +26,7 @@ from rich.table import Column, Table
 from . import checkers
 from .kits import stores_for
 from .mutants.command import mutants_command
+from .mutate.command import mutate_command
 from .options import Bounded, probe_dir, probe_file
 from .runner import Options, Outcome, analyze, check_options, run
 from .scenario import (
@@ -545,6 +546,7 @@ def clean_cmd(report_dir: Path) -> None:
 
 
 main.add_command(mutants_command)
+main.add_command(mutate_command)
 
 if __name__ == "__main__":
     main()

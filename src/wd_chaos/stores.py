@@ -24,7 +24,10 @@ def _kit_name(spec: Spec) -> str:
 
 async def open_store(spec: Spec) -> Opened:
     """Open the store ``spec`` names (and, with ``mutant``, break it the way that catalogue entry
-    says)."""
+    says; a generated mutant in ``WD_MUTANT_EDIT`` is put in place in this process first)."""
+    from .mutate.patch import apply_from_env
+
+    apply_from_env()
     kit = find_kit(_kit_name(spec))
     opened = await kit.open_worker(spec)
     if spec.get("mutant"):

@@ -121,7 +121,11 @@ _INSTALLED = contextlib.ExitStack()
 def install_from_env() -> None:
     """For a process a check starts (a worker script): put the mutant ``WD_MUTANT`` names in place
     of the real class for this process's whole life, as ``replaced`` does in the check's own process.
-    Without ``WD_MUTANT``, nothing changes."""
+    Without ``WD_MUTANT``, nothing changes. A generated mutant (``WD_MUTANT_EDIT``, see
+    ``wd_chaos.mutate``) is put in place too."""
+    from ..mutate.patch import apply_from_env
+
+    apply_from_env()
     name = os.environ.get(MUTANT_ENV)
     if not name:
         return

@@ -68,7 +68,7 @@ MUTANTS = [
         "memory",
         "codec",
         "the Memory store keeps values by identity instead of through its codec",
-        ("test_first_writer_wins_with_won_from_encodings", "test_store_agrees_with_memory_model"),
+        ("test_first_writer_wins_with_won_from_encodings", "test_store_agrees_with_reference_model"),
         swap("checkpointer", SkipsCodec),
         unseen_by_chaos="Memory lives in one process: wd-chaos runs stores that many processes share",
     ),

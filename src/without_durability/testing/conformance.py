@@ -23,7 +23,7 @@ from .._values import Delivery, Pass, Recorded
 from ..errors import Contended, Fenced, InvalidInput, InvalidKey, InvalidValue
 from ..rules import INBOX_PREFIX
 from .harness import EffectFailed, StoreUnderTest
-from .model import test_store_agrees_with_memory_model as test_store_agrees_with_memory_model
+from .model import test_store_agrees_with_reference_model as test_store_agrees_with_reference_model
 from .prefix import Read, non_prefix
 
 Store = StoreUnderTest[Any]
@@ -192,6 +192,17 @@ async def test_record_renewal_keeps_the_claims_own_window(wd_store: Store) -> No
     await wd_store.checkpointer.record(held, "step", 1)
     await wd_store.clock.advance(2.5 * u)  # the renewal lasts the claim's 2u window, no longer
     assert await claimable(wd_store, w) is not None, "record renewed for longer than the claim's window"
+
+
+async def test_transact_renews_within_the_budget_and_its_own_workflow_only(wd_store: Store) -> None:
+    u, w, v = unit(wd_store), wf("transact-budget"), wf("transact-other")
+    held = await wd_store.checkpointer.claim(w, alive=3 * u, budget=4 * u)
+    await wd_store.checkpointer.claim(v, alive=2 * u, budget=LONG)  # often the same token as held
+    await wd_store.clock.advance(2.5 * u)
+    await wd_store.checkpointer.transact(held, "step", wd_store.effects.ledger_add(w, 1))
+    assert await claimable(wd_store, v) is not None, "a transact renewed another workflow's claim"
+    await wd_store.clock.advance(2 * u)  # the renewal would reach 5.5u; the budget ends at 4u
+    assert await claimable(wd_store, w) is not None, "transact carried liveness past the budget"
 
 
 async def test_discard_raises_the_fence_and_leaves_the_id_claimable(wd_store: Store) -> None:
@@ -671,6 +682,18 @@ async def test_a_wakeup_after_the_visibility_ran_out_survives_the_answer(wd_stor
     )
 
 
+async def test_wake_at_does_not_overwrite_a_later_wakeup_since_the_take(wd_store: Store) -> None:
+    u, w = unit(wd_store), wf("woken-later")
+    await wd_store.scheduler.schedule(w)
+    got = await wd_store.scheduler.take(LONG)
+    assert got is not None
+    await wd_store.scheduler.schedule(w, await wd_store.now() + 2 * u)  # a wakeup for later, mid-pass
+    await wd_store.scheduler.wake_at(got, None)
+    await wd_store.clock.advance(2.5 * u)
+    again = await wd_store.scheduler.take(LONG)
+    assert again is not None and again.workflow == w, "wake_at removed a later wakeup that arrived since"
+
+
 async def test_stale_delivery_cannot_answer_for_a_newer_take(wd_store: Store) -> None:
     u, w = unit(wd_store), wf("stale")
     await wd_store.scheduler.schedule(w)
@@ -683,6 +706,25 @@ async def test_stale_delivery_cannot_answer_for_a_newer_take(wd_store: Store) ->
     await wd_store.scheduler.wake_at(second, await wd_store.now())
     third = await wd_store.scheduler.take(LONG)
     assert third is not None and third.workflow == w, "a stale delivery's answer removed a newer one"
+
+
+async def test_answering_one_delivery_leaves_one_taken_with_it_alone(wd_store: Store) -> None:
+    # two takes at one instant of a fake clock set one visibility time: only the workflow tells
+    # the two queue entries apart when one of them is answered
+    u, sched = unit(wd_store), wd_store.scheduler
+    for answer in ("done", "later"):
+        pair = {wf(f"pair-{answer}"), wf(f"pair-{answer}")}
+        for w in sorted(pair):
+            await sched.schedule(w)
+        first, second = await sched.take(u), await sched.take(u)
+        assert first is not None and second is not None and {first.workflow, second.workflow} == pair
+        await sched.wake_at(first, None if answer == "done" else await wd_store.now() + LONG)
+        await wd_store.clock.advance(1.5 * u)
+        again = await sched.take(LONG)
+        assert again is not None and again.workflow == second.workflow, (
+            f"answering {first.workflow} ({answer}) changed {second.workflow}, taken with it"
+        )
+        await sched.wake_at(again, None)
 
 
 # -- the durable transitions -----------------------------------------------------------------

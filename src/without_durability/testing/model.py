@@ -1,5 +1,6 @@
-"""The model test: a Hypothesis state machine drives the store under test and the Memory store side by
-side, and checks after every step that they agree.
+"""The model test: a Hypothesis state machine drives the store under test and the reference model
+(``reference.Reference``: a plain-dict model of the contract written apart from every store, the
+Memory store included) side by side, and checks after every step that they agree.
 
 Time is a rule. On a fake clock both clocks jump together. On a server's clock the rule waits for
 real, and every deadline the machine can set sits on a half unit while time only ever moves by whole
@@ -20,11 +21,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from .._values import Delivery, Pass, Recorded
-from ..clock import ManualClock
 from ..errors import Contended, Fenced
-from ..memory import MemoryCheckpointer, MemoryScheduler, _Receipt
 from ..rules import INBOX_PREFIX
 from .harness import StoreFactory, StoreUnderTest
+from .reference import Reference
 
 WORKFLOWS = ("w0", "w1")
 KEYS = ("a", "b", "c")
@@ -53,11 +53,9 @@ class _Machine(RuleBasedStateMachine):
         self._cm: AbstractAsyncContextManager[StoreUnderTest[Any]] = self.factory.open(self.server)
         self.sut: StoreUnderTest[Any] = self.loop.run_until_complete(self._cm.__aenter__())
         self.real = self.sut.clock.real
-        self.clock = ManualClock()
-        self.model = MemoryCheckpointer(clock=self.clock)
-        self.queue = MemoryScheduler(clock=self.clock)
+        self.ref = Reference()
         self.passes: list[tuple[Pass, Pass]] = []
-        self.deliveries: list[tuple[Delivery, Delivery]] = []
+        self.deliveries: list[tuple[Delivery, timedelta]] = []  # the store's, and the model's receipt
         self.inbox: dict[str, dict[str, str]] = {w: {} for w in WORKFLOWS}
         self.last_token: dict[str, int] = {}
         self.elapsed = 0.0  # model seconds since the start
@@ -77,8 +75,11 @@ class _Machine(RuleBasedStateMachine):
         except (Fenced, Contended) as exc:
             return exc
 
-    def model_run(self, coro: Any) -> Any:
-        return self.run(coro)
+    def model(self, step: Any, *args: Any) -> Any:
+        try:
+            return step(*args)
+        except (Fenced, Contended) as exc:
+            return exc
 
     def half(self, n: int) -> timedelta:
         return self.unit * n / 2
@@ -93,7 +94,7 @@ class _Machine(RuleBasedStateMachine):
 
     def move(self, by: timedelta) -> None:
         self.elapsed += by.total_seconds()
-        self.clock.advance(by)
+        self.ref.advance(by)
         if self.real:
             wait = self.started + self.elapsed - time.monotonic()
             if wait > 0:
@@ -116,7 +117,7 @@ class _Machine(RuleBasedStateMachine):
     def claim(self, w: str, alive: int, budget: int) -> None:
         self.catch_up()
         got = self.run(self.sut.checkpointer.claim(w, alive=self.half(alive), budget=self.half(budget)))
-        want = self.run(self.model.claim(w, alive=self.half(alive), budget=self.half(budget)))
+        want = self.model(self.ref.claim, w, self.half(alive), self.half(budget))
         assert _outcome(got) == _outcome(want), f"claim {w}: store {got!r}, model {want!r}"
         if isinstance(got, Pass):
             assert got.token > self.last_token.get(w, -(2**63)), (
@@ -131,7 +132,7 @@ class _Machine(RuleBasedStateMachine):
             return
         self.catch_up()
         real, model = self.pick(self.passes, i)
-        got, want = self.run(self.sut.checkpointer.renew(real)), self.run(self.model.renew(model))
+        got, want = self.run(self.sut.checkpointer.renew(real)), self.model(self.ref.renew, model)
         assert _outcome(got) == _outcome(want), f"renew {real}: store {got!r}, model {want!r}"
 
     @rule(i=st.integers(0, 50))
@@ -140,7 +141,7 @@ class _Machine(RuleBasedStateMachine):
             return
         real, model = self.pick(self.passes, i)
         self.run(self.sut.checkpointer.release(real))
-        self.run(self.model.release(model))
+        self.ref.release(model)
 
     @rule(i=st.integers(0, 50), key=st.sampled_from(KEYS), value=VALUES)
     def record(self, i: int, key: str, value: object) -> None:
@@ -149,7 +150,7 @@ class _Machine(RuleBasedStateMachine):
         self.catch_up()
         real, model = self.pick(self.passes, i)
         got = self.run(self.sut.checkpointer.record(real, key, value))
-        want = self.run(self.model.record(model, key, value))
+        want = self.model(self.ref.record, model, key, value)
         assert _outcome(got) == _outcome(want) and (not isinstance(got, Recorded) or got == want), (
             f"record {real} {key}={value!r}: store {got!r}, model {want!r}"
         )
@@ -157,13 +158,13 @@ class _Machine(RuleBasedStateMachine):
     @rule(w=st.sampled_from(WORKFLOWS), key=st.sampled_from(KEYS), value=VALUES)
     def supply(self, w: str, key: str, value: object) -> None:
         got = self.run(self.sut.checkpointer.supply(w, key, value))
-        want = self.run(self.model.supply(w, key, value))
+        want = self.ref.supply(w, key, value)
         assert got == want, f"supply {w} {key}={value!r}: store {got!r}, model {want!r}"
 
     @rule(w=st.sampled_from(WORKFLOWS), value=VALUES)
     def append(self, w: str, value: object) -> None:
         got = self.run(self.sut.checkpointer.append(w, value))
-        want = self.run(self.model.append(w, value))
+        want = self.ref.append(w, value)
         assert isinstance(got, str) and got.startswith(INBOX_PREFIX), f"append key {got!r}"
         earlier = list(self.inbox[w].values())
         assert all(k < got for k in earlier), f"append {w}: key {got} does not sort after {earlier}"
@@ -172,8 +173,7 @@ class _Machine(RuleBasedStateMachine):
     @rule(w=st.sampled_from(WORKFLOWS))
     def discard(self, w: str) -> None:
         self.run(self.sut.durable.discard(w))
-        self.run(self.model.discard(w))
-        self.run(self.queue.cancel(w))
+        self.ref.discard(w)
         self.inbox[w] = {}
 
     @rule(i=st.integers(0, 50), key=st.sampled_from(KEYS), amount=st.integers(1, 3))
@@ -184,13 +184,12 @@ class _Machine(RuleBasedStateMachine):
         real, model = self.pick(self.passes, i)
         effect = self.sut.effects.ledger_add(real.workflow, amount)
 
-        def model_effect(state: dict[str, Any]) -> object:
-            ledger = state.setdefault("ledger", {})
+        def model_effect(ledger: dict[str, int]) -> object:
             ledger[model.workflow] = ledger.get(model.workflow, 0) + amount
             return ledger[model.workflow]
 
         got = self.run(self.sut.checkpointer.transact(real, key, effect))
-        want = self.run(self.model.transact(model, key, model_effect))
+        want = self.model(self.ref.transact, model, key, model_effect)
         assert _outcome(got) == _outcome(want) and (not isinstance(got, Recorded) or got == want), (
             f"transact {real} {key} +{amount}: store {got!r}, model {want!r}"
         )
@@ -202,44 +201,41 @@ class _Machine(RuleBasedStateMachine):
         self.catch_up()
         if delay is None:
             self.run(self.sut.scheduler.schedule(w))
-            self.run(self.queue.schedule(w))
+            self.ref.schedule(w)
         else:
             at = self.run(self.sut.scheduler.now()) + self.half(delay)
             self.run(self.sut.scheduler.schedule(w, at))
-            self.run(self.queue.schedule(w, self.clock() + self.half(delay)))
+            self.ref.schedule(w, self.ref.now + self.half(delay))
 
     @rule(visibility=st.sampled_from([3, 5]))
     def take(self, visibility: int) -> None:
         self.catch_up()
         got = self.run(self.sut.scheduler.take(self.half(visibility)))
-        now = self.clock()
-        visible = sorted(w for w, at in self.queue._queue.items() if at <= now)
+        visible = self.ref.visible()
         if got is None:
             assert not visible, f"take: store had nothing, model had {visible} visible"
             return
         assert got.workflow in visible, f"take: store gave {got.workflow}, model has {visible} visible"
-        hidden = now + self.half(visibility)
-        self.queue._queue[got.workflow] = hidden
-        self.deliveries.append((got, Delivery(got.workflow, _Receipt(hidden))))
+        self.deliveries.append((got, self.ref.take(got.workflow, self.half(visibility))))
 
     @rule(i=st.integers(0, 50), delay=st.sampled_from([None, 1, 3]))
     def wake_at(self, i: int, delay: int | None) -> None:
         if not self.deliveries:
             return
         self.catch_up()
-        real, model = self.pick(self.deliveries, i)
+        real, receipt = self.pick(self.deliveries, i)
         if delay is None:
             self.run(self.sut.scheduler.wake_at(real, None))
-            self.run(self.queue.wake_at(model, None))
+            self.ref.wake_at(real.workflow, receipt, None)
         else:
             at = self.run(self.sut.scheduler.now()) + self.half(delay)
             self.run(self.sut.scheduler.wake_at(real, at))
-            self.run(self.queue.wake_at(model, self.clock() + self.half(delay)))
+            self.ref.wake_at(real.workflow, receipt, self.ref.now + self.half(delay))
 
     @rule(w=st.sampled_from(WORKFLOWS))
     def cancel(self, w: str) -> None:
         self.run(self.sut.scheduler.cancel(w))
-        self.run(self.queue.cancel(w))
+        self.ref.cancel(w)
 
     # -- agreement -----------------------------------------------------------------------
 
@@ -247,7 +243,7 @@ class _Machine(RuleBasedStateMachine):
     def records_agree(self) -> None:
         for w in WORKFLOWS:
             got = self.run(self.sut.checkpointer.load(w))
-            want = {self.inbox[w].get(k, k): v for k, v in self.run(self.model.load(w)).items()}
+            want = {self.inbox[w].get(k, k): v for k, v in self.ref.load(w).items()}
             assert list(got.items()) == list(want.items()), f"load {w}: store {got!r}, model {want!r}"
             hist = self.run(self.sut.checkpointer.history(w))
             assert [(e.key, e.value) for e in hist] == list(got.items()), (
@@ -256,8 +252,8 @@ class _Machine(RuleBasedStateMachine):
             times = [e.written_at for e in hist]
             assert times == sorted(times), f"history {w}: written_at out of order {times}"
             ledger = self.run(self.sut.effects.ledger_read(w))
-            assert ledger == self.model.state.get("ledger", {}).get(w, 0), (
-                f"ledger {w}: store {ledger}, model {self.model.state.get('ledger', {}).get(w, 0)}"
+            assert ledger == self.ref.ledger.get(w, 0), (
+                f"ledger {w}: store {ledger}, model {self.ref.ledger.get(w, 0)}"
             )
 
 
@@ -295,7 +291,8 @@ def check_against_model(factory: StoreFactory, server: Any) -> None:
     )
 
 
-def test_store_agrees_with_memory_model(wd_factory: tuple[StoreFactory, Any]) -> None:
-    """The store under test and the Memory model agree after every step of random operations."""
+def test_store_agrees_with_reference_model(wd_factory: tuple[StoreFactory, Any]) -> None:
+    """The store under test (Memory too) and the reference model agree after every step of random
+    operations."""
     factory, server = wd_factory
     check_against_model(factory, server)

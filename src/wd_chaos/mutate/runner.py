@@ -1,0 +1,429 @@
+"""Run generated mutants through a store's tests (and, for survivors, short wd-chaos runs) and judge
+them: a mutant is killed when a check fails on it that passes on the real store in the same job."""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .patch import EDIT_ENV, Spec
+from .plugin import ORDER_ENV
+from .targets import Target, describe, mutants, script_targets, statement_targets
+
+
+@dataclass(frozen=True)
+class StorePlan:
+    """How to mutate one store: where its statements or scripts live, which conformance stores and
+    test files check it, which server it needs, and which scenarios judge its survivors."""
+
+    name: str
+    statements: tuple[str, ...] = ()
+    scripts: str | None = None
+    wd_stores: tuple[str, ...] = ()
+    tests: tuple[str, ...] = ()
+    server: str | None = None
+    chaos_store: str | None = None
+    scenarios: tuple[str, ...] = ()
+    pytest_args: tuple[str, ...] = ()
+    narrow: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """(target prefix, conformance stores): a mutant of a target starting so runs on those stores
+    only (the first match); one the prefixes miss runs on ``wd_stores``."""
+
+    def stores_for(self, target: str) -> tuple[str, ...]:
+        """The conformance stores a mutant of ``target`` is run on."""
+        return next((stores for prefix, stores in self.narrow if target.startswith(prefix)), self.wd_stores)
+
+
+PLANS = {
+    "sqlite": StorePlan(
+        "sqlite",
+        statements=("without_durability.sqlite",),
+        wd_stores=("sqlite",),
+        tests=("tests/test_lease_clock.py", "tests/test_conformance.py", "tests/test_sqlite.py"),
+        chaos_store="sqlite",
+        scenarios=("lease-stall", "kill-between-effect-and-record"),
+    ),
+    "postgres": StorePlan(
+        "postgres",
+        statements=("without_durability_postgres",),
+        wd_stores=("postgres",),
+        tests=(
+            "tests/test_conformance.py",
+            "tests/test_postgres.py",
+            "tests/test_postgres_answer_and_take.py",
+            "tests/test_postgres_batch.py",
+            "tests/test_postgres_flight.py",
+        ),
+        server="postgres",
+        chaos_store="postgres",
+        scenarios=("lease-stall", "append-storm", "take-storm"),
+    ),
+    "redis": StorePlan(
+        "redis",
+        scripts="without_durability_redis",
+        wd_stores=("redis-set", "redis-stream"),
+        tests=("tests/test_conformance.py", "tests/test_redis.py"),
+        server="redis",
+        chaos_store="redis",
+        scenarios=("lease-stall", "append-storm"),
+        # the checkpointer's scripts are one code path under either scheduler: run them once
+        narrow=(
+            ("lua:set_", ("redis-set",)),
+            ("lua:stream", ("redis-stream",)),
+            ("lua:_stream", ("redis-stream",)),
+            ("lua:", ("redis-set",)),
+        ),
+    ),
+}
+"""The built-in stores ``wd-chaos mutate --store`` knows."""
+
+EQUIVALENT_FILE = Path(__file__).with_name("equivalent.toml")
+
+
+def equivalents(path: Path = EQUIVALENT_FILE) -> dict[str, str]:
+    """Mutant id -> why it is equivalent (behaves as the real store for every caller), from ``path``
+    (a TOML table ``[equivalent]`` of ``"id" = "why"``)."""
+    if not path.exists():
+        return {}
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    table = data.get("equivalent", {})
+    if not isinstance(table, dict) or not all(isinstance(v, str) and v for v in table.values()):
+        raise ValueError(f"{path}: [equivalent] must map each mutant id to a one-line reason")
+    return dict(table)
+
+
+def targets_of(plan: StorePlan) -> list[Target]:
+    """Every statement and script ``plan`` names."""
+    found = [t for package in plan.statements for t in statement_targets(package)]
+    if plan.scripts:
+        found.extend(script_targets(plan.scripts))
+    return found
+
+
+@dataclass
+class Outcome:
+    """What happened to one mutant."""
+
+    mutant: str
+    target: str
+    operator: str
+    before: str
+    after: str
+    verdict: str = "not run"
+    """killed, survived, equivalent, not run (the budget ran out), or error (the check could not run)."""
+    killed_by: str = ""
+    why: str = ""
+    seconds: float = 0.0
+    chaos: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Check:
+    """One pytest session's result: exit code, the first failing test, how long, and its tail."""
+
+    code: int
+    failed: str
+    seconds: float
+    tail: str
+
+
+TEST_TIMEOUT = 300
+"""Seconds one test may take (pytest-timeout): generous, since a loaded machine is slow too, and a
+test cut off by it is reported as a timeout, not as the test's failure."""
+
+_TIMED_OUT = re.compile(r"Timeout \(?>?\s*[0-9.]+s")
+_FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
+
+
+def run_tests(
+    plan: StorePlan,
+    spec: Spec | None,
+    *,
+    tests: tuple[str, ...] | None = None,
+    timeout: float | None = None,
+    fail_fast: bool = True,
+    junit: Path | None = None,
+) -> Check:
+    """One pytest session over ``plan``'s tests (or ``tests``, node ids) on ``plan``'s stores, with
+    ``spec`` applied in every process (None: the real store)."""
+    env = dict(os.environ)
+    env.pop(EDIT_ENV, None)
+    if spec is not None:
+        env[EDIT_ENV] = spec.to_json()
+    command = [
+        sys.executable, "-m", "pytest", *(tests or plan.tests), "-q", "--no-header", "-rfE",
+        "-p", "no:cacheprovider", "-p", "wd_chaos.mutate.plugin", "-o", f"timeout={TEST_TIMEOUT}",
+        *(["-x"] if fail_fast else []),
+        *([f"--junitxml={junit}"] if junit else []),
+        *[arg for s in (plan.stores_for(spec.target) if spec else plan.wd_stores) for arg in ("--wd-store", s)],
+        *plan.pytest_args,
+    ]  # fmt: skip
+    started = time.monotonic()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        return Check(-1, f"timeout after {timeout:.0f}s", time.monotonic() - started, out[-2000:])
+    failed = _FAILED.findall(done.stdout)
+    if failed and _TIMED_OUT.search(done.stdout):
+        failed = [f"timeout in {failed[0]}"]  # not the test's verdict: not carried by --resume
+    return Check(
+        done.returncode, failed[0] if failed else "", time.monotonic() - started, done.stdout[-2000:]
+    )
+
+
+def run_chaos(plan: StorePlan, scenario: str, spec: Spec | None, seconds: float, report_dir: Path) -> int:
+    """One wd-chaos run of ``scenario`` on ``plan``'s store with ``spec`` in every process; its exit
+    code (0 valid, 1 invalid, other: unknown or could not run)."""
+    env = dict(os.environ)
+    env.pop(EDIT_ENV, None)
+    if spec is not None:
+        env[EDIT_ENV] = spec.to_json()
+    command = [
+        sys.executable, "-m", "wd_chaos.cli", "run", scenario, "--store", str(plan.chaos_store),
+        "--time-limit", str(seconds), "--report-dir", str(report_dir),
+    ]  # fmt: skip
+    try:
+        return subprocess.run(
+            command, capture_output=True, env=env, timeout=seconds * 10 + 120, check=False
+        ).returncode
+    except subprocess.TimeoutExpired:
+        return -1
+
+
+@contextlib.contextmanager
+def servers(plan: StorePlan) -> Iterator[None]:
+    """One server for the whole job (each test makes its own schema or keys on it), named in the
+    environment so every pytest session and wd-chaos run uses it rather than starting its own."""
+    if plan.server is None:
+        yield
+        return
+    from without_durability.testing.kit import find_kit
+
+    # the variable the kit's server recipe reads first (URL, then a container, then a private one)
+    variable = {"postgres": "WD_POSTGRES_URL", "redis": "WD_REDIS_URL"}[plan.server]
+    if os.environ.get(variable):
+        yield
+        return
+    with find_kit(plan.server).server() as server:
+        os.environ[variable] = server.url
+        try:
+            yield
+        finally:
+            os.environ.pop(variable, None)
+
+
+Progress = Callable[[str], None]
+
+
+def mutate(
+    plan: StorePlan,
+    *,
+    budget_seconds: float,
+    report_dir: Path,
+    chaos_seconds: float = 8.0,
+    only: tuple[str, ...] = (),
+    progress: Progress = print,
+    equivalent_file: Path = EQUIVALENT_FILE,
+    resume: Path | None = None,
+) -> dict[str, Any]:
+    """Generate ``plan``'s mutants, run each through its tests (and survivors through wd-chaos
+    while the budget lasts), write ``mutate.json`` and ``mutate.html`` in ``report_dir``, and
+    return the report. With ``resume`` (an earlier ``mutate.json``), a mutant it records as killed
+    keeps that verdict (tests are only ever added, so a kill stays a kill) and only the others run."""
+    deadline = time.monotonic() + budget_seconds
+    started = time.monotonic()
+    report_dir.mkdir(parents=True, exist_ok=True)
+    targets = {t.name: t for t in targets_of(plan)}
+    specs = mutants(plan.name, list(targets.values()))
+    if only:
+        specs = [s for s in specs if s.id in only or any(s.id.startswith(p) for p in only)]
+    known = equivalents(equivalent_file)
+    earlier = _killed_in(resume) if resume else {}
+    outcomes: dict[str, Outcome] = {}
+    for s in specs:
+        change = describe(s, targets[s.target].text)
+        outcomes[s.id] = Outcome(s.id, s.target, s.operator, change["before"], change["after"])
+    progress(f"{plan.name}: {len(specs)} mutants from {len(targets)} statements/scripts")
+    with servers(plan):
+        base = run_tests(plan, None, fail_fast=False, junit=report_dir / "real.xml")
+        if base.code != 0:
+            raise RuntimeError(
+                f"the real {plan.name} store fails its own tests ({base.failed or base.code}); "
+                f"fix that before mutating it:\n{base.tail}"
+            )
+        order = report_dir / "order.json"
+        order.write_text(json.dumps(_timings(report_dir / "real.xml")))
+        os.environ[ORDER_ENV] = str(order)
+        per_mutant = max(90.0, 3 * base.seconds)
+        progress(f"real store: tests pass in {base.seconds:.0f}s; a mutant gets at most {per_mutant:.0f}s")
+        for n, spec in enumerate(specs, 1):
+            outcome = outcomes[spec.id]
+            if spec.id in known:
+                outcome.verdict, outcome.why = "equivalent", known[spec.id]
+                progress(f"[{n}/{len(specs)}] {spec.id}: equivalent ({known[spec.id]})")
+                continue
+            if spec.id in earlier:
+                outcome.verdict, outcome.killed_by = "killed", earlier[spec.id]
+                outcome.why = f"killed in {resume}"
+                continue
+            if time.monotonic() + min(per_mutant, base.seconds) > deadline:
+                progress(f"[{n}/{len(specs)}] {spec.id}: not run, the budget is spent")
+                continue
+            check = run_tests(plan, spec, timeout=per_mutant)
+            outcome.seconds = check.seconds
+            if check.code in (0, 5):
+                outcome.verdict = "survived"
+            elif check.code in (1, -1):
+                outcome.verdict, outcome.killed_by = "killed", check.failed or f"pytest exit {check.code}"
+            else:
+                outcome.verdict, outcome.why = "error", f"pytest exit {check.code}: {check.tail[-300:]}"
+            progress(
+                f"[{n}/{len(specs)}] {spec.id}: {outcome.verdict} {outcome.killed_by} ({check.seconds:.0f}s)"
+            )
+        _confirm(plan, outcomes, progress)
+        _chaos(plan, specs, outcomes, deadline, chaos_seconds, report_dir, progress)
+        os.environ.pop(ORDER_ENV, None)
+    report = _report(plan, outcomes, time.monotonic() - started)
+    (report_dir / "mutate.json").write_text(json.dumps(report, indent=2) + "\n")
+    (report_dir / "mutate.html").write_text(_html(report))
+    return report
+
+
+def _killed_in(report: Path) -> dict[str, str]:
+    """Mutant id -> what killed it, in an earlier ``mutate.json``: kills by a named test or a
+    wd-chaos run only; a kill by timeout runs again (a loaded machine times out too)."""
+    data = json.loads(report.read_text())
+    return {
+        m["mutant"]: m["killed_by"]
+        for m in data.get("mutants", [])
+        if m.get("verdict") == "killed"
+        and not m["killed_by"].startswith("timeout")
+        and ("::" in m["killed_by"] or m["killed_by"].startswith("chaos:"))
+    }
+
+
+def _timings(junit: Path) -> dict[str, float]:
+    """Test id -> seconds, from a junit file pytest wrote (ids rebuilt as pytest prints them)."""
+    from xml.etree import ElementTree
+
+    found: dict[str, float] = {}
+    for case in ElementTree.parse(junit).iter("testcase"):
+        module = case.get("classname", "").replace(".", "/")
+        found[f"{module}.py::{case.get('name')}"] = float(case.get("time", "0"))
+    return found
+
+
+def _confirm(plan: StorePlan, outcomes: dict[str, Outcome], progress: Progress) -> None:
+    """A kill counts only when its failing test passes on the real store: run every distinct
+    killing test once more on the real store, and take back the kills of any that fail there."""
+    killers = sorted(
+        {
+            o.killed_by
+            for o in outcomes.values()
+            if o.verdict == "killed" and "::" in o.killed_by and not o.killed_by.startswith("timeout")
+        }
+    )
+    if not killers:
+        return
+    check = run_tests(plan, None, tests=tuple(killers), fail_fast=False)
+    failing = set(_FAILED.findall(check.tail)) if check.code != 0 else set()
+    if check.code not in (0, 1):
+        failing = set(killers)
+    for o in outcomes.values():
+        if o.verdict == "killed" and o.killed_by in failing:
+            o.verdict, o.why = (
+                "survived",
+                f"{o.killed_by} failed on the real store too; the kill is not counted",
+            )
+    progress(f"confirmed {len(killers) - len(failing)}/{len(killers)} killing tests pass on the real store")
+
+
+def _chaos(
+    plan: StorePlan,
+    specs: list[Spec],
+    outcomes: dict[str, Outcome],
+    deadline: float,
+    seconds: float,
+    report_dir: Path,
+    progress: Progress,
+) -> None:
+    """Each survivor of the tests through ``plan``'s scenarios while the budget lasts; a scenario
+    counts only if the real store passes it in this job."""
+    survivors = [s for s in specs if outcomes[s.id].verdict == "survived"]
+    if not survivors or not plan.chaos_store:
+        return
+    cost = seconds * 3 + 30
+    for scenario in plan.scenarios:
+        if time.monotonic() + cost * 2 > deadline:
+            break
+        if run_chaos(plan, scenario, None, seconds, report_dir / "chaos") != 0:
+            progress(f"chaos {scenario}: not valid on the real store; not used")
+            continue
+        for spec in survivors:
+            outcome = outcomes[spec.id]
+            if outcome.verdict != "survived":
+                continue
+            if time.monotonic() + cost > deadline:
+                return
+            code = run_chaos(plan, scenario, spec, seconds, report_dir / "chaos")
+            outcome.chaos.append(f"{scenario}: exit {code}")
+            if code == 1:
+                outcome.verdict, outcome.killed_by = "killed", f"chaos:{scenario}"
+            progress(f"chaos {scenario} on {spec.id}: exit {code}")
+
+
+def _report(plan: StorePlan, outcomes: dict[str, Outcome], seconds: float) -> dict[str, Any]:
+    rows = list(outcomes.values())
+
+    def of(verdict: str) -> list[dict[str, Any]]:
+        return [asdict(o) for o in rows if o.verdict == verdict]
+
+    killed = of("killed")
+    equivalent = [{"mutant": o.mutant, "why": o.why} for o in rows if o.verdict == "equivalent"]
+    run = [o for o in rows if o.verdict in ("killed", "survived", "equivalent")]
+    return {
+        "store": plan.name,
+        "generated": len(rows),
+        "killed": len(killed),
+        "equivalent": equivalent,
+        "survived": of("survived"),
+        "not_run": [o.mutant for o in rows if o.verdict == "not run"],
+        "errors": of("error"),
+        "killed_or_equivalent": (
+            f"{(len(killed) + len(equivalent)) / len(run):.1%} of {len(run)} judged" if run else "none judged"
+        ),
+        "seconds": round(seconds, 1),
+        "mutants": [asdict(o) for o in rows],
+    }
+
+
+def _html(report: dict[str, Any]) -> str:
+    colours = {"killed": "#d4edda", "equivalent": "#e2e3e5", "survived": "#f8d7da", "not run": "#fff3cd"}
+    rows = "\n".join(
+        f'<tr style="background:{colours.get(m["verdict"], "#fff")}"><td>{html.escape(m["mutant"])}</td>'
+        f"<td>{html.escape(m['verdict'])}</td><td><code>{html.escape(m['before'])}</code><br>"
+        f"<code>{html.escape(m['after'])}</code></td><td>{html.escape(m['killed_by'] or m['why'])}</td>"
+        f"<td>{m['seconds']:.1f}s</td></tr>"
+        for m in report["mutants"]
+    )
+    return (
+        f"<!doctype html><meta charset=utf-8><title>wd-chaos mutate {html.escape(report['store'])}</title>"
+        f"<h1>wd-chaos mutate: {html.escape(report['store'])}</h1>"
+        f"<p>generated {report['generated']}, killed {report['killed']}, equivalent "
+        f"{len(report['equivalent'])}, survived {len(report['survived'])}, not run {len(report['not_run'])}; "
+        f"killed or equivalent: {html.escape(report['killed_or_equivalent'])}; {report['seconds']}s</p>"
+        "<table border=1 cellpadding=4><tr><th>mutant</th><th>verdict</th><th>before / after</th>"
+        f"<th>killed by / why</th><th>time</th></tr>\n{rows}</table>\n"
+    )
