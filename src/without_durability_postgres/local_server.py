@@ -25,6 +25,7 @@ from without_durability.testing.servers import (
     find_binary,
     free_port,
     own,
+    supervised,
 )
 
 
@@ -107,31 +108,16 @@ def local_postgres(port: int | None = None, *, env: dict[str, str] | None = None
             "local",
             datadir=data,
         )
-        state: dict[str, Any] = {}
-
-        def start() -> None:
+        def start() -> Any:
             ex = executor(command, "127.0.0.1", port, root / "postgres.log", signal.SIGINT)
             ex.start()
-            state["ex"] = ex
             own(root, port, int(ex.process.pid))
             _wait_postgres_ready(isready, port)
             server.pid = _postmaster_pid(data, ex)
+            return ex
 
-        def restart(kill: bool) -> None:
-            ex = state["ex"]
-            if kill:
-                ex.kill(wait=True)
-            else:
-                ex.stop()
-            start()
-
-        server._restart = restart
-        start()
-        try:
+        with supervised(server, start):
             yield server
-        finally:
-            with contextlib.suppress(Exception):
-                state["ex"].stop()
 
 
 def _wait_postgres_ready(isready: str, port: int, timeout: float = 60.0) -> None:

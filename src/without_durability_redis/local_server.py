@@ -21,6 +21,7 @@ from without_durability.testing.servers import (
     find_binary,
     free_port,
     own,
+    supervised,
 )
 
 
@@ -69,30 +70,15 @@ def local_redis(
                 "5000",
             ]
         server = Server("redis", f"redis://127.0.0.1:{port}/0", "127.0.0.1", port, "local", datadir=root)
-        state: dict[str, Any] = {}
-
-        def start() -> None:
+        def start() -> Any:
             ex = executor(command, "127.0.0.1", port, root / f"redis-{port}.log", signal.SIGTERM, env)
             ex.start()
-            state["ex"] = ex
             server.pid = int(ex.process.pid)
             own(root, port, server.pid)
+            return ex
 
-        def restart(kill: bool) -> None:
-            ex = state["ex"]
-            if kill:
-                ex.kill(wait=True)
-            else:
-                ex.stop()
-            start()
-
-        server._restart = restart
-        start()
-        try:
+        with supervised(server, start):
             yield server
-        finally:
-            with contextlib.suppress(Exception):
-                state["ex"].stop()
 
 
 @contextlib.contextmanager

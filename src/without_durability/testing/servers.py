@@ -208,6 +208,29 @@ def executor(
     )
 
 
+@contextlib.contextmanager
+def supervised(server: Server, launch: Callable[[], Any]) -> Iterator[Server]:
+    """Keep ``server`` running as the process ``launch`` starts. ``launch`` starts an executor (see
+    ``executor``), waits until the server answers, sets ``server.pid`` and returns the executor; it
+    is called again by ``server.restart`` (after a clean stop, or a SIGKILL when ``kill``). The
+    current process is stopped on exit, whatever happened to the ones before it."""
+    current = [launch()]
+
+    def restart(kill: bool) -> None:
+        if kill:
+            current[0].kill(wait=True)
+        else:
+            current[0].stop()
+        current[0] = launch()
+
+    server._restart = restart
+    try:
+        yield server
+    finally:
+        with contextlib.suppress(Exception):
+            current[0].stop()
+
+
 # -- provisioning: environment, then testcontainers (Docker), then local binaries -----------------------------
 
 
