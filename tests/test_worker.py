@@ -27,6 +27,10 @@ def as_any(value: object) -> object:
     return value
 
 
+PASS_DEADLINE = 150.0
+"""Seconds one worker pass of these renewal tests may take before the test fails as stuck."""
+
+
 class CountingCheckpointer:
     """The store's own checkpointer, with its renew calls counted."""
 
@@ -145,7 +149,8 @@ async def test_renewal_keeps_a_step_longer_than_alive_claimed(wd_store: Store) -
         return None
 
     await wd_store.scheduler.schedule(w)
-    await worker(wd_store, durable, body, alive=u).run(max_passes=1)
+    async with asyncio.timeout(PASS_DEADLINE):  # a stuck pass fails here, not at the suite's timeout
+        await worker(wd_store, durable, body, alive=u).run(max_passes=1)
     assert stolen == [], "the claim lapsed during a long step despite the renewal tick"
     assert done == ["slow"], "the long step was not recorded"
 
@@ -174,7 +179,8 @@ async def test_renewal_never_outlives_the_budget(wd_store: Store) -> None:
         return await run.step("endless", endless, as_any)
 
     await wd_store.scheduler.schedule(w)
-    await worker(wd_store, durable, body, alive=u, budget=2 * u).run(max_passes=1)
+    async with asyncio.timeout(PASS_DEADLINE):  # a stuck pass fails here, not at the suite's timeout
+        await worker(wd_store, durable, body, alive=u, budget=2 * u).run(max_passes=1)
     assert len(stolen) == 1, "another claim should succeed once the budget is spent"
     assert cancelled == [True], "the fenced pass was not stopped by its renewal tick"
     assert await wd_store.checkpointer.load(w) == {}, "the fenced pass recorded its step"
