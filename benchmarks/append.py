@@ -42,6 +42,8 @@ TARGETS = (1, 10, 1000)
 STORES = ("memory", "sqlite", "postgres", "redis")
 UNORDERED = "postgres-without-turn"
 """The Postgres store with its APPEND as it was before the turn: commits out of seq order."""
+RAW = "psycopg-raw"
+"""PostgresCheckpointer's APPEND through psycopg alone: the Python driver's share of the gap."""
 
 
 @contextlib.asynccontextmanager
@@ -116,6 +118,45 @@ async def run_ours(kind: str, k: int, m: int, urls: dict[str, str], seed: int) -
     return {"store": kind, "targets": k, "appends": m, "seconds": seconds, "rate": len(got) / seconds,
             "lost": lost, "duplicated_keys": dup, "wrong_value": wrong, "unacknowledged_extra": extra,
             "order_broken_workflows": order_broken}
+
+
+async def run_raw(url: str, k: int, m: int, seed: int) -> dict[str, Any]:
+    """The APPEND statement (with the turn) through psycopg directly: one autocommit connection per
+    appender, no pool, values encoded beforehand, none of this library's code. What the Python
+    driver alone reaches here, so the gap to pgbench splits into the driver's share and ours."""
+    import json
+
+    import psycopg
+
+    from without_durability_postgres import PostgresCheckpointer
+    from without_durability_postgres.kit import fresh_schema
+
+    rng = random.Random(seed)
+    plan = [(str(rng.randrange(1, k + 1)), json.dumps({"n": i})) for i in range(m)]
+    async with fresh_schema(url, min_size=1, max_size=1) as (pool, schema):
+        conns = [await psycopg.AsyncConnection.connect(url, autocommit=True, options=f"-c search_path={schema}")
+                 for _ in range(CONCURRENCY)]
+        queue = iter(plan)
+        acked = 0
+
+        async def one(c: psycopg.AsyncConnection[Any]) -> None:
+            nonlocal acked
+            for workflow, value in queue:
+                row = await (await c.execute(PostgresCheckpointer.APPEND, {"workflow": workflow, "value": value})
+                             ).fetchone()
+                acked += row is not None
+
+        try:
+            start = time.perf_counter()
+            await asyncio.gather(*(one(c) for c in conns))
+            seconds = time.perf_counter() - start
+        finally:
+            for c in conns:
+                await c.close()
+        async with pool.connection() as conn:
+            rows = (await (await conn.execute("SELECT count(*) FROM workflow_checkpoint")).fetchone() or [0])[0]
+    return {"store": RAW, "targets": k, "appends": m, "seconds": seconds, "rate": acked / seconds,
+            "lost": acked - rows}
 
 
 async def run_deliver(url: str, mode: str, m: int, seed: int) -> dict[str, Any]:
@@ -216,8 +257,9 @@ async def main(folder: Path, quick: bool) -> dict[str, Any]:
                     pg.append({**got, "round": r})
                     pg.append({**await run_pgbench(urls["postgres"], k, m, folder, ordered=kind == "postgres"),
                                "round": r})
+                pg.append({**await run_raw(urls["postgres"], k, m, seed=k), "round": r})
                 print(f"  postgres round {r + 1}/{rounds} targets={k}", flush=True)
-        for name in ("postgres", UNORDERED, "pgbench", "pgbench-without-turn"):
+        for name in ("postgres", UNORDERED, "pgbench", "pgbench-without-turn", RAW):
             for k in TARGETS:
                 mine = [x for x in pg if x["store"] == name and x["targets"] == k]
                 rates = [x["rate"] for x in mine if x.get("rate")]
@@ -231,6 +273,8 @@ async def main(folder: Path, quick: bool) -> dict[str, Any]:
         return next((r.get("rate") for r in rows if r["store"] == store and r["targets"] == k), None)
 
     ratios = [{"targets": k, "postgres/pgbench": ratio(rate("postgres", k), rate("pgbench", k)),
+               "psycopg alone/pgbench (the driver's share)": ratio(rate(RAW, k), rate("pgbench", k)),
+               "postgres/psycopg alone (ours)": ratio(rate("postgres", k), rate(RAW, k)),
                "without the turn: postgres/pgbench": ratio(rate(UNORDERED, k), rate("pgbench-without-turn", k)),
                "turn cost, ours (with/without)": ratio(rate("postgres", k), rate(UNORDERED, k)),
                "turn cost, pgbench (with/without)": ratio(rate("pgbench", k), rate("pgbench-without-turn", k))}
@@ -244,7 +288,7 @@ async def main(folder: Path, quick: bool) -> dict[str, Any]:
                "inside the transaction": deliver_rate("inside")}
     notify_ratios = {"after/off": ratio(deliver["after (ships)"], deliver["off"]),
                      "inside/off": ratio(deliver["inside the transaction"], deliver["off"])}
-    names = [*STORES, "pgbench", UNORDERED, "pgbench-without-turn"]
+    names = [*STORES, "pgbench", RAW, UNORDERED, "pgbench-without-turn"]
     plot(folder, "append", f"Append throughput ({CONCURRENCY} concurrent appenders)", "workflows appended to",
          "appends/s", {s: (list(TARGETS), [rate(s, k) for k in TARGETS]) for s in names}, logy=True)
     losses = {s: sum(int(r.get("lost", 0) or 0) + int(r.get("duplicated_keys", 0) or 0)
@@ -263,7 +307,8 @@ async def main(folder: Path, quick: bool) -> dict[str, Any]:
     text = (f"# Append throughput\n\n{m} appends per point by {CONCURRENCY} concurrent appenders, "
             f"appends/s (Postgres and pgbench: median of {rounds} interleaved rounds; "
             f"`-without-turn`: the APPEND statement without the per-workflow lock that keeps commits "
-            f"in seq order).\n\n{t}\n\n## Ratios\n\n{rt}\n\n## What the wakeup NOTIFY costs a writer\n\n"
+            f"in seq order; `{RAW}`: the APPEND with the turn through psycopg alone, no pool, none of "
+            f"our code).\n\n{t}\n\n## Ratios\n\n{rt}\n\n## What the wakeup NOTIFY costs a writer\n\n"
             f"PostgresDurable.deliver to 1,000 workflows, {CONCURRENCY} concurrent.\n\n{dt}\n\n"
             f"Ratios: {notify_ratios}\n")
     if errors:

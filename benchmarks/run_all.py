@@ -79,6 +79,9 @@ def headline(results: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
         for r in a["ratios"]:
             add(f"Postgres append / pgbench APPEND, {r['targets']} workflows", r["postgres/pgbench"],
                 ">= 0.7", None if r["postgres/pgbench"] is None else r["postgres/pgbench"] >= 0.7)
+            if "psycopg alone/pgbench (the driver's share)" in r:
+                add(f"psycopg alone (same APPEND, no library) / pgbench, {r['targets']} workflows",
+                    r["psycopg alone/pgbench (the driver's share)"], "", None, "the Python driver's own share of the gap")
             add(f"What each workflow's turn leaves of append (with/without), {r['targets']} workflows",
                 r.get("turn cost, ours (with/without)"), "", None, "the price of loads that only grow")
         bad = sum(int(r.get(k, 0) or 0) for r in a["rows"]

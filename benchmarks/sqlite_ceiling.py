@@ -9,14 +9,18 @@ one loop on a plain ``sqlite3`` connection with the store's settings (WAL, ``syn
 autocommit off by hand), each step its own ``BEGIN IMMEDIATE`` ... ``COMMIT`` as the store's
 write transaction is: ``NEXT_DUE`` + ``HIDE``, then ``ANSWER_DONE``; and ``APPEND``. SQLite has one
 writer, so the bare loop is as fast as these statements go here, and the ratio is what the store's
-thread hand-off, asyncio and checks cost. Rounds interleave (``WD_BENCH_ROUNDS``, default 3),
-medians; every delivery must be handed out exactly once and every append load back.
+thread hand-off, asyncio and checks cost. Every commit waits for an fsync, whose time on a shared
+disk swings by several times within seconds, so ours and bare run side by side on two files,
+taking turns a few dozen operations at a time (see ``duel``); ``WD_BENCH_ROUNDS`` rounds (default
+3), the ratio is the median of the rounds' ratios; every delivery must be handed out exactly once
+and every append load back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import sqlite3
 import statistics
@@ -26,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ._common import check_exactly_once, machine, parser, ratio, report_dir, save_json, table, write_summary
+from ._common import check_exactly_once, machine, parser, report_dir, save_json, table, write_summary
 
 WORKERS = 8
 TARGETS = 10
@@ -50,47 +54,78 @@ async def new_store(folder: Path) -> Any:
 
 def bare(folder: Path) -> sqlite3.Connection:
     """A plain connection to a store file the store created (same schema), with the store's
-    settings."""
-    db = sqlite3.connect(folder / "bench.db", isolation_level=None)
+    settings. Used from one thread at a time (a worker thread's, in turns with the event loop's)."""
+    db = sqlite3.connect(folder / "bench.db", isolation_level=None, check_same_thread=False)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
     return db
 
 
-async def take_ours(folder: Path, n: int) -> dict[str, Any]:
-    durable = await new_store(folder)
-    try:
-        sched = durable.scheduler
+class TakeOurs:
+    """``SqliteScheduler.take`` then ``wake_at(None)`` by ``WORKERS`` tasks, ``count`` deliveries at a
+    time."""
+
+    system = "ours-take"
+
+    def __init__(self, folder: Path, n: int) -> None:
+        self.folder, self.n, self.got = folder, n, []
+
+    async def open(self) -> None:
+        self.durable = await new_store(self.folder)
+        sched = self.durable.scheduler
         past = datetime.now(UTC) - timedelta(hours=1)
-        await durable.conn.write(lambda cur: [sched._schedule_in(cur, x, past) for x in ids(n)])
-        got: list[str] = []
+        await self.durable.conn.write(lambda cur: [sched._schedule_in(cur, x, past) for x in ids(self.n)])
+
+    async def run(self, count: int) -> float:
+        sched, left = self.durable.scheduler, count
 
         async def one() -> None:
-            while (d := await sched.take(VISIBILITY)) is not None:
-                got.append(d.workflow)
+            nonlocal left
+            while left > 0:
+                left -= 1
+                d = await sched.take(VISIBILITY)
+                if d is None:
+                    return
+                self.got.append(d.workflow)
                 await sched.wake_at(d, None)
 
         start = time.perf_counter()
         await asyncio.gather(*(one() for _ in range(WORKERS)))
-        seconds = time.perf_counter() - start
-    finally:
-        await durable.close()
-    return {"system": "ours-take", "rate": len(got) / seconds, **check_exactly_once("take", ids(n), got)}
+        return time.perf_counter() - start
+
+    async def close(self) -> dict[str, Any]:
+        await self.durable.close()
+        return check_exactly_once("take", ids(self.n), self.got)
 
 
-def take_bare(folder: Path, n: int) -> dict[str, Any]:
-    from without_durability import sqlite as s
+class TakeBare:
+    """The same statements through a plain ``sqlite3`` connection, one loop: ``NEXT_DUE`` + ``HIDE``
+    in one ``BEGIN IMMEDIATE`` ... ``COMMIT``, then ``ANSWER_DONE`` in another."""
 
-    db = bare(folder)
-    try:
+    system = "bare-take"
+
+    def __init__(self, folder: Path, n: int) -> None:
+        self.folder, self.n, self.got = folder, n, []
+
+    async def open(self) -> None:
+        from without_durability import sqlite as s
+
+        await (await new_store(self.folder)).close()  # the store creates the file: the schema is its own
+        self.db = bare(self.folder)
         past = micros(datetime.now(UTC) - timedelta(hours=1))
-        db.execute("BEGIN IMMEDIATE")
-        db.executemany(s.SCHEDULE, [{"namespace": NAMESPACE, "workflow": x, "at": past} for x in ids(n)])
-        db.execute("COMMIT")
-        got: list[str] = []
-        span = VISIBILITY // timedelta(microseconds=1)
+        self.db.execute("BEGIN IMMEDIATE")
+        self.db.executemany(s.SCHEDULE, [{"namespace": NAMESPACE, "workflow": x, "at": past} for x in ids(self.n)])
+        self.db.execute("COMMIT")
+
+    async def run(self, count: int) -> float:
+        return await asyncio.to_thread(self._run, count)
+
+    def _run(self, count: int) -> float:
+        from without_durability import sqlite as s
+
+        db, span = self.db, VISIBILITY // timedelta(microseconds=1)
         start = time.perf_counter()
-        while True:
+        for _ in range(count):
             db.execute("BEGIN IMMEDIATE")
             now = micros(datetime.now(UTC))
             row = db.execute(s.NEXT_DUE, {"namespace": NAMESPACE, "now": now}).fetchone()
@@ -100,102 +135,155 @@ def take_bare(folder: Path, n: int) -> dict[str, Any]:
             hidden = now + span
             db.execute(s.HIDE, {"namespace": NAMESPACE, "workflow": row[0], "hidden": hidden})
             db.execute("COMMIT")
-            got.append(row[0])
+            self.got.append(row[0])
             db.execute("BEGIN IMMEDIATE")
             db.execute(s.ANSWER_DONE, {"namespace": NAMESPACE, "workflow": row[0], "taken": hidden})
             db.execute("COMMIT")
-        seconds = time.perf_counter() - start
-    finally:
-        db.close()
-    return {"system": "bare-take", "rate": len(got) / seconds, **check_exactly_once("take", ids(n), got)}
+        return time.perf_counter() - start
+
+    async def close(self) -> dict[str, Any]:
+        self.db.close()
+        return check_exactly_once("take", ids(self.n), self.got)
 
 
 def plan(m: int) -> list[tuple[str, dict[str, int]]]:
     return [(f"wf-{i % TARGETS}", {"n": i}) for i in range(m)]
 
 
-async def append_ours(folder: Path, m: int) -> dict[str, Any]:
-    durable = await new_store(folder)
-    try:
-        cp = durable.checkpointer
-        queue = iter(plan(m))
-        got: list[tuple[str, str, object]] = []
+class AppendOurs:
+    """``SqliteCheckpointer.append`` over ``TARGETS`` workflows by ``WORKERS`` tasks."""
+
+    system = "ours-append"
+
+    def __init__(self, folder: Path, n: int) -> None:
+        self.folder, self.queue, self.got = folder, iter(plan(n)), []
+
+    async def open(self) -> None:
+        self.durable = await new_store(self.folder)
+
+    async def run(self, count: int) -> float:
+        cp, left = self.durable.checkpointer, count
 
         async def one() -> None:
-            for workflow, value in queue:
-                got.append((workflow, await cp.append(workflow, value), value))
+            nonlocal left
+            while left > 0:
+                left -= 1
+                item = next(self.queue, None)
+                if item is None:
+                    return
+                self.got.append((item[0], await cp.append(*item), item[1]))
 
         start = time.perf_counter()
         await asyncio.gather(*(one() for _ in range(WORKERS)))
-        seconds = time.perf_counter() - start
-        bad = 0
-        for w in {w for w, _, _ in got}:
+        return time.perf_counter() - start
+
+    async def close(self) -> dict[str, Any]:
+        cp, bad = self.durable.checkpointer, 0
+        for w in {w for w, _, _ in self.got}:
             loaded = await cp.load(w)
-            bad += sum(1 for x, k, v in got if x == w and loaded.get(k) != v)
-    finally:
-        await durable.close()
-    return {"system": "ours-append", "rate": len(got) / seconds, "lost_or_wrong": bad}
+            bad += sum(1 for x, k, v in self.got if x == w and loaded.get(k) != v)
+        await self.durable.close()
+        return {"lost_or_wrong": bad}
 
 
-def append_bare(folder: Path, m: int) -> dict[str, Any]:
-    from without_durability import sqlite as s
-    from without_durability.codec import JsonCodec
+class AppendBare:
+    """The store's ``APPEND`` through a plain ``sqlite3`` connection, one loop, each in its own
+    ``BEGIN IMMEDIATE`` ... ``COMMIT``, the value encoded by the store's codec."""
 
-    codec = JsonCodec()
-    db = bare(folder)
-    try:
-        keys = []
+    system = "bare-append"
+
+    def __init__(self, folder: Path, n: int) -> None:
+        self.folder, self.n, self.queue, self.keys = folder, n, iter(plan(n)), []
+
+    async def open(self) -> None:
+        from without_durability.codec import JsonCodec
+
+        await (await new_store(self.folder)).close()
+        self.db, self.codec = bare(self.folder), JsonCodec()
+
+    async def run(self, count: int) -> float:
+        return await asyncio.to_thread(self._run, count)
+
+    def _run(self, count: int) -> float:
+        from without_durability import sqlite as s
+
+        db = self.db
         start = time.perf_counter()
-        for workflow, value in plan(m):
+        for workflow, value in itertools.islice(self.queue, count):
             db.execute("BEGIN IMMEDIATE")
-            row = db.execute(s.APPEND, {"workflow": workflow, "value": codec.encode(value),
+            row = db.execute(s.APPEND, {"workflow": workflow, "value": self.codec.encode(value),
                                         "now": micros(datetime.now(UTC))}).fetchone()
             db.execute("COMMIT")
-            keys.append(row[0])
-        seconds = time.perf_counter() - start
-        stored = db.execute("SELECT count(*) FROM checkpoint").fetchone()[0]
-    finally:
-        db.close()
-    return {"system": "bare-append", "rate": len(keys) / seconds, "lost_or_wrong": m - stored}
+            self.keys.append(row[0])
+        return time.perf_counter() - start
+
+    async def close(self) -> dict[str, Any]:
+        stored = self.db.execute("SELECT count(*) FROM checkpoint").fetchone()[0]
+        self.db.close()
+        return {"lost_or_wrong": self.n - stored}
+
+
+async def duel(ours: Any, theirs: Any, n: int, slice_: int) -> list[dict[str, Any]]:
+    """Ours and bare, each on its own file, taking turns ``slice_`` operations at a time until both
+    have done ``n``: every commit here waits for the disk's fsync, whose time swings by several
+    times within seconds on a shared machine, so two runs one after the other compare two different
+    disks; slices a fraction of a second apart see the same one. Time counts only inside slices."""
+    for side in (ours, theirs):
+        await side.open()
+    spent = {ours.system: 0.0, theirs.system: 0.0}
+    for i in range(0, n, slice_):
+        order = (ours, theirs) if (i // slice_) % 2 == 0 else (theirs, ours)  # neither always goes first
+        for side in order:
+            spent[side.system] += await side.run(min(slice_, n - i))
+    return [{"system": side.system, "rate": n / spent[side.system], **await side.close()}
+            for side in (ours, theirs)]
 
 
 async def main(folder: Path, quick: bool) -> dict[str, Any]:
     n = 960 if quick else 4800
+    slice_ = 40
     rounds = int(os.environ.get("WD_BENCH_ROUNDS", 3))
-    steps = [
-        ("ours-take", lambda d: take_ours(d, n)),
-        ("bare-take", lambda d: asyncio.to_thread(take_bare, d, n)),
-        ("ours-append", lambda d: append_ours(d, n)),
-        ("bare-append", lambda d: asyncio.to_thread(append_bare, d, n)),
-    ]
+    duels = [("take", TakeOurs, TakeBare), ("append", AppendOurs, AppendBare)]
     raw: list[dict[str, Any]] = []
     for r in range(rounds):
-        for name, step in steps:
+        for what, ours, theirs in duels:
             with tempfile.TemporaryDirectory(prefix="wd-sqlite-ceiling-") as tmp:
-                if name.startswith("bare"):  # the store creates the file, so the schema is its own
-                    await (await new_store(Path(tmp))).close()
-                got = await step(Path(tmp))
-            raw.append({**got, "round": r})
-            print(f"  {name} (round {r + 1}): {got['rate']:,.0f}/s", flush=True)
+                a, b = Path(tmp) / "ours", Path(tmp) / "bare"
+                a.mkdir()
+                b.mkdir()
+                got = await duel(ours(a, n), theirs(b, n), n, slice_)
+            for x in got:
+                raw.append({**x, "round": r})
+            print(f"  {what} (round {r + 1}): " + ", ".join(f"{x['system']} {x['rate']:,.0f}/s" for x in got)
+                  + f"; ratio {got[0]['rate'] / got[1]['rate']:.2f}", flush=True)
+    systems = ["ours-take", "bare-take", "ours-append", "bare-append"]
     rows = []
-    for name, _ in steps:
+    for name in systems:
         mine = [x for x in raw if x["system"] == name]
         rows.append({"system": name, "rate": statistics.median(x["rate"] for x in mine),
                      "rates": [x["rate"] for x in mine],
                      "lost": sum(int(x.get("lost", 0)) + int(x.get("lost_or_wrong", 0)) for x in mine),
                      "duplicated": sum(int(x.get("duplicated", 0)) for x in mine)})
-    rate = {r["system"]: r["rate"] for r in rows}
-    result = {"benchmark": "sqlite_ceiling", "n": n, "rounds": rounds, "workers": WORKERS, "rows": rows,
-              "raw": raw, "take/bare": ratio(rate["ours-take"], rate["bare-take"]),
-              "append/bare": ratio(rate["ours-append"], rate["bare-append"]), "machine": machine()}
+
+    def paired(what: str) -> list[float]:
+        return [o["rate"] / b["rate"] for o, b in zip([x for x in raw if x["system"] == f"ours-{what}"],
+                                                      [x for x in raw if x["system"] == f"bare-{what}"], strict=True)]
+
+    result = {"benchmark": "sqlite_ceiling", "n": n, "rounds": rounds, "workers": WORKERS, "slice": slice_,
+              "rows": rows, "raw": raw,
+              "take/bare": statistics.median(paired("take")), "append/bare": statistics.median(paired("append")),
+              "round_ratios": {"take/bare": paired("take"), "append/bare": paired("append")},
+              "machine": machine()}
     save_json(folder, "sqlite_ceiling", result)
     text = table(["system", "rate (median)", "rounds", "lost", "dup"],
                  [[r["system"], r["rate"], ", ".join(f"{x:,.0f}" for x in r["rates"]), r["lost"], r["duplicated"]]
                   for r in rows])
-    summary = (f"# SQLite against bare sqlite3\n\n{n} deliveries / appends per round, {rounds} interleaved "
-               f"rounds, medians; ours with {WORKERS} tasks, bare one loop.\n\n{text}\n\n"
-               f"take / bare: {result['take/bare']:.2f}; append / bare: {result['append/bare']:.2f}\n\n"
-               f"Machine: {result['machine']}\n")
+    summary = (f"# SQLite against bare sqlite3\n\n{n} deliveries / appends per round, ours and bare taking "
+               f"turns {slice_} at a time, {rounds} rounds; ratios are medians of each round's ratio; ours "
+               f"with {WORKERS} tasks, bare one loop.\n\n{text}\n\n"
+               f"take / bare: {result['take/bare']:.2f} (rounds: {', '.join(f'{x:.2f}' for x in paired('take'))}); "
+               f"append / bare: {result['append/bare']:.2f} "
+               f"(rounds: {', '.join(f'{x:.2f}' for x in paired('append'))})\n\nMachine: {result['machine']}\n")
     write_summary(folder, "sqlite_ceiling", summary)
     print(text)
     print(f"\ntake / bare {result['take/bare']:.2f}, append / bare {result['append/bare']:.2f}")

@@ -424,6 +424,14 @@ def redis_script_call(sched: Any, answered: tuple[str, str, str]) -> tuple[list[
     return [sched.key], [wf, a, "", vis]
 
 
+async def server_usec_per_call(client: Any) -> float | None:
+    """Redis's own time per EVALSHA since the last ``CONFIG RESETSTAT`` (``INFO commandstats``): what
+    each call cost the server, so a ceiling that does less per call shows as such."""
+    stats = await client.info("commandstats")
+    got = stats.get("cmdstat_evalsha", {}).get("usec_per_call")
+    return None if got is None else float(got)
+
+
 async def redis_runs(url: str, n: int, counts: Sequence[int]) -> list[dict[str, Any]]:
     """Both Redis schedulers through this library: ``answer_and_take`` per delivery (what Worker
     sends; the system's bare name), and take alone (``-take-only``)."""
@@ -436,13 +444,14 @@ async def redis_runs(url: str, n: int, counts: Sequence[int]) -> list[dict[str, 
             for w in counts:
                 for chained in (True, False):
                     sched, ids = await redis_prefill(client, kind, n)
+                    await client.config_resetstat()
                     if chained:
                         r = await drain_chained(sched, n, w)
                     else:
                         r = await drain(lambda s=sched: s.take(VISIBILITY), None, n, w)
                     check = check_exactly_once(kind, ids, r.pop("taken"))
                     rows.append({"system": kind if chained else f"{kind}-take-only", "workers": w,
-                                 "n": n, **r, **check})
+                                 "n": n, **r, **check, "server_usec_per_call": await server_usec_per_call(client)})
     finally:
         await client.aclose()
     return rows
@@ -477,13 +486,14 @@ async def redis_py_raw(url: str, n: int, counts: Sequence[int]) -> list[dict[str
                         out.append(parts[0])
                         answered = (parts[0], parts[1], parts[2] if len(parts) > 2 else "0")
 
+                await client.config_resetstat()
                 start = time.perf_counter()
                 await asyncio.gather(*(one() for _ in range(w)))
                 seconds = time.perf_counter() - start
                 check = check_exactly_once("redis-py", ids, got)
                 rows.append({"system": f"redis-py-raw-{kind}", "workers": w, "n": n, "seconds": seconds,
                              "rate": len(got) / seconds, "hiredis": redis.utils.HIREDIS_AVAILABLE,
-                             **check})
+                             **check, "server_usec_per_call": await server_usec_per_call(client)})
     finally:
         await client.aclose()
     return rows
@@ -507,6 +517,7 @@ async def redis_benchmark(url: str, port: int, n: int, counts: Sequence[int]) ->
                 keys, args = redis_script_call(sched, ("-", "0", "0"))
                 cmd = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(w), "-n", str(n),
                        "--csv", "EVALSHA", sha, str(len(keys)), *keys, *[str(a) for a in args]]
+                await client.config_resetstat()
                 out = await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, timeout=600)
                 rps = None
                 for rec in csv.reader(io.StringIO(out.stdout)):
@@ -517,6 +528,7 @@ async def redis_benchmark(url: str, port: int, n: int, counts: Sequence[int]) ->
                 else:
                     hidden = await client.zcard(sched.timers_key)
                 rows.append({"system": f"redis-benchmark-{name}", "workers": w, "n": n, "rate": rps,
+                             "server_usec_per_call": await server_usec_per_call(client),
                              "taken_exactly_n": hidden == n, "hidden_after": hidden})
     finally:
         await client.aclose()
@@ -579,6 +591,9 @@ def aggregate(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 row[k] = sum(int(g.get(k) or 0) for g in group)
         if any("taken_exactly_n" in g for g in group):
             row["taken_exactly_n"] = all(g.get("taken_exactly_n") for g in group)
+        server = [g["server_usec_per_call"] for g in group if g.get("server_usec_per_call") is not None]
+        if server:
+            row["server_usec_per_call"] = statistics.median(server)
         row.pop("round", None)
         out.append(row)
     return out
@@ -662,6 +677,8 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS,
                          sum(r.get("lost", 0) for r in rows if r["system"] == s),
                          sum(r.get("duplicated", 0) for r in rows if r["system"] == s)] for s in systems])
     ratio_table = table(list(ratios[0]), [list(r.values()) for r in ratios])
+    server_rows = [[r["system"], r["workers"], r["server_usec_per_call"]] for r in rows if "server_usec_per_call" in r]
+    server_table = table(["system", "workers", "Redis server us per EVALSHA (median)"], server_rows)
     errors = [r for r in rows if "error" in r]
     text = (f"# Take throughput\n\n{n} pre-filled deliveries per point ({nr} on Redis); the paired systems (ours and "
             f"pgbench both ways, psycopg alone, PgQueuer batch 10, Redis and redis-benchmark) are the "
@@ -673,7 +690,10 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS,
             f"`pgbench-two-statements`: the same TAKE then FINISH.\n"
             f"- `psycopg-raw*`: those statements through psycopg alone (no pool, none of our code).\n\n"
             f"{rate_table}\n\n"
-            f"## Ratios\n\n{ratio_table}\n\nPostgres settings: {settings}\n\n"
+            f"## Ratios\n\n{ratio_table}\n\n"
+            + (f"## What each call costs Redis\n\nINFO commandstats after each run: redis-benchmark answers "
+               f"nothing, so its calls cost the server less than ours.\n\n{server_table}\n\n" if server_rows else "")
+            + f"Postgres settings: {settings}\n\n"
             f"Machine: {result['machine']}\n")
     if errors:
         text += "\n## Errors\n\n" + "\n".join(f"- {e['system']}: {e['error']}" for e in errors) + "\n"
@@ -681,6 +701,9 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS,
     print(rate_table)
     print()
     print(ratio_table)
+    if server_rows:
+        print()
+        print(server_table)
     for e in errors:
         print("ERROR", e["system"], e["error"])
     return result
