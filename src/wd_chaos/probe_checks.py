@@ -128,17 +128,19 @@ def cancel_sticks(ops: list[Op], final: dict[str, Any]) -> Verdict:
         if t.f != "take" or not t.ok or not wf or str(wf) not in cancels:
             continue
         wf = str(wf)
-        takes += 1
-        for c in cancels[wf]:
-            if c.end < t.start and not any(r.end > c.start for r in reopens.get(wf, [])):
+        after = [c for c in cancels[wf] if c.end < t.start]
+        takes += bool(after)
+        for c in after:
+            if not any(r.end > c.start for r in reopens.get(wf, [])):
                 bad += [c.brief("cancelled"), t.brief("handed out afterwards, with no wakeup since")]
                 break
+    total = sum(map(len, cancels.values()))
     return _verdict(
         "cancel-sticks",
         bad,
         f"{len(bad) // 2} cancelled workflow(s) handed out again",
-        f"{sum(map(len, cancels.values()))} cancels, {takes} takes of cancelled workflows, each after a wakeup",
-        {"cancels": sum(map(len, cancels.values()))},
+        f"{total} cancels; {takes} takes after a cancel, each after a wakeup since",
+        {"cancels": total, "takes_after_cancel": takes},
     )
 
 
