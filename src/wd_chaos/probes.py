@@ -15,8 +15,8 @@ what it expected:
   not act), and the hidden workflow must not be handed out again (``answer-receipts``); a pass
   answered through ``answer_and_take`` never gets its own workflow back.
 
-The probe's scheduler uses a namespace of its own (``<namespace>-probe``), so the storm's takers
-never take a probe's workflow and the probe's takes see only its own.
+The probe's scheduler uses a namespace of its own (``<namespace>-probe-<user>``), so the storm's
+takers never take a probe's workflow and the probe's takes see only its own.
 """
 
 from __future__ import annotations
@@ -42,9 +42,10 @@ BRIEF = timedelta(seconds=0.2)
 """A take's visibility meant to run out before the sequence takes the workflow again."""
 
 
-def probe_namespace(spec: dict[str, Any]) -> dict[str, Any]:
-    """The store spec with the probe's own scheduler namespace."""
-    return {**spec, "namespace": f"{spec.get('namespace', 'default')}-probe"}
+def probe_namespace(spec: dict[str, Any], user: str) -> dict[str, Any]:
+    """The store spec with a scheduler namespace of the probing ``user``'s own (a distributed
+    storm has a probing user per locust process)."""
+    return {**spec, "namespace": f"{spec.get('namespace', 'default')}-probe-{user}"}
 
 
 class Probe:
@@ -76,6 +77,8 @@ class Probe:
         await asyncio.sleep(SHORT.total_seconds() + 0.15)
         new = await self.rec.claim(wf, LONG, BUDGET)
         claimed = time.monotonic()
+        with contextlib.suppress(Contended):  # refused while ``new`` is alive: the rule's other side
+            await self.rec.claim(wf, SHORT, BUDGET)
         await asyncio.sleep(0.5)
         with contextlib.suppress(Fenced):  # must be refused; and a refusal renews nobody
             await self.rec.record(old, "stale", {"token": old.token})

@@ -163,7 +163,7 @@ class TakeUser(_StoreUser):
     def on_start(self) -> None:
         super().on_start()
         if self.n == 0:  # one user per locust process also runs the lifecycle probes (see probes.py)
-            self.probe_opened = self._run(open_store(probe_namespace(dict(self.cfg.store))))
+            self.probe_opened = self._run(open_store(probe_namespace(dict(self.cfg.store), self.name)))
             self.probe = Probe(Recorder(self.probe_opened.durable, self.hist), self.name)
             self.probe_next = time.monotonic() + 0.5
 
