@@ -1016,6 +1016,9 @@ def _register_observed() -> None:
     # observed.py builds on this module's Verdict and operations, so it registers once they exist
     from .durability import durability
     from .observed import monotonic_loads
+    from .probe_checks import PROBE_CHECKERS
+
+    CHECKERS.update(PROBE_CHECKERS)
 
     CHECKERS["monotonic-loads"] = monotonic_loads
     CHECKERS["durability"] = durability

@@ -50,6 +50,11 @@ CheckName = Literal[
     "liveness",
     "take-exclusive",
     "monotonic-loads",
+    "tokens-rise",
+    "lease-lapses",
+    "cancel-sticks",
+    "own-receipt",
+    "answer-then-take",
     "durability",
     # lifecycle (issue 14): see lifecycle_checks.py
     "ledger-once",

@@ -32,6 +32,7 @@ from locust import User, constant, task
 from wd_chaos.config import RunConfig
 from wd_chaos.config import load as load_config
 from wd_chaos.history import HistoryWriter
+from wd_chaos.probes import Probe, probe_namespace
 from wd_chaos.stores import Opened, open_store
 from wd_chaos.workload import Recorder
 from without_durability import Contended, Fenced
@@ -80,8 +81,12 @@ class _StoreUser(User):
         self.budget = timedelta(seconds=lease.budget)
         self.visibility = timedelta(seconds=lease.visibility)
         self.poll = lease.poll_interval
+        self.probe: Probe | None = None
+        self.probe_opened: Opened | None = None
 
     def on_stop(self) -> None:
+        if self.probe_opened is not None:
+            self._run(self.probe_opened.close())
         self._run(self.opened.close())
         self.loop.close()
         self.thread.kill()
@@ -155,8 +160,20 @@ class TakeUser(_StoreUser):
     """Takes deliveries and answers them: claim, load, record a visit, make the workflow visible
     again at once (or finish it after ``visits`` visits), release."""
 
+    def on_start(self) -> None:
+        super().on_start()
+        if self.n == 0:  # one user per locust process also runs the lifecycle probes (see probes.py)
+            self.probe_opened = self._run(open_store(probe_namespace(dict(self.cfg.store), self.name)))
+            self.probe = Probe(Recorder(self.probe_opened.durable, self.hist), self.name)
+            self.probe_next = time.monotonic() + 0.5
+
     @task
     def take(self) -> None:
+        if self.probe is not None and time.monotonic() >= self.probe_next:
+            probe = self.probe
+            self._timed("probe", probe.round)
+            self.probe_next = time.monotonic() + 0.5
+            return
         try:
             d = self._timed("take", lambda: self.rec.take(self.visibility))
         except Exception:

@@ -220,9 +220,8 @@ MUTANTS = [
         "sqlite",
         "refused-write-renews-nobody",
         "a fenced record still renews the holder's claim",
-        ("test_refused_write_renews_nobody",),
+        ("test_refused_write_renews_nobody", "chaos:take-storm:lease-lapses"),
         swap("checkpointer", RefusedWriteRenews),
-        unseen_by_chaos="not yet: the liveness a refused write lends stays inside the holder's budget, and no checker yet proves a claim refused after its holder's own renewals ran out",
     ),
     Mutant(
         "sqlite-supply-gated-on-claim",
@@ -248,9 +247,9 @@ MUTANTS = [
         (
             "test_discard_raises_the_fence_and_leaves_the_id_claimable",
             "test_tokens_strictly_increase_across_discards",
+            "chaos:take-storm:tokens-rise",
         ),
         swap("checkpointer", DiscardDeletesClaim),
-        unseen_by_chaos="not yet: no workload discards a workflow and claims it again, where the reused token would show",
     ),
     Mutant(
         "sqlite-transact-commits-separately",
@@ -275,9 +274,8 @@ MUTANTS = [
         "sqlite",
         "wake-at-respects-cancel",
         "wake_at reinstates a delivery cancelled since it was taken",
-        ("test_wake_at_does_not_reinstate_a_cancelled_delivery",),
+        ("test_wake_at_does_not_reinstate_a_cancelled_delivery", "chaos:take-storm:cancel-sticks"),
         swap("scheduler", WakeReinstatesCancelled),
-        unseen_by_chaos="not yet: no workload cancels a delivery that a worker then wakes",
     ),
 ]
 
