@@ -1019,6 +1019,11 @@ def _register_observed() -> None:
 
     CHECKERS["monotonic-loads"] = monotonic_loads
     CHECKERS["durability"] = durability
+    from .misuse import misuse
+    from .stamp_order import written_at
+
+    CHECKERS["misuse"] = misuse
+    CHECKERS["written-at"] = written_at
 
 
 _register_observed()

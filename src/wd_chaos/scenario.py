@@ -58,6 +58,9 @@ CheckName = Literal[
     "arrivals",
     "attempt-limit",
     "lifecycle-liveness",
+    # careless callers and stamps (issue 20): see misuse.py and stamp_order.py
+    "misuse",
+    "written-at",
 ]
 
 # Read off the Literal types, so a name is added in one place.
@@ -159,6 +162,12 @@ class Workload(_Strict):
     """Seconds a reader waits between reads."""
     approve_after: Annotated[float, Field(ge=0)] = 1.0
     """Seconds after a workflow's start before the writers' approvals arrive (its wait)."""
+    careless_effects: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """The share of passes that first run the ledger transact with a careless effect (it writes,
+    may try to COMMIT, and fails): the ``misuse`` checker judges that nothing of it stayed."""
+    forged_keys: bool = False
+    """Each outside writer also tries to supply a reserved ``wd/`` key to every workflow; the
+    ``misuse`` checker judges that each was refused and nothing stored."""
 
 
 class Lifecycle(_Strict):
