@@ -186,3 +186,31 @@ def test_written_at_accepts_a_transact_stamped_after_its_effect() -> None:
     lines, f2 = _slow_transact("2030-01-01T00:00:04.500000+00:00")
     f2["store_clock"] = "remote"
     assert written_at(lines, f2).valid is True
+
+
+# -- stale-landing ---------------------------------------------------------------------------------
+
+
+def _race(*, shown: bool) -> list[Any]:
+    """Pass 1 records while pass 2's claim completes and pass 2 loads; the load shows the record
+    or not."""
+    h = H()
+    r = h.begin("record", "A", 1, workflow=WF, key="visit-1", token=1, value={"token": 1})
+    h.call("claim", "B", 2, workflow=WF, res={"token": 2})
+    h.call("load", "B", 2, workflow=WF, token=2, res={"keys": ["visit-1"] if shown else [], "digests": []})
+    h.end(r, "record", value={"token": 1}, won=True)
+    return h.lines
+
+
+def test_stale_landing_refuses_a_write_that_landed_after_a_newer_claim() -> None:
+    v = checkers.CHECKERS["stale-landing"](_race(shown=False), final([("visit-1", {"token": 1})]))
+    assert v.valid is False, v
+    assert v.evidence[0]["key"] == "visit-1"
+    # fencing cannot see it: the write was invoked before the newer claim completed
+    assert checkers.fencing(_race(shown=False), final([("visit-1", {"token": 1})])).valid is True
+
+
+def test_stale_landing_accepts_a_write_that_landed_before_the_newer_claim() -> None:
+    v = checkers.CHECKERS["stale-landing"](_race(shown=True), final([("visit-1", {"token": 1})]))
+    assert v.valid is True, v
+    assert v.counts["writes with a newer claim"] == 1

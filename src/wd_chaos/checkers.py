@@ -1024,6 +1024,9 @@ def _register_observed() -> None:
 
     CHECKERS["misuse"] = misuse
     CHECKERS["written-at"] = written_at
+    from .stale_landing import stale_landing
+
+    CHECKERS["stale-landing"] = stale_landing
 
 
 _register_observed()

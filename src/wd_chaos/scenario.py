@@ -61,6 +61,7 @@ CheckName = Literal[
     # careless callers and stamps (issue 20): see misuse.py and stamp_order.py
     "misuse",
     "written-at",
+    "stale-landing",
 ]
 
 # Read off the Literal types, so a name is added in one place.
@@ -265,6 +266,11 @@ class Storm(_Strict):
     check_own_every: Annotated[int, Field(ge=0, le=100000)] = 10
     """append: every this many deliveries an appender loads the workflow (read-your-writes); 0
     never."""
+    lapsing: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """take: the share of passes that claim with ``lapse_seconds`` of liveness and hand the
+    workflow back at once, so their lease lapses while they load and record and the next taker's
+    claim races their writes (the ``stale-landing`` checker judges what landed)."""
+    lapse_seconds: Annotated[float, Field(gt=0, le=1)] = 0.003
 
 
 class Scenario(_Strict):
