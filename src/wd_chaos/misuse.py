@@ -3,10 +3,10 @@
 A store is only as safe as what it does when a caller gets the API wrong. Two knobs of a scenario's
 ``[workload]`` make the workload's clients careless, the way real users are:
 
-- ``careless_effects``: that fraction of passes first runs the ``ledger`` transact with an effect
-  that writes its ledger row (under ``CARELESS_LEDGER_KEY``, so the row names its effect) and then
-  fails: half of them after trying to end the transaction they were given (``COMMIT`` then
-  ``BEGIN``, through the handle the store passed in), half plainly. The store must refuse the commit
+- ``careless_effects``: in that share of the workflows a pass first runs the ``ledger`` transact
+  with an effect that writes its ledger row (under ``CARELESS_LEDGER_KEY``, so the row names its
+  effect) and then fails: in three workflows of four after trying to end the transaction it was
+  given (``COMMIT`` then ``BEGIN``, through the handle the store passed in), else plainly. The store must refuse the commit
   or roll it all back, so no such row may survive; the pass then runs its transact properly.
 - ``forged_keys``: each outside writer also tries to ``supply`` a reserved lifecycle key
   (``FORGED_KEY``) to every workflow. The store must refuse it with ``InvalidKey`` and store

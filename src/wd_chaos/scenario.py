@@ -164,8 +164,9 @@ class Workload(_Strict):
     approve_after: Annotated[float, Field(ge=0)] = 1.0
     """Seconds after a workflow's start before the writers' approvals arrive (its wait)."""
     careless_effects: Annotated[float, Field(ge=0, le=1)] = 0.0
-    """The share of passes that first run the ledger transact with a careless effect (it writes,
-    may try to COMMIT, and fails): the ``misuse`` checker judges that nothing of it stayed."""
+    """The share of workflows whose passes first run the ledger transact with a careless effect
+    (it writes, in three cases of four tries to COMMIT, and fails): the ``misuse`` checker judges
+    that nothing of it stayed."""
     forged_keys: bool = False
     """Each outside writer also tries to supply a reserved ``wd/`` key to every workflow; the
     ``misuse`` checker judges that each was refused and nothing stored."""

@@ -385,20 +385,25 @@ class Worker:
         self.hist.complete(op, "effect", "ok")
 
     async def careless_transact(self, p: Pass) -> None:
-        """In ``careless_effects`` of passes (the seed picks), first try the ``ledger`` transact
-        with a careless effect (see ``misuse``): it must fail and leave nothing; the pass then
-        transacts properly. Fenced still ends the pass."""
+        """In ``careless_effects`` of the workflows (the seed picks which, and how each is careless:
+        three in four try to COMMIT), a pass first tries the ``ledger`` transact with a careless
+        effect (see ``misuse``): it must fail and leave nothing; the pass then transacts properly.
+        Fenced still ends the pass."""
         share = self.work.careless_effects
-        rng = random.Random(f"{self.cfg.seed}:careless:{p.workflow}:{p.token}")
+        rng = random.Random(f"{self.cfg.seed}:careless:{p.workflow}")
         if share <= 0 or rng.random() >= share:
             return
-        how = rng.choice(careless.HOW)
+        how = "commits" if rng.random() < 0.75 else "fails"
         inner = self.opened.ledger_effect(p.workflow, careless.CARELESS_LEDGER_KEY, p.token, lambda: None)
         effect = careless.careless_effect(inner, how)
         if effect is None:  # the store's effects are scripts: nothing a caller could end
             return
-        with contextlib.suppress(Exception):  # its refusal is in the history, for misuse to judge
+        try:
             await self.rec.transact(p, "ledger", effect, careless=how)
+        except Fenced:
+            raise
+        except Exception:  # its refusal is in the history, for misuse to judge
+            pass
 
     def effect_seconds(self, workflow: str, key: str) -> float:
         """How long this run of a step's effect takes: ``step_seconds``, except that the first
