@@ -12,6 +12,7 @@ from test_chaos_checkers import WF, H, final
 from wd_chaos import checkers
 from wd_chaos.careless import CARELESS_LEDGER_KEY, FORGED_KEY, CarelessFailure, careless_effect
 from wd_chaos.misuse import misuse
+from wd_chaos.scenario import ScenarioError, parse
 from wd_chaos.stamp_order import written_at
 
 
@@ -214,3 +215,17 @@ def test_stale_landing_accepts_a_write_that_landed_before_the_newer_claim() -> N
     v = checkers.CHECKERS["stale-landing"](_race(shown=True), final([("visit-1", {"token": 1})]))
     assert v.valid is True, v
     assert v.counts["writes with a newer claim"] == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ('name = "x"\n[workload]\ncareless_effects = 1.5', "workload.careless_effects"),
+        ('name = "x"\n[workload]\nforged_keys = "yes please"', "workload.forged_keys"),
+        ('name = "x"\n[storm]\nkind = "take"\nlapsing = -0.1', "storm.lapsing"),
+    ],
+)
+def test_the_careless_knobs_refuse_bad_values_naming_the_field(text: str, field: str) -> None:
+    with pytest.raises(ScenarioError) as caught:
+        parse(text, "scenarios/x.toml")
+    assert f"scenarios/x.toml: {field}: expected " in str(caught.value), caught.value
