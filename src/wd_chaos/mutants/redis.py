@@ -138,6 +138,7 @@ MUTANTS.append(
             f"{REDIS_TESTS}::test_records_expire_only_once_the_workflow_is_terminal",
             f"{REDIS_TESTS}::test_a_sleep_past_the_ttl_does_not_restart_the_workflow",
             "chaos:long-wait:ledger-once",
+            "chaos:long-wait:nothing-lost",
         ),
         swap_scripts("checkpointer", RecordsExpireAfterLastWrite),
     )
