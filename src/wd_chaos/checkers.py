@@ -1022,6 +1022,14 @@ def _register_observed() -> None:
 
     CHECKERS["monotonic-loads"] = monotonic_loads
     CHECKERS["durability"] = durability
+    from .misuse import misuse
+    from .stamp_order import written_at
+
+    CHECKERS["misuse"] = misuse
+    CHECKERS["written-at"] = written_at
+    from .stale_landing import stale_landing
+
+    CHECKERS["stale-landing"] = stale_landing
 
 
 _register_observed()

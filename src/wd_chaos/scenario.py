@@ -63,6 +63,10 @@ CheckName = Literal[
     "arrivals",
     "attempt-limit",
     "lifecycle-liveness",
+    # careless callers and stamps (issue 20): see misuse.py and stamp_order.py
+    "misuse",
+    "written-at",
+    "stale-landing",
 ]
 
 # Read off the Literal types, so a name is added in one place.
@@ -164,6 +168,13 @@ class Workload(_Strict):
     """Seconds a reader waits between reads."""
     approve_after: Annotated[float, Field(ge=0)] = 1.0
     """Seconds after a workflow's start before the writers' approvals arrive (its wait)."""
+    careless_effects: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """The share of workflows whose passes first run the ledger transact with a careless effect
+    (it writes, in three cases of four tries to COMMIT, and fails): the ``misuse`` checker judges
+    that nothing of it stayed."""
+    forged_keys: bool = False
+    """Each outside writer also tries to supply a reserved ``wd/`` key to every workflow; the
+    ``misuse`` checker judges that each was refused and nothing stored."""
 
 
 class Lifecycle(_Strict):
@@ -261,6 +272,11 @@ class Storm(_Strict):
     check_own_every: Annotated[int, Field(ge=0, le=100000)] = 10
     """append: every this many deliveries an appender loads the workflow (read-your-writes); 0
     never."""
+    lapsing: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """take: the share of passes that claim with ``lapse_seconds`` of liveness and hand the
+    workflow back at once, so their lease lapses while they load and record and the next taker's
+    claim races their writes (the ``stale-landing`` checker judges what landed)."""
+    lapse_seconds: Annotated[float, Field(gt=0, le=1)] = 0.003
 
 
 class Scenario(_Strict):

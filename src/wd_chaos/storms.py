@@ -174,6 +174,11 @@ class TakeUser(_StoreUser):
             self._timed("probe", probe.round)
             self.probe_next = time.monotonic() + 0.5
             return
+        alive, budget = self.alive, self.budget
+        lapsing = self.rng.random() < self.storm.lapsing
+        if lapsing:  # a pass whose lease lapses under its writes
+            alive = timedelta(seconds=self.storm.lapse_seconds)
+            budget = 2 * alive
         try:
             d = self._timed("take", lambda: self.rec.take(self.visibility))
         except Exception:
@@ -183,7 +188,7 @@ class TakeUser(_StoreUser):
             gevent.sleep(self.poll)
             return
         try:
-            p = self._timed("claim", lambda: self.rec.claim(d.workflow, self.alive, self.budget))
+            p = self._timed("claim", lambda: self.rec.claim(d.workflow, alive, budget))
         except Contended:
             # still held by a pass that is finishing: look again shortly, not after the visibility
             with contextlib.suppress(Exception):
@@ -193,8 +198,13 @@ class TakeUser(_StoreUser):
         except Exception:
             return
         try:
+            if lapsing:  # hand it back at once: the next taker's claim races this pass's writes
+                now = self._run(self.rec.now())
+                self._timed("wake_at", lambda: self.rec.wake_at(d, now))
             recs = self._timed("load", lambda: self.rec.load(p))
             visits = sum(1 for k in recs if k.startswith("visit-"))
+            if lapsing:  # record when the next taker's claim may be committing
+                gevent.sleep(self.rng.uniform(0, 2 * self.poll))
             self._timed(
                 "record",
                 lambda: self.rec.record(p, f"visit-{p.token}", {"by": self.name, "token": p.token}),

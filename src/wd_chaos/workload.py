@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 
 from without_durability import Contended, Delivery, Fenced, InvalidInput, Pass
 
+from . import careless
 from .config import ConfigError, LifecycleConfig, RunConfig
 from .config import load as load_config
 from .history import HistoryWriter, observation
@@ -125,10 +126,10 @@ class Recorder:
             lambda r: {"value": r.value, "won": r.won},
         )
 
-    async def transact(self, p: Pass, key: str, effect: Any) -> Any:
+    async def transact(self, p: Pass, key: str, effect: Any, **mark: Any) -> Any:
         return await self._call(
             "transact",
-            {"workflow": p.workflow, "token": p.token, "key": key},
+            {"workflow": p.workflow, "token": p.token, "key": key, **mark},
             lambda: self.cp.transact(p, key, effect),
             lambda r: {"value": r.value, "won": r.won},
         )
@@ -161,10 +162,10 @@ class Recorder:
             lambda r: {"value": r.value, "won": r.won},
         )
 
-    async def supply(self, workflow: str, key: str, value: object) -> Any:
+    async def supply(self, workflow: str, key: str, value: object, **mark: Any) -> Any:
         return await self._call(
             "supply",
-            {"workflow": workflow, "key": key, "value": value},
+            {"workflow": workflow, "key": key, "value": value, **mark},
             lambda: self.cp.supply(workflow, key, value),
             lambda r: {"value": r.value, "won": r.won},
         )
@@ -383,6 +384,27 @@ class Worker:
         await asyncio.sleep(self.work.transact_seconds)
         self.hist.complete(op, "effect", "ok")
 
+    async def careless_transact(self, p: Pass) -> None:
+        """In ``careless_effects`` of the workflows (the seed picks which, and how each is careless:
+        three in four try to COMMIT), a pass first tries the ``ledger`` transact with a careless
+        effect (see ``misuse``): it must fail and leave nothing; the pass then transacts properly.
+        Fenced still ends the pass."""
+        share = self.work.careless_effects
+        rng = random.Random(f"{self.cfg.seed}:careless:{p.workflow}")
+        if share <= 0 or rng.random() >= share:
+            return
+        how = "commits" if rng.random() < 0.75 else "fails"
+        inner = self.opened.ledger_effect(p.workflow, careless.CARELESS_LEDGER_KEY, p.token, lambda: None)
+        effect = careless.careless_effect(inner, how)
+        if effect is None:  # the store's effects are scripts: nothing a caller could end
+            return
+        try:
+            await self.rec.transact(p, "ledger", effect, careless=how)
+        except Fenced:
+            raise
+        except Exception:  # its refusal is in the history, for misuse to judge
+            pass
+
     def effect_seconds(self, workflow: str, key: str) -> float:
         """How long this run of a step's effect takes: ``step_seconds``, except that the first
         pass (of any worker) to run a workflow's ``charge`` takes ``slow_first_seconds`` when set:
@@ -416,6 +438,7 @@ class Worker:
         if "charge" not in recs:
             await self.step(p, "charge", lambda: {})
         if "ledger" not in recs:
+            await self.careless_transact(p)
             effect = self.opened.ledger_effect(
                 p.workflow,
                 "ledger",
@@ -612,6 +635,8 @@ async def write_outside(cfg: RunConfig, index: int, rec: Recorder) -> None:
         # the same approval submitted again later with other content, as a retrying client does:
         # it must lose (first writer wins) and move nothing (not the order, not written_at)
         plan.append((base + after + 1.5 + rng.uniform(0, 1.5), wf, "approval-again", index))
+        if work.forged_keys:  # a careless client writing a lifecycle key: it must be refused
+            plan.append((base + rng.uniform(0, 1.0), wf, "forge", index))
     plan.sort()
     t0 = cfg.t0
     for at, wf, what, m in plan:
@@ -622,6 +647,9 @@ async def write_outside(cfg: RunConfig, index: int, rec: Recorder) -> None:
             try:
                 if what == "message":
                     await rec.deliver(wf, {"from": index, "n": m})
+                elif what == "forge":
+                    with contextlib.suppress(InvalidInput):  # refused: what misuse wants to see
+                        await rec.supply(wf, careless.FORGED_KEY, {"by": index}, forged=True)
                 elif what == "approval":
                     await rec.arrive(wf, f"approval-{index}", {"by": index})
                 else:  # straight to the checkpointer: the value is there, no wakeup is needed

@@ -296,9 +296,11 @@ MUTANTS = [
         "postgres",
         "fencing",
         "record reads the fence from its snapshot without locking the claim row",
-        (f"{PG_TESTS}::test_claim_committing_mid_record_refuses_the_stale_record",),
+        (
+            f"{PG_TESTS}::test_claim_committing_mid_record_refuses_the_stale_record",
+            "chaos:take-storm:stale-landing",
+        ),
         swap("checkpointer", RecordWithoutRowLock),
-        unseen_by_chaos="not yet: the race is a claim committing between record's fence read and its insert, a window of microseconds no stall or storm yet aims at",
     ),
     Mutant(
         "postgres-record-without-fence",
@@ -373,9 +375,11 @@ MUTANTS = [
         "postgres",
         "history-stamps-winner",
         "transact stamps its record with now() (transaction start), not when it landed",
-        (f"{PG_TESTS}::test_slow_transact_renews_and_stamps_with_the_commit_time",),
+        (
+            f"{PG_TESTS}::test_slow_transact_renews_and_stamps_with_the_commit_time",
+            "chaos:transact-stall:written-at",
+        ),
         swap("checkpointer", StampsTransactAtItsStart),
-        unseen_by_chaos="not yet: only writes concurrent with the transact can tell its start from its commit, and the order checker may not fail concurrent writes",
     ),
     Mutant(
         "postgres-discard-deletes-claim",
@@ -406,9 +410,12 @@ MUTANTS = [
         "postgres",
         "exactly-once-transact",
         "transact lets its effect COMMIT on its own: no guard row refuses the commit",
-        (f"{PG_TESTS}::test_an_effect_that_ends_its_transaction_lands_nothing",),
+        (
+            f"{PG_TESTS}::test_an_effect_that_ends_its_transaction_lands_nothing",
+            "chaos:lease-stall:misuse",
+            "chaos:lease-stall:exactly-once",
+        ),
         swap("checkpointer", TransactWithoutGuard),
-        unseen_by_chaos="a caller's effect that ends its own transaction is misuse of the API; the workload's ledger effect never does that",
     ),
     Mutant(
         "postgres-take-without-lock",
@@ -464,8 +471,7 @@ MUTANTS.append(
         "postgres",
         "reserved-keys",
         "record, supply and arrive accept wd/ lifecycle keys from callers",
-        ("test_reserved_keys_are_refused_to_record_supply_and_arrive",),
+        ("test_reserved_keys_are_refused_to_record_supply_and_arrive", "chaos:lease-stall:misuse"),
         swap("checkpointer", ReservedKeysAccepted),
-        unseen_by_chaos="a caller writing wd/ keys is misuse of the API, not a race; no workload client forges them",
     )
 )

@@ -95,9 +95,8 @@ MUTANTS = [
         "redis-set",
         "fencing-token",
         "the token is a plain counter that restarts when the claim hash expires",
-        (f"{REDIS_TESTS}::test_expired_claim_hash_still_mints_a_higher_token",),
+        (f"{REDIS_TESTS}::test_expired_claim_hash_still_mints_a_higher_token", "chaos:long-wait:fencing"),
         swap_scripts("checkpointer", TokenPlainCounter),
-        unseen_by_chaos="not yet: the claim hash expires only after the store's TTL of idleness, longer than any run",
     ),
     Mutant(
         "redis-stream-wake-reinstates-cancelled",
@@ -138,6 +137,7 @@ MUTANTS.append(
             f"{REDIS_TESTS}::test_records_expire_only_once_the_workflow_is_terminal",
             f"{REDIS_TESTS}::test_a_sleep_past_the_ttl_does_not_restart_the_workflow",
             "chaos:long-wait:ledger-once",
+            "chaos:long-wait:nothing-lost",
         ),
         swap_scripts("checkpointer", RecordsExpireAfterLastWrite),
     )
