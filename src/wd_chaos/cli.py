@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Column, Table
 
-from . import checkers
+from . import checks
 from .kits import stores_for
 from .mutants.command import mutants_command
 from .mutate.command import mutate_command
@@ -136,7 +136,7 @@ class _Cli(click.Group):
         return code
 
 
-def _label(valid: checkers.Valid, yes: str, no: str, unsure: str) -> str:
+def _label(valid: checks.Valid, yes: str, no: str, unsure: str) -> str:
     return yes if valid is True else no if valid is False else unsure
 
 
@@ -457,7 +457,7 @@ def run_cmd(
         outcomes.append(outcome)
     if junit:
         _junit(junit, outcomes)
-    sys.exit(checkers.exit_code(checkers.overall([checkers.Verdict("run", o.valid, "") for o in outcomes])))
+    sys.exit(checks.exit_code(checks.overall([checks.Verdict("run", o.valid, "") for o in outcomes])))
 
 
 @main.command("analyze")
@@ -472,7 +472,7 @@ def analyze_cmd(run_dir: Path, junit: Path | None) -> None:
     Console().print(_verdict_table(outcome))
     if junit:
         _junit(junit, [outcome])
-    sys.exit(checkers.exit_code(outcome.valid))
+    sys.exit(checks.exit_code(outcome.valid))
 
 
 @main.command("shrink")

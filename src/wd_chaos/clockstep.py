@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .stores import WALL_OFFSET
 
 if TYPE_CHECKING:
-    from .checkers import Operation, Verdict
+    from .checks.core import Operation, Verdict
     from .faults import Nemesis
     from .history import Op
 
@@ -282,7 +282,7 @@ def _window_end(x: Operation, mine: list[Operation]) -> float:
 def _live_at(mine: list[Operation], at: float) -> Operation | None:
     """The last write of a pass that kept it alive, landed before ``at`` with its liveness window
     still open at ``at``; None if there is none."""
-    from .checkers import RENEWING
+    from .checks.core import RENEWING
 
     kept = [x for x in mine if x.landed and x.f in RENEWING and x.end <= at and _window_end(x, mine) > at]
     return max(kept, key=lambda x: x.end, default=None)
@@ -303,7 +303,7 @@ def lapsed(ops: list[Op], final: dict[str, Any]) -> list[tuple[Operation, Operat
     covered the moment ``taken`` completed, with the step between the two; and ``refused`` the old
     pass's next write, refused as Fenced. The breach is the one ``checkers.fencing`` lays on the
     step, plus the fence that must follow it."""
-    from .checkers import FENCED_WRITES, RENEWING, SLACK_NS, operations
+    from .checks.core import FENCED_WRITES, RENEWING, SLACK_NS, operations
 
     steps = [s for s in lease_steps(ops, final) if s["seconds"] > 0]
     if not steps:
@@ -356,7 +356,7 @@ def _stamps_moved(ops: list[Op], final: dict[str, Any], step: dict[str, Any]) ->
     wall clock at its invoke by at least half the step: the step reached the store's clock."""
     from datetime import datetime
 
-    from .checkers import operations
+    from .checks.core import operations
 
     stamps = {
         (wf, row[0]): datetime.fromisoformat(str(row[2])).timestamp()
@@ -376,7 +376,7 @@ def _stamps_moved(ops: list[Op], final: dict[str, Any], step: dict[str, Any]) ->
 def _held_across(ops: list[Op], final: dict[str, Any]) -> list[dict[str, Any]]:
     """On a store whose leases are on the monotonic clock: for each forward step that reached the
     store's clock, a pass live at the step whose next write after it was accepted, its lease kept."""
-    from .checkers import FENCED_WRITES, operations
+    from .checks.core import FENCED_WRITES, operations
 
     all_ops = operations(ops)
     passes = _passes(all_ops)
@@ -401,7 +401,7 @@ def clock_step_bite(ops: list[Op], final: dict[str, Any]) -> Verdict:
     still open in real time, and the old pass's next write was refused as Fenced. Where they run
     on the monotonic clock (SQLite): a forward step reached the store's clock (a record stamped
     ahead of real time) while a pass was live, and that pass's next write was accepted."""
-    from .checkers import _bit
+    from .checks.core import _bit
 
     tried = sum(1 for s in injected(ops) if s["seconds"] > 0)
     if final.get("lease_clock") != "wall":

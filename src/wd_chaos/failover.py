@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 if TYPE_CHECKING:
     from without_durability.testing.replicated import Replicated
 
-    from .checkers import Verdict
+    from .checks.core import Verdict
     from .faults import Nemesis
     from .history import Op
 
@@ -172,7 +172,7 @@ def failover_promoted(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """The failover bit: the old primary's process died, a different server answered as the
     primary, at least one client operation failed across the failover, and writes were
     acknowledged after it (by the new primary)."""
-    from .checkers import WRITES, _bit, _windows, operations
+    from .checks.core import WRITES, _bit, _windows, operations
 
     all_ops = operations(ops)
     windows = _windows(ops, "failover")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import clockstep
-from .checkers import operations
+from .checks.core import operations
 from .history import Op
 from .shrink import shrink_command
 

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from . import __version__, checkers, failover, history, wallclock
+from . import __version__, checks, failover, history, wallclock
 from .config import validate as validate_config
 from .faults import Nemesis
 from .history import HistoryWriter, Tail
@@ -61,8 +61,8 @@ class Outcome:
     """A finished run: where it is stored and its verdicts."""
 
     run_dir: Path
-    verdicts: list[checkers.Verdict]
-    valid: checkers.Valid
+    verdicts: list[checks.Verdict]
+    valid: checks.Valid
     summary: dict[str, Any] = field(default_factory=dict)
 
 
@@ -648,13 +648,13 @@ def analyze(run_dir: Path) -> Outcome:
 
     scenario, meta, ops, final = _read_run(run_dir)
     steps = wallclock.steps(ops)
-    verdicts = checkers.check(ops, {**final, "wall_clock_steps": steps}, scenario.checks, scenario.bite)
-    valid = checkers.overall(verdicts)
+    verdicts = checks.check(ops, {**final, "wall_clock_steps": steps}, scenario.checks, scenario.bite)
+    valid = checks.overall(verdicts)
     counts = Counter(f"{o['f']}:{o['outcome']}" for o in ops if o["type"] == "complete")
     summary = {
         **meta,
         "valid": valid,
-        "exit_code": checkers.exit_code(valid),
+        "exit_code": checks.exit_code(valid),
         "verdicts": [v.as_dict() for v in verdicts],
         "counts": dict(sorted(counts.items())),
         "faults": [o for o in ops if o["type"] == "fault"],

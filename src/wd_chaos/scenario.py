@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -41,39 +42,28 @@ from .failover import FailoverFault
 StoreName = str
 """A store kit's name (or an alias of one): whatever is installed under the entry-point group
 ``without_durability.stores``, checked when a scenario is read."""
-CheckName = Literal[
-    "fencing",
-    "first-writer-wins",
-    "order",
-    "exactly-once",
-    "at-least-once",
-    "liveness",
-    "take-exclusive",
-    "monotonic-loads",
-    "durability",
-    # lifecycle (issue 14): see lifecycle_checks.py
-    "ledger-once",
-    "no-rerun",
-    "nothing-lost",
-    "arrivals",
-    "attempt-limit",
-    "lifecycle-liveness",
-]
 
-# Read off the Literal types, so a name is added in one place.
-CHECKS: tuple[CheckName, ...] = get_args(CheckName)
-BITES = (
-    "stall-fenced",
-    "kill-between",
-    "partition-refused",
-    "restart-survived",
-    "storm",
-    "budget-fenced",
-    "long-wait",
-    "failover-promoted",
-    "clock-step",
-    "none",
-)
+
+def _known_check(name: str) -> str:
+    from .checks import checkers
+
+    if name not in checkers():
+        raise ValueError(f"one of {', '.join(repr(n) for n in sorted(checkers()))}")
+    return name
+
+
+def _known_bite(name: str) -> str:
+    from .checks import bites
+
+    if name not in bites():
+        raise ValueError(f"one of {', '.join(repr(n) for n in sorted(bites()))}")
+    return name
+
+
+CheckName = Annotated[str, AfterValidator(_known_check)]
+"""A checker's name: any a module of ``wd_chaos.checks`` defines (see ``wd_chaos.checks.registry``)."""
+BiteName = Annotated[str, AfterValidator(_known_bite)]
+"""A bite check's name, found the same way."""
 FAILPOINTS = ("after-effect-before-record", "inside-transact", "after-claim")
 
 
@@ -277,18 +267,7 @@ class Scenario(_Strict):
     faults: list[Fault] = Field(default_factory=list)
     storm: Storm | None = None
     checks: list[CheckName] = Field(default_factory=_default_checks, min_length=1)
-    bite: Literal[
-        "stall-fenced",
-        "kill-between",
-        "partition-refused",
-        "restart-survived",
-        "storm",
-        "budget-fenced",
-        "long-wait",
-        "failover-promoted",
-        "clock-step",
-        "none",
-    ] = "none"
+    bite: BiteName = "none"
     lifecycle: Lifecycle | None = None
     """Retention and retries (the ``long-wait`` scenario): needs the library Worker client."""
     expect: Literal["valid", "lost-writes"] = "valid"
