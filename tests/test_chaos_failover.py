@@ -13,7 +13,7 @@ from test_chaos_checkers import WF, H, final
 from wd_chaos import checks, scenario
 from wd_chaos.checks.durability import durability
 from wd_chaos.checks.fencing import fencing
-from wd_chaos.failover import failover_promoted
+from wd_chaos.faults.failover import failover_promoted
 
 
 def _writes(h: H) -> None:
@@ -182,7 +182,7 @@ class _Nemesis:
 def test_a_partition_failover_asks_the_pair_not_the_store_name(offers: bool) -> None:
     """A new store's ``Replicated`` that offers a partition is isolated; one that does not is
     skipped with a line naming why (no store name decides either)."""
-    from wd_chaos import failover
+    from wd_chaos.faults import failover
     from without_durability.testing.replicated import Replicated
     from without_durability.testing.servers import Server
 

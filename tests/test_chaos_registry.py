@@ -70,3 +70,90 @@ def test_two_checkers_of_one_name_are_refused(dropped_in: Path) -> None:
     (dropped_in / "toy_twice.py").write_text(TOY.replace("toy-count", "fencing"))
     with pytest.raises(RuntimeError, match="two checks are named 'fencing'"):
         registry.checkers()
+
+
+TOY_FAULT = """
+from typing import Literal
+
+from wd_chaos.checks.core import Verdict, _bit, bite_check
+from wd_chaos.faults.base import EventSpec, FaultKind, FaultSpec
+
+
+class ToyFault(FaultSpec):
+    kind: Literal["toy"]
+    loudness: int = 1
+
+
+class ToyEvent(EventSpec):
+    NEEDS = ("loudness",)
+    fault: Literal["toy"]
+    loudness: int | None = None
+
+
+def plan(fault, scenario):
+    return {"loudness": fault.loudness, "target": "store"}
+
+
+def start(nemesis, ev, elapsed):
+    nemesis._line(ev, "start")
+    return True
+
+
+@bite_check("toy-heard")
+def heard(ops, final):
+    hits = [o for o in ops if o.get("type") == "fault" and o.get("fault") == "toy"]
+    return _bit("toy-heard", hits, len(hits), "toy fault(s) heard")
+
+
+TOY = FaultKind("toy", ToyFault, ToyEvent, plan, start, requires=lambda f: frozenset({"proxy"}))
+"""
+
+USE_TOY = """
+import json, sys
+from pathlib import Path
+import wd_chaos.faults
+
+wd_chaos.faults.__path__.append(sys.argv[1])  # as if toy.py were a file of the package
+from wd_chaos import checks
+from wd_chaos.faults import Nemesis
+from wd_chaos.history import HistoryWriter, read_lines
+from wd_chaos.scenario import parse, parse_schedule, plan
+
+sc = parse('name = "x"\\nbite = "toy-heard"\\n[[faults]]\\nkind = "toy"\\nat = 1\\nloudness = 3', "x.toml")
+events = plan(sc, 1, 2, 10.0)
+assert parse_schedule(events, "replay") == events
+run = Path(sys.argv[1]).parent / "run"
+hist = HistoryWriter(run / "controller.jsonl", "controller")
+nemesis = Nemesis(events, hist, run, pids=dict, busy=lambda _: set(), seed=1)
+nemesis.tick(2.0)
+nemesis.heal()
+ops = list(read_lines(run / "controller.jsonl"))
+print(json.dumps({"events": events, "requires": sorted(sc.requires()),
+                  "bite": checks.check(ops, {}, [], "toy-heard")[0].valid}))
+"""
+
+
+def test_a_new_fault_kind_is_one_new_module(tmp_path: Path) -> None:
+    """The toy kind's module is the only file: the scenario loader, ``plan``, the schedule replay,
+    the nemesis and the bite registry all take it (run in a fresh process, since scenario models
+    are built when ``wd_chaos.scenario`` is imported)."""
+    import json
+    import subprocess
+
+    (tmp_path / "script.py").write_text(USE_TOY)
+    kinds = tmp_path / "kinds"
+    kinds.mkdir()
+    refused = subprocess.run(
+        [sys.executable, str(tmp_path / "script.py"), str(kinds)], capture_output=True, text=True
+    )
+    assert refused.returncode != 0 and "faults[0]: expected a 'kind' field" not in refused.stderr
+    assert "kind = one of" in refused.stderr and "'clock-step'" in refused.stderr, refused.stderr
+    (kinds / "toy.py").write_text(TOY_FAULT)
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "script.py"), str(kinds)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["events"] == [{"fault": "toy", "index": 0, "at": 1.0, "target": "store", "loudness": 3}]
+    assert got["requires"] == ["proxy", "workers"]
+    assert got["bite"] is True

@@ -24,6 +24,7 @@ from rich.live import Live
 from rich.table import Column, Table
 
 from . import checks
+from .faults import service_needs
 from .kits import stores_for
 from .mutants.command import mutants_command
 from .mutate.command import mutate_command
@@ -416,9 +417,7 @@ def run_cmd(
             check_options(sc, opts)
         except OptionError as exc:
             raise click.UsageError(f"{sc.name} on {st}: {exc}") from exc
-        partition = any(f.kind == "partition" for f in sc.faults)
-        kinds = {f.kind for f in sc.faults}
-        reason = check_available(st, partition, "failover" in kinds, "clock-step" in kinds)
+        reason = check_available(st, **service_needs([{"fault": f.kind} for f in sc.faults]))
         if reason:
             raise HarnessError(f"{sc.name} on {st}: cannot get its servers: {reason}")
         planned.append((sc, opts))

@@ -41,7 +41,7 @@ def at_least_once(ops: list[Op], final: dict[str, Any]) -> Verdict:
             acks[(o.workflow, str(o.invoke.get("key")))].append(o)
     bad: list[dict[str, Any]] = []
     causes: dict[str, int] = defaultdict(int)
-    from ..clockstep import repeat_cause
+    from ..faults.clock_step import repeat_cause
 
     lapsed_by_step = repeat_cause(ops, final)
     steps = 0

@@ -8,10 +8,14 @@ import functools
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .. import wallclock
-from ..history import Op, pair
+# the history and wall-clock modules are read when a checker runs, not at import: a fault kind's
+# module defines its bite checks here while the scenario loader (which history's config needs)
+# is still importing it
+if TYPE_CHECKING:
+    from ..history import Op
+
 
 Valid = bool | str
 UNKNOWN = "unknown"
@@ -156,6 +160,8 @@ def _inversions(items: list[tuple[Any, Operation]]) -> list[tuple[Operation, Ope
 
 def operations(ops: Iterable[Op]) -> list[Operation]:
     """Pair a history's lines into operations."""
+    from ..history import pair
+
     return [Operation(p["invoke"], p["complete"]) for p in pair(ops)]
 
 
@@ -173,6 +179,8 @@ def _store_steps(ops: list[Op], final: dict[str, Any], *, leases: bool = False) 
     if final.get("store_clock") != "local" or (leases and final.get("lease_clock") != "wall"):
         return []
     steps = final.get("wall_clock_steps")  # ``check`` reads them once for every checker
+    from .. import wallclock
+
     return list(steps) if steps is not None else wallclock.steps(ops)
 
 
@@ -188,6 +196,8 @@ class _Breach:
 
     def stepped(self, steps: list[dict[str, Any]]) -> bool:
         """Whether steps inside the window are large enough to account for the breach."""
+        from .. import wallclock
+
         moved = wallclock.jumped(steps, *self.window, ahead=self.ahead) * 1e9
         return bool(steps) and moved + SLACK_NS >= self.shortfall_ns
 
@@ -240,7 +250,35 @@ def _bit(kind: str, hits: list[dict[str, Any]], tried: int, what: str) -> Verdic
     return Verdict(f"bite: {kind}", True, f"{len(hits)} {what}", hits, counts)
 
 
-CheckFn = Callable[[list[Op], dict[str, Any]], Verdict]
+def refused_after(
+    all_ops: list[Operation], windows: list[tuple[Op, Op | None]], kinds: Any, why: str
+) -> list[dict[str, Any]]:
+    """For each healed fault window, the first operation of its target process, of a pass
+    claimed before the fault began, that the store refused (fenced) once the fault was under
+    way: the fault cost that pass its claim and the fence held."""
+    claims = {(int(o.invoke["pid"]), o.workflow, o.token): o for o in all_ops if o.f == "claim" and o.ok}
+    hits = []
+    for start, stop in windows:
+        if stop is None:
+            continue
+        pid = int(start["target_pid"])
+        for o in all_ops:
+            c = claims.get((pid, o.workflow, o.token))
+            # the fault's stop line is written after SIGCONT/heal, so the refusal may precede it
+            if (
+                int(o.invoke["pid"]) == pid
+                and (kinds is None or o.f in kinds)
+                and o.outcome == "fenced"
+                and c is not None
+                and c.end < start["mono"]
+                and o.end > start["mono"]
+            ):
+                hits.append(o.brief(why.format(**start)))
+                break
+    return hits
+
+
+CheckFn = Callable[[list["Op"], dict[str, Any]], "Verdict"]
 """A checker's judgement: a run's history lines and the store's final state in, a verdict out."""
 
 

@@ -76,7 +76,7 @@ def fencing(ops: list[Op], final: dict[str, Any]) -> Verdict:
             if not newer and not unsure:
                 bad.append(w.brief("refused as Fenced, but no newer claim was invoked before it"))
     steps = _store_steps(ops, final, leases=True)
-    from ..clockstep import lease_steps
+    from ..faults.clock_step import lease_steps
 
     # a step this run made itself, of a known size and moment, on the clock the leases run on:
     # the lapse is the step's doing, and the fence (not the lease) is what safety rests on

@@ -8,14 +8,15 @@ import importlib
 import pkgutil
 import traceback
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import wallclock
-from ..history import Op
 from .core import UNKNOWN, Check, Checker, CheckFn, Verdict
 
-PACKAGES = ("wd_chaos.checks",)
-"""The packages whose modules hold checks."""
+if TYPE_CHECKING:
+    from ..history import Op
+
+PACKAGES = ("wd_chaos.checks", "wd_chaos.faults")
+"""The packages whose modules hold checks: the checkers, and each fault kind's bite checks."""
 
 
 @functools.cache
@@ -68,6 +69,8 @@ def run_checker(name: str, fn: CheckFn, ops: list[Op], final: dict[str, Any]) ->
 def check(ops: list[Op], final: dict[str, Any], checks: Iterable[str], bite_kind: str) -> list[Verdict]:
     """Run the named checkers and the bite check, reading the history's wall-clock steps once for
     all of them (into ``final["wall_clock_steps"]`` unless the caller already did)."""
+    from .. import wallclock
+
     if "wall_clock_steps" not in final:
         final = {**final, "wall_clock_steps": wallclock.steps(ops)}
     found = checkers()
