@@ -21,8 +21,12 @@ from .faults import kinds
 from .history import Op
 from .shrink import shrink_command
 
-_DETAIL: tuple[str, ...] = ("duration", "failpoint", "mode", "workflow", "key", "why", "over", "seconds", "offset", "clock")
-_DETAIL += ("replication", "lag", "wait_replicas", "killed", "promoted", "primary_pid", "primary_port")
+_DETAIL = ("workflow", "key", "why")
+"""The fields of a fault line the fault table shows for every kind (each kind adds its ``detail``)."""
+
+
+def _detail() -> set[str]:
+    return {*_DETAIL, *(name for k in kinds().values() for name in k.detail)}
 
 
 def _png(fig: Any) -> str:
@@ -206,7 +210,7 @@ def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: d
             f"<tr><td>{(f['mono'] - ops[0]['mono']) / 1e9:.2f}</td>"
             f"<td>{esc(str(f.get('fault')))}</td>"
             f"<td>{esc(str(f.get('phase')))}</td><td>{esc(str(f.get('target', '')))}</td>"
-            f"<td><code>{esc(json.dumps({k: f[k] for k in f if k in _DETAIL}))}</code></td></tr>"
+            f"<td><code>{esc(json.dumps({k: f[k] for k in f if k in _detail()}))}</code></td></tr>"
             for f in summary.get("faults", [])
         )
         if ops

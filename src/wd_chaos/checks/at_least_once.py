@@ -17,7 +17,7 @@ from .core import (
 @checker("at-least-once")
 def at_least_once(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """Every recorded step's effect ran (its nonce is in the external effect log); every repeat of
-    an effect is attributed to a kill, a forward clock step that lapsed its pass (``clockstep``), a
+    an effect is attributed to a kill, a forward clock step that lapsed its pass (``faults.clock_step``), a
     fence or a store error of the pass that ran it first; a
     step that re-ran after its record was acknowledged and before its pass loaded is a violation."""
     effects: dict[tuple[str, str], list[Op]] = defaultdict(list)

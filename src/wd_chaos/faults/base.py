@@ -98,8 +98,8 @@ class FaultKind:
     what the run's servers must offer for its events (keyword arguments of
     ``services.services``, such as ``partition`` or ``restart``). Its bite checks are
     ``checks.core.bite_check`` functions defined in the same module. The report shades its
-    start-to-stop windows (``window``) in ``color`` and draws ``markers``; ``draw`` and
-    ``describe`` (optional) add to the timeline and the report's text."""
+    start-to-stop windows (``window``) in ``color``, draws ``markers`` and lists ``detail``;
+    ``draw`` and ``describe`` (optional) add to the timeline and the report's text."""
 
     name: str
     spec: type[BaseModel]
@@ -116,6 +116,8 @@ class FaultKind:
     """Extra timeline drawing: (axes, history, t0 in ns) -> legend handles."""
     describe: Callable[[list[Op]], str] | None = None
     """An HTML paragraph for the report about what this kind did in the run ('' for nothing)."""
+    detail: tuple[str, ...] = ()
+    """The fields of its fault lines the report's fault table shows."""
 
 
 PACKAGE = "wd_chaos.faults"

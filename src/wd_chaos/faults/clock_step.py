@@ -462,4 +462,5 @@ CLOCK_STEP = FaultKind(
     color=CLOCK_STEP_COLOR,
     draw=draw,
     describe=describe,
+    detail=("seconds", "offset", "clock"),
 )

@@ -266,4 +266,5 @@ FAILOVER = FaultKind(
     color="#0077b6",
     window=True,
     markers=(Marker("kill", width=1.2),),
+    detail=("replication", "lag", "wait_replicas", "killed", "promoted", "primary_pid", "primary_port"),
 )

@@ -77,5 +77,13 @@ def kill_between(ops: list[Op], final: dict[str, Any]) -> Verdict:
 
 
 KILL = FaultKind(
-    "kill", KillFault, KillEvent, plan, start, heal=heal, color="#222222", markers=(Marker("start"),)
+    "kill",
+    KillFault,
+    KillEvent,
+    plan,
+    start,
+    heal=heal,
+    color="#222222",
+    markers=(Marker("start"),),
+    detail=("failpoint",),
 )

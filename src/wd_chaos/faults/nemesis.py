@@ -48,7 +48,7 @@ class Nemesis:
         self.armed = run_dir / "armed"
         self.run_dir = run_dir
         self.wall_offset = 0.0
-        self.clock_offset = 0.0  # a server clock's, which clockstep moves
+        self.clock_offset = 0.0  # a server clock's, which the clock-step kind moves
         self.clock_steps = 0
         (self.armed / "taken").mkdir(parents=True, exist_ok=True)
         self.pids = pids

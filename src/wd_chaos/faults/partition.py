@@ -102,4 +102,5 @@ PARTITION = FaultKind(
     heal=heal_all,
     color="#f3a712",
     window=True,
+    detail=("mode", "duration"),
 )

@@ -163,5 +163,13 @@ def budget_fenced(ops: list[Op], final: dict[str, Any]) -> Verdict:
 
 
 STALL = FaultKind(
-    "stall", StallFault, StallEvent, plan, start, requires=requires, color="#e4572e", window=True
+    "stall",
+    StallFault,
+    StallEvent,
+    plan,
+    start,
+    requires=requires,
+    color="#e4572e",
+    window=True,
+    detail=("duration", "over"),
 )

@@ -57,4 +57,4 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     return True
 
 
-WALL_STEP = FaultKind("wall-step", WallStepFault, WallStepEvent, plan, start)
+WALL_STEP = FaultKind("wall-step", WallStepFault, WallStepEvent, plan, start, detail=("seconds", "offset"))
