@@ -157,3 +157,27 @@ def test_a_new_fault_kind_is_one_new_module(tmp_path: Path) -> None:
     assert got["events"] == [{"fault": "toy", "index": 0, "at": 1.0, "target": "store", "loudness": 3}]
     assert got["requires"] == ["proxy", "workers"]
     assert got["bite"] is True
+
+
+# where a kind's name may still appear outside its module, and why
+NAMED_OUTSIDE = {
+    ("kill", "workload.py"): "the failpoints a kill arms run inside the worker processes",
+    ("kill", "runner.py"): "the supervisor logs the restart of a worker a failpoint killed",
+    ("kill", "checks/at_least_once.py"): "a kill is one of the causes that explain a repeated effect",
+}
+
+
+def test_no_module_outside_a_kinds_own_names_it() -> None:
+    from wd_chaos.faults import kinds
+
+    src = Path(wd_chaos.checks.__file__).parents[1]
+    found = set()
+    for path in src.rglob("*.py"):
+        rel = path.relative_to(src).as_posix()
+        if rel.startswith("faults/"):
+            continue
+        text = path.read_text()
+        found |= {(name, rel) for name in kinds() if f'"{name}"' in text or f"'{name}'" in text}
+    assert found == set(NAMED_OUTSIDE), (
+        "a fault kind is named outside its module: move that knowledge into it"
+    )
