@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from wd_chaos.faults import service_needs
 from wd_chaos.kits import chaos_kits, stores_for
 from wd_chaos.scenario import available, load_file
 from wd_chaos.services import check_available
@@ -70,9 +71,7 @@ def _case_reports() -> Path:
 
 def _run(name: str, store: str, *extra: str) -> tuple[int, dict[str, Any], str]:
     scenario = load_file(available()[name])
-    partition = any(f.kind == "partition" for f in scenario.faults)
-    faults = {f.kind for f in scenario.faults}
-    reason = check_available(store, partition, "failover" in faults, "clock-step" in faults)
+    reason = check_available(store, **service_needs([{"fault": f.kind} for f in scenario.faults]))
     if reason:
         pytest.fail(f"{name} on {store}: servers unavailable: {reason}")
     seconds = min(SECONDS, 5.0) if scenario.storm is not None else SECONDS

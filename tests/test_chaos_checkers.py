@@ -8,7 +8,14 @@ from typing import Any
 
 import pytest
 
-from wd_chaos import checkers, wallclock
+from wd_chaos import checks, wallclock
+from wd_chaos.checks.at_least_once import at_least_once
+from wd_chaos.checks.exactly_once import exactly_once
+from wd_chaos.checks.fencing import fencing
+from wd_chaos.checks.first_writer_wins import first_writer_wins
+from wd_chaos.checks.liveness import liveness
+from wd_chaos.checks.order import order
+from wd_chaos.checks.take_exclusive import take_exclusive
 from wd_chaos.history import Op
 
 
@@ -106,7 +113,7 @@ def stale_write(h: H, *, outcome: str) -> str:
 def test_fencing_accepts_a_refused_stale_write() -> None:
     h = H()
     stale_write(h, outcome="fenced")
-    v = checkers.fencing(h.lines, final([]))
+    v = fencing(h.lines, final([]))
     assert v.valid is True, v
     assert v.counts["refused_fenced"] == 1
 
@@ -114,7 +121,7 @@ def test_fencing_accepts_a_refused_stale_write() -> None:
 def test_fencing_refuses_an_accepted_stale_write_and_names_it() -> None:
     h = H()
     op = stale_write(h, outcome="ok")
-    v = checkers.fencing(h.lines, final([("k", 1)]))
+    v = fencing(h.lines, final([("k", 1)]))
     assert v.valid is False, v
     assert v.evidence[0]["op"] == op, v.evidence
 
@@ -123,14 +130,14 @@ def test_fencing_refuses_a_token_issued_twice() -> None:
     h = H()
     h.call("claim", "A", 1, workflow=WF, res={"token": 3})
     h.call("claim", "B", 2, workflow=WF, res={"token": 3})
-    assert checkers.fencing(h.lines, final([])).valid is False
+    assert fencing(h.lines, final([])).valid is False
 
 
 def test_fencing_refuses_a_fence_with_no_newer_claim() -> None:
     h = H()
     h.call("claim", "A", 1, workflow=WF, res={"token": 1})
     h.call("record", "A", 1, "fenced", workflow=WF, token=1, key="k", value=1)
-    assert checkers.fencing(h.lines, final([])).valid is False
+    assert fencing(h.lines, final([])).valid is False
 
 
 def test_fencing_lets_an_indeterminate_claim_explain_a_fence() -> None:
@@ -138,7 +145,7 @@ def test_fencing_lets_an_indeterminate_claim_explain_a_fence() -> None:
     h.call("claim", "A", 1, workflow=WF, res={"token": 1})
     h.call("claim", "B", 2, None, workflow=WF)  # B was killed mid-claim: it may hold token 2
     h.call("record", "A", 1, "fenced", workflow=WF, token=1, key="k", value=1)
-    assert checkers.fencing(h.lines, final([])).valid is True
+    assert fencing(h.lines, final([])).valid is True
 
 
 def test_fencing_allows_overlapping_writes_of_the_old_pass() -> None:
@@ -147,7 +154,7 @@ def test_fencing_allows_overlapping_writes_of_the_old_pass() -> None:
     w = h.begin("record", "A", 1, workflow=WF, token=1, key="k", value=1)
     h.call("claim", "B", 2, workflow=WF, res={"token": 2})  # concurrent with A's write
     h.end(w, "record", "ok", value=1, won=True)
-    assert checkers.fencing(h.lines, final([("k", 1)])).valid is True
+    assert fencing(h.lines, final([("k", 1)])).valid is True
 
 
 # -- first writer wins ------------------------------------------------------------------------
@@ -157,14 +164,14 @@ def test_fww_accepts_a_loser_handed_the_winner() -> None:
     h = H()
     h.call("record", "A", 1, workflow=WF, token=1, key="k", value="a", res={"value": "a", "won": True})
     h.call("record", "B", 2, workflow=WF, token=2, key="k", value="b", res={"value": "a", "won": False})
-    assert checkers.first_writer_wins(h.lines, final([("k", "a")])).valid is True
+    assert first_writer_wins(h.lines, final([("k", "a")])).valid is True
 
 
 def test_fww_refuses_two_winners() -> None:
     h = H()
     h.call("record", "A", 1, workflow=WF, token=1, key="k", value="a", res={"value": "a", "won": True})
     h.call("record", "B", 2, workflow=WF, token=2, key="k", value="b", res={"value": "b", "won": True})
-    v = checkers.first_writer_wins(h.lines, final([("k", "a")]))
+    v = first_writer_wins(h.lines, final([("k", "a")]))
     assert v.valid is False
     assert any(e.get("process") == "B" for e in v.evidence)
 
@@ -172,26 +179,26 @@ def test_fww_refuses_two_winners() -> None:
 def test_fww_refuses_a_wrong_won_flag() -> None:
     h = H()
     h.call("supply", "A", 1, workflow=WF, key="k", value="a", res={"value": "a", "won": False})
-    assert checkers.first_writer_wins(h.lines, final([("k", "a")])).valid is False
+    assert first_writer_wins(h.lines, final([("k", "a")])).valid is False
 
 
 def test_fww_refuses_a_lost_acknowledged_write() -> None:
     h = H()
     h.call("supply", "A", 1, workflow=WF, key="k", value="a", res={"value": "a", "won": True})
-    assert checkers.first_writer_wins(h.lines, final([])).valid is False
+    assert first_writer_wins(h.lines, final([])).valid is False
 
 
 def test_fww_refuses_a_value_nobody_offered() -> None:
     h = H()
     h.call("supply", "A", 1, "fenced", workflow=WF, key="k", value="a")
-    assert checkers.first_writer_wins(h.lines, final([("k", "zzz")])).valid is False
+    assert first_writer_wins(h.lines, final([("k", "zzz")])).valid is False
 
 
 def test_fww_refuses_two_winning_transacts() -> None:
     h = H()
     for proc in ("A", "B"):
         h.call("transact", proc, 1, workflow=WF, token=1, key="t", res={"value": {"row": 1}, "won": True})
-    assert checkers.first_writer_wins(h.lines, final([("t", {"row": 1})])).valid is False
+    assert first_writer_wins(h.lines, final([("t", {"row": 1})])).valid is False
 
 
 # -- order -----------------------------------------------------------------------------------
@@ -206,33 +213,33 @@ def test_order_accepts_appends_in_order() -> None:
     h = H()
     keys = ["inbox/01", "inbox/02"]
     _appends(h, keys)
-    v = checkers.order(h.lines, final([(keys[0], {"n": 0}), (keys[1], {"n": 1})]))
+    v = order(h.lines, final([(keys[0], {"n": 0}), (keys[1], {"n": 1})]))
     assert v.valid is True, v
 
 
 def test_order_refuses_a_key_handed_out_twice() -> None:
     h = H()
     _appends(h, ["inbox/01", "inbox/01"])
-    assert checkers.order(h.lines, final([("inbox/01", {"n": 0})])).valid is False
+    assert order(h.lines, final([("inbox/01", {"n": 0})])).valid is False
 
 
 def test_order_refuses_keys_against_real_time() -> None:
     h = H()
     _appends(h, ["inbox/02", "inbox/01"])
     f = final([("inbox/01", {"n": 1}), ("inbox/02", {"n": 0})])
-    assert checkers.order(h.lines, f).valid is False
+    assert order(h.lines, f).valid is False
 
 
 def test_order_refuses_a_lost_append() -> None:
     h = H()
     _appends(h, ["inbox/01"])
-    assert checkers.order(h.lines, final([])).valid is False
+    assert order(h.lines, final([])).valid is False
 
 
 def test_order_refuses_load_disagreeing_with_history() -> None:
     f = final([("a", 1), ("b", 2)])
     f["workflows"][WF]["load_keys"] = ["b", "a"]
-    assert checkers.order([], f).valid is False
+    assert order([], f).valid is False
 
 
 def test_order_refuses_written_at_going_backward_between_ordered_writes() -> None:
@@ -241,7 +248,7 @@ def test_order_refuses_written_at_going_backward_between_ordered_writes() -> Non
     h.call("supply", "B", 2, workflow=WF, key="b", value=2, res={"value": 2, "won": True})
     f = final([("a", 1), ("b", 2)])
     f["workflows"][WF]["history"][1][2] = "2029-01-01T00:00:00+00:00"
-    assert checkers.order(h.lines, f).valid is False
+    assert order(h.lines, f).valid is False
 
 
 def test_order_lets_concurrent_writes_be_stamped_either_way() -> None:
@@ -252,7 +259,7 @@ def test_order_lets_concurrent_writes_be_stamped_either_way() -> None:
     h.end(b, "append", key="inbox/2")
     f = final([("inbox/1", 1), ("inbox/2", 2)])
     f["workflows"][WF]["history"][1][2] = "2029-01-01T00:00:00+00:00"
-    v = checkers.order(h.lines, f)
+    v = order(h.lines, f)
     assert v.valid is True, v
     assert v.counts["written_at inversions between concurrent writes"] == 1
 
@@ -261,7 +268,7 @@ def test_order_refuses_a_later_write_loading_first() -> None:
     h = H()
     h.call("supply", "A", 1, workflow=WF, key="a", value=1, res={"value": 1, "won": True})
     h.call("supply", "A", 1, workflow=WF, key="b", value=2, res={"value": 2, "won": True})
-    assert checkers.order(h.lines, final([("b", 2), ("a", 1)])).valid is False
+    assert order(h.lines, final([("b", 2), ("a", 1)])).valid is False
 
 
 # -- exactly once ------------------------------------------------------------------------------
@@ -284,28 +291,28 @@ def test_exactly_once_accepts_one_row_per_recorded_key() -> None:
     h = H()
     _transact(h)
     f = final([("t", {"row": 7})], ledger=[{"workflow": WF, "key": "t", "token": 1, "row": 7}])
-    assert checkers.exactly_once(h.lines, f).valid is True
+    assert exactly_once(h.lines, f).valid is True
 
 
 def test_exactly_once_refuses_two_rows() -> None:
     h = H()
     _transact(h)
     rows = [{"workflow": WF, "key": "t", "token": t, "row": r} for t, r in ((1, 7), (2, 8))]
-    assert checkers.exactly_once(h.lines, final([("t", {"row": 7})], ledger=rows)).valid is False
+    assert exactly_once(h.lines, final([("t", {"row": 7})], ledger=rows)).valid is False
 
 
 def test_exactly_once_refuses_a_row_for_an_unrecorded_key() -> None:
     h = H()
     _transact(h, "fenced")
     f = final([], ledger=[{"workflow": WF, "key": "t", "token": 1, "row": 7}])
-    assert checkers.exactly_once(h.lines, f).valid is False
+    assert exactly_once(h.lines, f).valid is False
 
 
 def test_exactly_once_refuses_a_record_naming_another_row() -> None:
     h = H()
     _transact(h)
     f = final([("t", {"row": 7})], ledger=[{"workflow": WF, "key": "t", "token": 1, "row": 9}])
-    assert checkers.exactly_once(h.lines, f).valid is False
+    assert exactly_once(h.lines, f).valid is False
 
 
 # -- at least once -----------------------------------------------------------------------------
@@ -325,7 +332,7 @@ def test_at_least_once_accepts_a_repeat_after_a_fence() -> None:
     h = H()
     _pass(h, "A", 1, 1, "n1", "fenced")
     _pass(h, "B", 2, 2, "n2", "ok")
-    v = checkers.at_least_once(h.lines, final([("s", {"nonce": "n2"})]))
+    v = at_least_once(h.lines, final([("s", {"nonce": "n2"})]))
     assert v.valid is True, v
     assert v.counts["repeat: fence"] == 1
 
@@ -335,20 +342,20 @@ def test_at_least_once_accepts_a_repeat_after_a_kill() -> None:
     _pass(h, "A", 1, 1, "n1", None)
     h.event("fault", "A", 1, fault="kill", phase="start", failpoint="after-effect-before-record")
     _pass(h, "B", 2, 2, "n2", "ok")
-    v = checkers.at_least_once(h.lines, final([("s", {"nonce": "n2"})]))
+    v = at_least_once(h.lines, final([("s", {"nonce": "n2"})]))
     assert v.valid is True, v
     assert v.counts["repeat: kill"] == 1
 
 
 def test_at_least_once_refuses_a_record_whose_effect_never_ran() -> None:
-    assert checkers.at_least_once([], final([("s", {"nonce": "ghost"})])).valid is False
+    assert at_least_once([], final([("s", {"nonce": "ghost"})])).valid is False
 
 
 def test_at_least_once_refuses_a_rerun_after_an_acknowledged_record() -> None:
     h = H()
     _pass(h, "A", 1, 1, "n1", "ok")
     _pass(h, "B", 2, 2, "n2", None)  # loaded after A's record was acknowledged, ran it again
-    assert checkers.at_least_once(h.lines, final([("s", {"nonce": "n1"})])).valid is False
+    assert at_least_once(h.lines, final([("s", {"nonce": "n1"})])).valid is False
 
 
 def test_at_least_once_refuses_an_unexplained_repeat() -> None:
@@ -356,15 +363,15 @@ def test_at_least_once_refuses_an_unexplained_repeat() -> None:
     h.call("claim", "A", 1, workflow=WF, res={"token": 1})
     h.event("effect", "A", 1, workflow=WF, key="s", token=1, nonce="n1")  # then nothing at all
     _pass(h, "B", 2, 2, "n2", "ok")
-    assert checkers.at_least_once(h.lines, final([("s", {"nonce": "n2"})])).valid is False
+    assert at_least_once(h.lines, final([("s", {"nonce": "n2"})])).valid is False
 
 
 # -- liveness, take exclusivity, bite, crashes ---------------------------------------------------
 
 
 def test_liveness() -> None:
-    assert checkers.liveness([], final([("done", 1)])).valid is True
-    v = checkers.liveness([], final([("charge", 1)]))
+    assert liveness([], final([("done", 1)])).valid is True
+    v = liveness([], final([("charge", 1)]))
     assert v.valid is False
     assert v.evidence[0]["workflow"] == WF
 
@@ -373,12 +380,12 @@ def test_take_exclusive_refuses_a_double_delivery() -> None:
     h = H()
     h.call("take", "A", 1, visibility=30.0, res={"workflow": WF})
     h.call("take", "B", 2, visibility=30.0, res={"workflow": WF})
-    assert checkers.take_exclusive(h.lines, final([])).valid is False
+    assert take_exclusive(h.lines, final([])).valid is False
     h2 = H()
     h2.call("take", "A", 1, visibility=30.0, res={"workflow": WF})
     h2.call("wake_at", "A", 1, workflow=WF)
     h2.call("take", "B", 2, visibility=30.0, res={"workflow": WF})
-    assert checkers.take_exclusive(h2.lines, final([])).valid is True
+    assert take_exclusive(h2.lines, final([])).valid is True
 
 
 def _stall(h: H, refused: bool) -> None:
@@ -402,39 +409,39 @@ def _stall(h: H, refused: bool) -> None:
 def test_stall_bite() -> None:
     h = H()
     _stall(h, refused=True)
-    assert checkers.bite("stall-fenced")(h.lines, final([])).valid is True
+    assert checks.bite("stall-fenced")(h.lines, final([])).valid is True
     h2 = H()
     _stall(h2, refused=False)
-    v = checkers.bite("stall-fenced")(h2.lines, final([]))
+    v = checks.bite("stall-fenced")(h2.lines, final([]))
     assert v.valid is False
     assert "none was refused" in v.summary
 
 
 def test_a_crashing_checker_is_unknown_never_valid() -> None:
-    v = checkers.run_checker("liveness", checkers.liveness, [], {"expected_workflows": 5})
-    assert v.valid == checkers.UNKNOWN
+    v = checks.run_checker("liveness", liveness, [], {"expected_workflows": 5})
+    assert v.valid == checks.UNKNOWN
     assert "traceback" in v.evidence[0]
 
 
 @pytest.mark.parametrize(("valid", "code"), [(True, 0), (False, 1), ("unknown", 2)])
-def test_exit_codes(valid: checkers.Valid, code: int) -> None:
-    assert checkers.exit_code(valid) == code
+def test_exit_codes(valid: checks.Valid, code: int) -> None:
+    assert checks.exit_code(valid) == code
 
 
 def test_overall_prefers_invalid_then_unknown() -> None:
-    v = [checkers.Verdict("a", True, ""), checkers.Verdict("b", "unknown", "")]
-    assert checkers.overall(v) == "unknown"
-    assert checkers.overall([*v, checkers.Verdict("c", False, "")]) is False
+    v = [checks.Verdict("a", True, ""), checks.Verdict("b", "unknown", "")]
+    assert checks.overall(v) == "unknown"
+    assert checks.overall([*v, checks.Verdict("c", False, "")]) is False
 
 
 def test_kill_bite_counts_only_kills_between_effect_and_record() -> None:
     h = H()
     h.event("fault", "controller", 9, fault="kill", phase="armed", failpoint="inside-transact")
     h.event("fault", "A", 1, fault="kill", phase="start", failpoint="after-claim")
-    assert checkers.bite("kill-between")(h.lines, final([])).valid is False
+    assert checks.bite("kill-between")(h.lines, final([])).valid is False
     h.event("effect", "B", 2, workflow=WF, key="s", token=1, nonce="n")
     h.event("fault", "B", 2, fault="kill", phase="start", failpoint="after-effect-before-record", key="s")
-    assert checkers.bite("kill-between")(h.lines, final([])).valid is True
+    assert checks.bite("kill-between")(h.lines, final([])).valid is True
 
 
 def _claim(h: H, proc: str, pid: int, token: int) -> None:
@@ -446,7 +453,7 @@ def test_fencing_refuses_a_claim_granted_while_another_pass_is_alive() -> None:
     _claim(h, "A", 1, 1)
     h.call("record", "A", 1, workflow=WF, token=1, key="k", value=1, res={"value": 1, "won": True})
     _claim(h, "B", 2, 2)
-    v = checkers.fencing(h.lines, final([("k", 1)]))
+    v = fencing(h.lines, final([("k", 1)]))
     assert v.valid is False, v
     assert "while token 1 was alive" in v.evidence[0]["why"]
 
@@ -456,12 +463,12 @@ def test_fencing_allows_a_claim_after_release_or_after_the_window() -> None:
     _claim(h, "A", 1, 1)
     h.call("release", "A", 1, workflow=WF, token=1)
     _claim(h, "B", 2, 2)
-    assert checkers.fencing(h.lines, final([])).valid is True
+    assert fencing(h.lines, final([])).valid is True
     h2 = H()
     _claim(h2, "A", 1, 1)
     h2.t += 2_000_000_000  # two seconds of silence: the 1 s window has lapsed
     _claim(h2, "B", 2, 2)
-    assert checkers.fencing(h2.lines, final([])).valid is True
+    assert fencing(h2.lines, final([])).valid is True
 
 
 def test_fencing_refuses_contended_after_the_holders_budget() -> None:
@@ -469,19 +476,19 @@ def test_fencing_refuses_contended_after_the_holders_budget() -> None:
     _claim(h, "A", 1, 1)
     h.t += 5_000_000_000  # five seconds: past A's four-second budget, whatever it renewed
     h.call("claim", "B", 2, "contended", workflow=WF, alive=1.0, budget=4.0)
-    v = checkers.fencing(h.lines, final([]))
+    v = fencing(h.lines, final([]))
     assert v.valid is False, v
     h2 = H()
     _claim(h2, "A", 1, 1)
     h2.t += 2_000_000_000  # within the budget: a renewing holder may still be alive
     h2.call("claim", "B", 2, "contended", workflow=WF, alive=1.0, budget=4.0)
-    assert checkers.fencing(h2.lines, final([])).valid is True
+    assert fencing(h2.lines, final([])).valid is True
 
 
 def test_fww_refuses_a_supply_gated_on_the_claim() -> None:
     h = H()
     h.call("supply", "W", 1, "contended", workflow=WF, key="k", value=1)
-    assert checkers.first_writer_wins(h.lines, final([])).valid is False
+    assert first_writer_wins(h.lines, final([])).valid is False
 
 
 # -- wall-clock steps -------------------------------------------------------------------------
@@ -533,8 +540,8 @@ def test_wallclock_finds_a_step_and_not_a_line_preempted_between_its_two_reads()
 
 def test_fencing_calls_a_breach_a_forward_wall_clock_step_explains_unknown_not_valid() -> None:
     h = _breach_across(step_after=100_000_000, seconds=2.0)
-    v = checkers.fencing(h.lines, {**final([]), **LOCAL_WALL})
-    assert v.valid == checkers.UNKNOWN, v
+    v = fencing(h.lines, {**final([]), **LOCAL_WALL})
+    assert v.valid == checks.UNKNOWN, v
     assert "wall clock stepped" in v.summary and "+2.000s" in v.summary, v.summary
     assert any("wall_clock_step" in e for e in v.evidence), v.evidence
 
@@ -554,7 +561,7 @@ def test_fencing_still_refuses_a_breach_no_wall_clock_step_explains(
     clocks: dict[str, str], step_after: int | None, seconds: float
 ) -> None:
     h = _breach_across(step_after, seconds)
-    v = checkers.fencing(h.lines, {**final([]), **clocks})
+    v = fencing(h.lines, {**final([]), **clocks})
     assert v.valid is False, v
     assert "while token 1 was alive" in v.evidence[0]["why"]
 
@@ -567,8 +574,8 @@ def test_fencing_calls_contended_past_the_budget_after_a_step_back_unknown() -> 
     h.t += 1_000_000_000
     h.event("info", what="exit")
     _walls(h, step_after=2_000_000_000, seconds=-2.0)
-    assert checkers.fencing(h.lines, {**final([]), **LOCAL_WALL}).valid == checkers.UNKNOWN
-    assert checkers.fencing(h.lines, {**final([]), **MONOTONIC}).valid is False
+    assert fencing(h.lines, {**final([]), **LOCAL_WALL}).valid == checks.UNKNOWN
+    assert fencing(h.lines, {**final([]), **MONOTONIC}).valid is False
 
 
 def test_order_calls_written_at_going_back_across_a_step_back_unknown() -> None:
@@ -582,11 +589,11 @@ def test_order_calls_written_at_going_back_across_a_step_back_unknown() -> None:
     f = {**final([("a", 1), ("b", 2)]), **LOCAL_WALL}
     f["workflows"][WF]["history"][0][2] = "2030-01-01T00:00:10+00:00"
     f["workflows"][WF]["history"][1][2] = "2030-01-01T00:00:06+00:00"  # 4 s back, within the 5 s step
-    v = checkers.order(h.lines, f)
-    assert v.valid == checkers.UNKNOWN, v
+    v = order(h.lines, f)
+    assert v.valid == checks.UNKNOWN, v
     f["workflows"][WF]["history"][1][2] = "2030-01-01T00:00:01+00:00"  # 9 s back: more than the step
-    assert checkers.order(h.lines, f).valid is False
-    assert checkers.order(h.lines, {**f, **REMOTE}).valid is False
+    assert order(h.lines, f).valid is False
+    assert order(h.lines, {**f, **REMOTE}).valid is False
 
 
 def test_take_exclusive_calls_a_double_delivery_across_a_step_ahead_unknown() -> None:
@@ -597,10 +604,10 @@ def test_take_exclusive_calls_a_double_delivery_across_a_step_ahead_unknown() ->
     h.t += 1_000_000_000
     h.event("info", what="exit")
     _walls(h, step_after=500_000_000, seconds=2.5)
-    assert checkers.take_exclusive(h.lines, {**final([]), **LOCAL_WALL}).valid == checkers.UNKNOWN
-    assert checkers.take_exclusive(h.lines, {**final([]), **REMOTE}).valid is False
+    assert take_exclusive(h.lines, {**final([]), **LOCAL_WALL}).valid == checks.UNKNOWN
+    assert take_exclusive(h.lines, {**final([]), **REMOTE}).valid is False
     _walls(h, step_after=500_000_000, seconds=0.5)  # 1 s apart, 3 s hidden: 0.5 s explains nothing
-    assert checkers.take_exclusive(h.lines, {**final([]), **LOCAL_WALL}).valid is False
+    assert take_exclusive(h.lines, {**final([]), **LOCAL_WALL}).valid is False
 
 
 def test_fencing_takes_a_transact_of_a_recorded_key_as_a_read() -> None:
@@ -614,10 +621,10 @@ def test_fencing_takes_a_transact_of_a_recorded_key_as_a_read() -> None:
     h.call("transact", "A", 1, workflow=WF, token=1, key="ledger", res={"value": {"row": 1}, "won": False})
     h.t += 600_000_000  # B's window lapses; a renewal by A's transact would still cover this
     _claim(h, "C", 3, 3)
-    v = checkers.fencing(h.lines, {**final([]), **MONOTONIC})
+    v = fencing(h.lines, {**final([]), **MONOTONIC})
     assert v.valid is True, v
     h.call("transact", "A", 1, workflow=WF, token=1, key="other", res={"value": {"row": 2}, "won": True})
-    v = checkers.fencing(h.lines, {**final([]), **MONOTONIC})
+    v = fencing(h.lines, {**final([]), **MONOTONIC})
     assert v.valid is False and "superseded token 1 was accepted" in v.evidence[0]["why"], v
 
 
@@ -628,10 +635,10 @@ def test_fencing_allows_a_claim_in_flight_when_the_holder_released() -> None:
     b = h.begin("claim", "B", 2, workflow=WF, alive=1.0, budget=4.0)
     h.call("release", "A", 1, workflow=WF, token=1)
     h.end(b, "claim", token=2)
-    assert checkers.fencing(h.lines, {**final([]), **MONOTONIC}).valid is True
+    assert fencing(h.lines, {**final([]), **MONOTONIC}).valid is True
     h2 = H()  # but a claim granted before the release was even asked for is a breach
     _claim(h2, "A", 1, 1)
     _claim(h2, "B", 2, 2)
     h2.call("release", "A", 1, workflow=WF, token=1)
-    v = checkers.fencing(h2.lines, {**final([]), **MONOTONIC})
+    v = fencing(h2.lines, {**final([]), **MONOTONIC})
     assert v.valid is False and "while token 1 was alive" in v.evidence[0]["why"], v

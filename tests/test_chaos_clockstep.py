@@ -8,7 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from test_chaos_checkers import WF, H, final
-from wd_chaos import checkers
+from wd_chaos import checks
+from wd_chaos.checks.at_least_once import at_least_once
+from wd_chaos.checks.fencing import fencing
 
 SERVER = {"store_clock": "local", "lease_clock": "wall"}
 SQLITE = {"store_clock": "local", "lease_clock": "monotonic"}
@@ -36,7 +38,7 @@ def _lapse(h: H, *, step: float | None, next_outcome: str = "fenced") -> None:
 def test_fencing_lays_a_breach_inside_an_injected_forward_step_on_the_step() -> None:
     h = H()
     _lapse(h, step=6.0)
-    v = checkers.fencing(h.lines, {**final([]), **SERVER})
+    v = fencing(h.lines, {**final([]), **SERVER})
     assert v.valid is True, v
     assert v.counts["lease breaches caused by an injected clock step"] == 1, v.counts
     assert "lapsed early by an injected clock step" in v.summary, v.summary
@@ -45,19 +47,19 @@ def test_fencing_lays_a_breach_inside_an_injected_forward_step_on_the_step() -> 
 def test_fencing_still_refuses_the_breach_without_a_step_or_on_a_monotonic_lease_store() -> None:
     h = H()
     _lapse(h, step=None)
-    assert checkers.fencing(h.lines, {**final([]), **SERVER}).valid is False
+    assert fencing(h.lines, {**final([]), **SERVER}).valid is False
     h2 = H()
     _lapse(h2, step=6.0)  # SQLite keeps leases on the monotonic clock: a step must not lapse one
-    v = checkers.fencing(h2.lines, {**final([]), **SQLITE})
+    v = fencing(h2.lines, {**final([]), **SQLITE})
     assert v.valid is False, v
     assert "while token 1 was alive" in v.evidence[0]["why"], v.evidence
     h3 = H()
     _lapse(h3, step=-6.0)  # a step back cannot lapse a lease early
-    assert checkers.fencing(h3.lines, {**final([]), **SERVER}).valid is False
+    assert fencing(h3.lines, {**final([]), **SERVER}).valid is False
 
 
 def test_the_bite_demands_a_lapsed_pass_refused_on_its_next_write() -> None:
-    bite = checkers.bite("clock-step")
+    bite = checks.bite("clock-step")
     h = H()
     _lapse(h, step=6.0)
     v = bite(h.lines, {**final([]), **SERVER})
@@ -82,9 +84,9 @@ def test_at_least_once_lays_a_lapsed_pass_repeat_on_the_step() -> None:
     h.event("effect", "B", 2, workflow=WF, key="s", token=2, nonce="b")
     h.call("record", "B", 2, workflow=WF, token=2, key="s", value={"nonce": "b"}, res={"won": True})
     h.call("record", "A", 1, "fenced", workflow=WF, token=1, key="s", value={"nonce": "a"})
-    v = checkers.at_least_once(h.lines, {**final([("s", {"nonce": "b"})]), **SERVER})
+    v = at_least_once(h.lines, {**final([("s", {"nonce": "b"})]), **SERVER})
     assert v.valid is True, v
     assert v.counts.get("repeat: clock step") == 1, v.counts
     # on a store whose leases do not follow the stepped clock the same repeat is a plain fence
-    v2 = checkers.at_least_once(h.lines, {**final([("s", {"nonce": "b"})]), **SQLITE})
+    v2 = at_least_once(h.lines, {**final([("s", {"nonce": "b"})]), **SQLITE})
     assert v2.counts.get("repeat: fence") == 1 and "repeat: clock step" not in v2.counts, v2.counts

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from test_chaos_checkers import WF, H, final
-from wd_chaos import checkers, scenario
-from wd_chaos.durability import durability
-from wd_chaos.failover import failover_promoted
+from wd_chaos import checks, scenario
+from wd_chaos.checks.durability import durability
+from wd_chaos.checks.fencing import fencing
+from wd_chaos.faults.failover import failover_promoted
 
 
 def _writes(h: H) -> None:
@@ -61,7 +62,7 @@ def test_durability_counts_a_lost_acknowledged_write_and_names_it(
 def test_durability_is_registered_and_runs_by_name() -> None:
     h = H()
     _writes(h)
-    (verdict, _bite) = checkers.check(h.lines, final([], ledger=[]), ["durability"], "none")
+    (verdict, _bite) = checks.check(h.lines, final([], ledger=[]), ["durability"], "none")
     assert verdict.name == "durability" and verdict.valid is False
     assert verdict.counts["lost"] == 4
 
@@ -99,7 +100,7 @@ def test_fencing_refuses_a_token_minted_again_after_a_failover() -> None:
     h.call("claim", "A", 1, workflow=WF, res={"token": 7})
     _failover(h)
     h.call("claim", "B", 2, workflow=WF, res={"token": 7})
-    verdict = checkers.fencing(h.lines, final([]))
+    verdict = fencing(h.lines, final([]))
     assert verdict.valid is False, verdict
 
 
@@ -181,7 +182,7 @@ class _Nemesis:
 def test_a_partition_failover_asks_the_pair_not_the_store_name(offers: bool) -> None:
     """A new store's ``Replicated`` that offers a partition is isolated; one that does not is
     skipped with a line naming why (no store name decides either)."""
-    from wd_chaos import failover
+    from wd_chaos.faults import failover
     from without_durability.testing.replicated import Replicated
     from without_durability.testing.servers import Server
 

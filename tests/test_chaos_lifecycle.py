@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wd_chaos import checkers
+from wd_chaos import checks
 from wd_chaos.history import Op
 
 WF = "wf"
@@ -51,8 +51,8 @@ def final(records: list[str], ledger: int = 1, failing: bool = False) -> dict[st
     }
 
 
-def run(name: str, h: H, fin: dict[str, Any]) -> checkers.Verdict:
-    return checkers.run_checker(name, checkers.CHECKERS[name], h.lines, fin)
+def run(name: str, h: H, fin: dict[str, Any]) -> checks.Verdict:
+    return checks.run_checker(name, checks.checkers()[name], h.lines, fin)
 
 
 def finished_then_swept() -> H:
@@ -132,9 +132,9 @@ def test_the_bite_wants_an_open_workflow_kept_past_its_retention() -> None:
     for _ in range(30):  # idle for three seconds: longer than TTL plus budget (2 s)
         h.event("info", what="tick")
     h.pass_(2, ["charge"])
-    assert checkers.bite("long-wait")(h.lines, final(["charge"])).valid is True
+    assert checks.bite("long-wait")(h.lines, final(["charge"])).valid is True
     quick = H()
     quick.pass_(1, [])
     quick.record(1, "charge")
     quick.pass_(2, ["charge"])
-    assert checkers.bite("long-wait")(quick.lines, final(["charge"])).valid is False
+    assert checks.bite("long-wait")(quick.lines, final(["charge"])).valid is False

@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 
 from test_chaos_checkers import WF, H, final
-from wd_chaos import checkers
+from wd_chaos import checks
 from wd_chaos.careless import CARELESS_LEDGER_KEY, FORGED_KEY, CarelessFailure, careless_effect
-from wd_chaos.misuse import misuse
+from wd_chaos.checks.fencing import fencing
+from wd_chaos.checks.misuse import misuse
+from wd_chaos.checks.order import order
+from wd_chaos.checks.written_at import written_at
 from wd_chaos.scenario import ScenarioError, parse
-from wd_chaos.stamp_order import written_at
 
 
 def _careless(h: H, outcome: str = "unknown", **res: Any) -> None:
@@ -44,7 +46,7 @@ def test_misuse_accepts_a_refused_careless_effect_and_a_refused_forged_key() -> 
         key=FORGED_KEY,
         forged=True,
     )
-    v = checkers.CHECKERS["misuse"](h.lines, final([("ledger", {"row": 2})], ledger=[_row("ledger")]))
+    v = checks.checkers()["misuse"](h.lines, final([("ledger", {"row": 2})], ledger=[_row("ledger")]))
     assert v.valid is True, v
     assert v.counts["forged_refused"] == 1
 
@@ -98,7 +100,7 @@ def test_misuse_refuses_a_refusal_that_is_not_invalid_key() -> None:
 
 
 def test_misuse_with_nothing_tried_is_unknown() -> None:
-    assert misuse([], final([])).valid == checkers.UNKNOWN
+    assert misuse([], final([])).valid == checks.UNKNOWN
 
 
 def test_written_at_refuses_a_reversal_between_concurrent_writes() -> None:
@@ -111,7 +113,7 @@ def test_written_at_refuses_a_reversal_between_concurrent_writes() -> None:
     h.end(t, "transact", value={"row": 1}, won=True)
     f = final([("inbox/1", 1), ("ledger", {"row": 1})])
     f["workflows"][WF]["history"][1][2] = "2029-01-01T00:00:00+00:00"
-    assert checkers.order(h.lines, f).valid is True
+    assert order(h.lines, f).valid is True
     v = written_at(h.lines, f)
     assert v.valid is False, v
     assert v.evidence[0]["keys"] == ["inbox/1", "ledger"]
@@ -128,7 +130,7 @@ def test_written_at_is_unknown_when_the_stores_wall_clock_stepped() -> None:
     f["workflows"][WF]["history"][1][2] = "2029-01-01T00:00:00+00:00"
     f["store_clock"] = "local"
     f["wall_clock_steps"] = [{"seconds": -3.0, "wall": "2030-01-01T00:00:00+00:00", "mono": 1}]
-    assert written_at([], f).valid == checkers.UNKNOWN
+    assert written_at([], f).valid == checks.UNKNOWN
 
 
 # -- the careless effect on a real SQLite connection -----------------------------------------------
@@ -204,15 +206,15 @@ def _race(*, shown: bool) -> list[Any]:
 
 
 def test_stale_landing_refuses_a_write_that_landed_after_a_newer_claim() -> None:
-    v = checkers.CHECKERS["stale-landing"](_race(shown=False), final([("visit-1", {"token": 1})]))
+    v = checks.checkers()["stale-landing"](_race(shown=False), final([("visit-1", {"token": 1})]))
     assert v.valid is False, v
     assert v.evidence[0]["key"] == "visit-1"
     # fencing cannot see it: the write was invoked before the newer claim completed
-    assert checkers.fencing(_race(shown=False), final([("visit-1", {"token": 1})])).valid is True
+    assert fencing(_race(shown=False), final([("visit-1", {"token": 1})])).valid is True
 
 
 def test_stale_landing_accepts_a_write_that_landed_before_the_newer_claim() -> None:
-    v = checkers.CHECKERS["stale-landing"](_race(shown=True), final([("visit-1", {"token": 1})]))
+    v = checks.checkers()["stale-landing"](_race(shown=True), final([("visit-1", {"token": 1})]))
     assert v.valid is True, v
     assert v.counts["writes with a newer claim"] == 1
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from test_chaos_checkers import H
-from wd_chaos import checkers
+from wd_chaos import checks
 from wd_chaos.history import HistoryWriter, digest, observation, read_lines
 from wd_chaos.scenario import ScenarioError, find, parse
 from wd_chaos.workload import Recorder
@@ -23,8 +23,8 @@ def _read(h: H, keys: list[str], proc: str = "reader-0", pid: int = 9, f: str = 
            res=observation((k, {"v": k}) for k in keys), **more)  # fmt: skip
 
 
-def _verdict(h: H) -> checkers.Verdict:
-    return checkers.check(h.lines, {}, ["monotonic-loads"], "none")[0]
+def _verdict(h: H) -> checks.Verdict:
+    return checks.check(h.lines, {}, ["monotonic-loads"], "none")[0]
 
 
 def test_reads_that_only_grow_pass() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wd_chaos import checkers
+from wd_chaos import checks
 from wd_chaos.history import Op
 
 WF = "probe/u0/1/x"
@@ -38,8 +38,8 @@ class H:
         self.call("claim", outcome, workflow=wf, alive=alive, budget=10.0, res=res)
 
 
-def run(name: str, h: H) -> checkers.Verdict:
-    return checkers.run_checker(name, checkers.CHECKERS[name], h.lines, {})
+def run(name: str, h: H) -> checks.Verdict:
+    return checks.run_checker(name, checks.checkers()[name], h.lines, {})
 
 
 def discard_then_claim(second_token: int) -> H:

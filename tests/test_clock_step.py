@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from wd_chaos import clockstep
+from wd_chaos.faults import clock_step as clockstep
 from wd_chaos.stores import open_store, prepare
 from without_durability import Fenced
 from without_durability.testing.kit import find_kit

@@ -23,7 +23,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Column, Table
 
-from . import checkers
+from . import checks
+from .faults import service_needs
 from .kits import stores_for
 from .mutants.command import mutants_command
 from .mutate.command import mutate_command
@@ -136,7 +137,7 @@ class _Cli(click.Group):
         return code
 
 
-def _label(valid: checkers.Valid, yes: str, no: str, unsure: str) -> str:
+def _label(valid: checks.Valid, yes: str, no: str, unsure: str) -> str:
     return yes if valid is True else no if valid is False else unsure
 
 
@@ -416,9 +417,7 @@ def run_cmd(
             check_options(sc, opts)
         except OptionError as exc:
             raise click.UsageError(f"{sc.name} on {st}: {exc}") from exc
-        partition = any(f.kind == "partition" for f in sc.faults)
-        kinds = {f.kind for f in sc.faults}
-        reason = check_available(st, partition, "failover" in kinds, "clock-step" in kinds)
+        reason = check_available(st, **service_needs([{"fault": f.kind} for f in sc.faults]))
         if reason:
             raise HarnessError(f"{sc.name} on {st}: cannot get its servers: {reason}")
         planned.append((sc, opts))
@@ -457,7 +456,7 @@ def run_cmd(
         outcomes.append(outcome)
     if junit:
         _junit(junit, outcomes)
-    sys.exit(checkers.exit_code(checkers.overall([checkers.Verdict("run", o.valid, "") for o in outcomes])))
+    sys.exit(checks.exit_code(checks.overall([checks.Verdict("run", o.valid, "") for o in outcomes])))
 
 
 @main.command("analyze")
@@ -472,7 +471,7 @@ def analyze_cmd(run_dir: Path, junit: Path | None) -> None:
     Console().print(_verdict_table(outcome))
     if junit:
         _junit(junit, [outcome])
-    sys.exit(checkers.exit_code(outcome.valid))
+    sys.exit(checks.exit_code(outcome.valid))
 
 
 @main.command("shrink")

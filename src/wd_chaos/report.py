@@ -16,16 +16,17 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from . import clockstep
-from .checkers import operations
+from .checks.core import operations
+from .faults import kinds
 from .history import Op
 from .shrink import shrink_command
 
-_DETAIL: tuple[str, ...] = ("duration", "failpoint", "mode", "workflow", "key", "why", "over", "seconds", "offset", "clock")
-_DETAIL += ("replication", "lag", "wait_replicas", "killed", "promoted", "primary_pid", "primary_port")
-FAULT_COLORS = {"stall": "#e4572e", "partition": "#f3a712", "restart": "#7b2cbf", "kill": "#222222"}
-FAULT_COLORS["failover"] = "#0077b6"
-CLOCK_STEP_COLOR = "#1b998b"
+_DETAIL = ("workflow", "key", "why")
+"""The fields of a fault line the fault table shows for every kind (each kind adds its ``detail``)."""
+
+
+def _detail() -> set[str]:
+    return {*_DETAIL, *(name for k in kinds().values() for name in k.detail)}
 
 
 def _png(fig: Any) -> str:
@@ -45,7 +46,7 @@ def _windows(ops: list[Op], t0: int) -> list[tuple[str, float, float, str]]:
         if line["type"] != "fault":
             continue
         kind, phase, key = line.get("fault"), line.get("phase"), str(line.get("id"))
-        if kind in ("stall", "partition", "restart", "failover") and phase == "start":
+        if kind in kinds() and kinds()[str(kind)].window and phase == "start":
             starts[key] = line
         elif phase == "stop" and key in starts:
             s = starts.pop(key)
@@ -96,19 +97,15 @@ def timeline(ops: list[Op], offending: set[str] | None = None) -> str:
     color = {n: cmap(i % 10) for i, n in enumerate(names)}
     fig, ax = plt.subplots(figsize=(12, max(3.0, 0.28 * len(wfs) + 1.5)))
     for kind, a, b, _target in _windows(ops, t0):
-        ax.axvspan(a, b, color=FAULT_COLORS.get(kind, "#999"), alpha=0.18, lw=0)
+        ax.axvspan(a, b, color=kinds()[kind].color, alpha=0.18, lw=0)
     for line in ops:
-        if line["type"] == "fault" and line.get("fault") == "kill" and line.get("phase") == "start":
-            ax.axvline((line["mono"] - t0) / 1e9, color=FAULT_COLORS["kill"], lw=0.8, ls=":")
-        elif line["type"] == "fault" and line.get("fault") == "failover" and line.get("phase") == "kill":
-            ax.axvline((line["mono"] - t0) / 1e9, color=FAULT_COLORS["failover"], lw=1.2, ls=":")
-    steps = clockstep.injected(ops)
-    for step in steps:  # an instant: the store's clock jumped by this much, this way
-        x = (step["between"][1] - t0) / 1e9
-        ax.axvline(x, color=CLOCK_STEP_COLOR, lw=1.2, ls="--")
-        label = f"clock {step['seconds']:+g}s {'ahead' if step['seconds'] > 0 else 'back'}"
-        ax.annotate(label, (x, 1.0), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
-                    va="top", ha="right", color=CLOCK_STEP_COLOR)  # fmt: skip
+        fk = kinds().get(str(line.get("fault"))) if line["type"] == "fault" else None
+        if fk is None:
+            continue
+        for marker in fk.markers:
+            if line.get("phase") == marker.phase:
+                ax.axvline((line["mono"] - t0) / 1e9, color=fk.color, lw=marker.width, ls=marker.style)
+    drawn = [handle for fk in kinds().values() if fk.draw is not None for handle in fk.draw(ax, ops, t0)]
     for (wf, tok, pid), times in passes.items():
         if wf in row:
             lane = row[wf] + ((tok % 3) - 1) * 0.22  # overlapping passes of one workflow side by side
@@ -137,12 +134,9 @@ def timeline(ops: list[Op], offending: set[str] | None = None) -> str:
     from matplotlib.patches import Patch
 
     handles: list[Any] = [Patch(color=color[n], label=n) for n in names]
-    handles += [Patch(color=c, alpha=0.3, label=k) for k, c in FAULT_COLORS.items() if k != "kill"]
+    handles += [Patch(color=k.color, alpha=0.3, label=name) for name, k in kinds().items() if k.window]
     handles.append(ax.scatter([], [], marker="x", color="red", label="fenced"))
-    if steps:
-        from matplotlib.lines import Line2D
-
-        handles.append(Line2D([], [], color=CLOCK_STEP_COLOR, ls="--", lw=1.2, label="clock step"))
+    handles += drawn
     if starred:
         handles.append(ax.scatter([], [], marker="*", color="black", s=80, label="violation"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
@@ -216,7 +210,7 @@ def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: d
             f"<tr><td>{(f['mono'] - ops[0]['mono']) / 1e9:.2f}</td>"
             f"<td>{esc(str(f.get('fault')))}</td>"
             f"<td>{esc(str(f.get('phase')))}</td><td>{esc(str(f.get('target', '')))}</td>"
-            f"<td><code>{esc(json.dumps({k: f[k] for k in f if k in _DETAIL}))}</code></td></tr>"
+            f"<td><code>{esc(json.dumps({k: f[k] for k in f if k in _detail()}))}</code></td></tr>"
             for f in summary.get("faults", [])
         )
         if ops
@@ -233,12 +227,7 @@ def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: d
         )
         + "</p>"
     )
-    made = clockstep.injected(ops)
-    if made:
-        clock += (
-            f"<p>the store's clock was stepped {len(made)} time(s) by the nemesis (dashed on the "
-            "timeline): " + ", ".join(f"{s['seconds']:+g} s" for s in made) + "</p>"
-        )
+    clock += "".join(k.describe(ops) for k in kinds().values() if k.describe is not None)
     overall = summary["valid"]
     title = f"{summary['scenario']} on {summary['store']}"
     kept = next((v for v in summary["verdicts"] if v["name"] == "durability"), None)

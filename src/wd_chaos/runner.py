@@ -23,9 +23,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from . import __version__, checkers, failover, history, wallclock
+from . import __version__, checks, history, wallclock
 from .config import validate as validate_config
-from .faults import Nemesis
+from .faults import Nemesis, service_needs
 from .history import HistoryWriter, Tail
 from .lifeline import Lifeline, die_with_parent
 from .scenario import OptionError, Scenario, TimeLimit, WorkerCount, WorkflowCount, bounded, plan
@@ -61,8 +61,8 @@ class Outcome:
     """A finished run: where it is stored and its verdicts."""
 
     run_dir: Path
-    verdicts: list[checkers.Verdict]
-    valid: checkers.Valid
+    verdicts: list[checks.Verdict]
+    valid: checks.Valid
     summary: dict[str, Any] = field(default_factory=dict)
 
 
@@ -473,7 +473,6 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
     lifeline = Lifeline(run_dir)
     (run_dir / "scenario.json").write_text(scenario.model_dump_json(indent=2))
     names = [] if storm is not None else [f"worker-{i}" for i in range(n_workers)]
-    partition = any(e["fault"] == "partition" for e in events)
     started = time.monotonic()
     hist = HistoryWriter(run_dir / "procs" / f"controller.{os.getpid()}.jsonl", "controller")
     hist.event(
@@ -499,11 +498,8 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
             opts.store,
             run_dir,
             names,
-            partition=partition,
-            restart=any(e["fault"] == "restart" for e in events),
-            failover=failover.needs(events),
             mutant=opts.mutant,
-            clock_step=any(e["fault"] == "clock-step" for e in events),
+            **service_needs(events),
         ) as svc:
             asyncio.run(prepare(svc.spec))
             if storm is None or storm.kind == "take":
@@ -648,13 +644,13 @@ def analyze(run_dir: Path) -> Outcome:
 
     scenario, meta, ops, final = _read_run(run_dir)
     steps = wallclock.steps(ops)
-    verdicts = checkers.check(ops, {**final, "wall_clock_steps": steps}, scenario.checks, scenario.bite)
-    valid = checkers.overall(verdicts)
+    verdicts = checks.check(ops, {**final, "wall_clock_steps": steps}, scenario.checks, scenario.bite)
+    valid = checks.overall(verdicts)
     counts = Counter(f"{o['f']}:{o['outcome']}" for o in ops if o["type"] == "complete")
     summary = {
         **meta,
         "valid": valid,
-        "exit_code": checkers.exit_code(valid),
+        "exit_code": checks.exit_code(valid),
         "verdicts": [v.as_dict() for v in verdicts],
         "counts": dict(sorted(counts.items())),
         "faults": [o for o in ops if o["type"] == "fault"],

@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -34,56 +35,33 @@ from pydantic import (
 
 from without_durability.testing.kit import Capability, KitError, resolve
 
-from .clockstep import ClockStepFault
-from .clockstep import plan_fields as clockstep_fields
-from .failover import FailoverFault
+from .faults import EventSpec, FaultSpec, kind, kinds
 
 StoreName = str
 """A store kit's name (or an alias of one): whatever is installed under the entry-point group
 ``without_durability.stores``, checked when a scenario is read."""
-CheckName = Literal[
-    "fencing",
-    "first-writer-wins",
-    "order",
-    "exactly-once",
-    "at-least-once",
-    "liveness",
-    "take-exclusive",
-    "monotonic-loads",
-    "tokens-rise",
-    "lease-lapses",
-    "cancel-sticks",
-    "own-receipt",
-    "answer-then-take",
-    "durability",
-    # lifecycle (issue 14): see lifecycle_checks.py
-    "ledger-once",
-    "no-rerun",
-    "nothing-lost",
-    "arrivals",
-    "attempt-limit",
-    "lifecycle-liveness",
-    # careless callers and stamps (issue 20): see misuse.py and stamp_order.py
-    "misuse",
-    "written-at",
-    "stale-landing",
-]
 
-# Read off the Literal types, so a name is added in one place.
-CHECKS: tuple[CheckName, ...] = get_args(CheckName)
-BITES = (
-    "stall-fenced",
-    "kill-between",
-    "partition-refused",
-    "restart-survived",
-    "storm",
-    "budget-fenced",
-    "long-wait",
-    "failover-promoted",
-    "clock-step",
-    "none",
-)
-FAILPOINTS = ("after-effect-before-record", "inside-transact", "after-claim")
+
+def _known_check(name: str) -> str:
+    from .checks import checkers
+
+    if name not in checkers():
+        raise ValueError(f"one of {', '.join(repr(n) for n in sorted(checkers()))}")
+    return name
+
+
+def _known_bite(name: str) -> str:
+    from .checks import bites
+
+    if name not in bites():
+        raise ValueError(f"one of {', '.join(repr(n) for n in sorted(bites()))}")
+    return name
+
+
+CheckName = Annotated[str, AfterValidator(_known_check)]
+"""A checker's name: any a module of ``wd_chaos.checks`` defines (see ``wd_chaos.checks.registry``)."""
+BiteName = Annotated[str, AfterValidator(_known_bite)]
+"""A bite check's name, found the same way."""
 
 
 def _default_checks() -> list[CheckName]:
@@ -191,66 +169,21 @@ class Lifecycle(_Strict):
     retry_initial: Seconds = 0.3
 
 
-class _Fault(_Strict):
-    at: Annotated[float, Field(ge=0, description="seconds after the start")]
-    every: Annotated[float | None, Field(gt=0)] = None
-    count: Annotated[int, Field(ge=1, le=1000)] = 1
-    jitter: Annotated[float, Field(ge=0)] = 0.0
+def _union(models: list[type[BaseModel]], tag: str) -> Any:
+    """The discriminated union of ``models`` on ``tag``: pydantic picks the model by its value."""
+    if len(models) == 1:
+        return models[0]
+    return Annotated[Union[tuple(models)], Field(discriminator=tag)]  # noqa: UP007 - built at run time
 
 
-class StallFault(_Fault):
-    """SIGSTOP a worker that is inside a step's effect, for ``duration`` seconds (or ``over`` the
-    lease: alive or budget plus ``margin``), then SIGCONT."""
-
-    kind: Literal["stall"]
-    inside: Literal["step", "transact"] = "step"
-    """Which effect the stalled worker must be inside: a step's, or a transact's (Postgres)."""
-    duration: Seconds | None = None
-    over: Literal["alive", "budget"] | None = None
-    margin: Seconds = 1.5
-
-    @model_validator(mode="after")
-    def _one_length(self) -> StallFault:
-        if (self.duration is None) == (self.over is None):
-            raise ValueError("give exactly one of duration (seconds) or over ('alive' | 'budget')")
-        return self
-
-
-class KillFault(_Fault):
-    """Arm a failpoint in one worker: the worker SIGKILLs itself there; the harness restarts it."""
-
-    kind: Literal["kill"]
-    failpoint: Literal["after-effect-before-record", "inside-transact", "after-claim"]
-
-
-class PartitionFault(_Fault):
-    """Cut one worker from the store through its toxiproxy proxy for ``duration`` seconds."""
-
-    kind: Literal["partition"]
-    mode: Literal["down", "timeout", "latency", "reset_peer"] = "down"
-    duration: Seconds = 3.0
-
-
-class RestartFault(_Fault):
-    """Restart the store server (SIGKILL, then start it on the same data)."""
-
-    kind: Literal["restart"]
-
-
-class WallStepFault(_Fault):
-    """Step the wall clock a process-clock store (SQLite) reads, in every process of the run, by
-    ``seconds`` (negative: back), as NTP or a resumed VM would; the harness's own clock, which the
-    history is stamped by, does not move, so the checkers judge the store by real time. Skipped for a
-    server's store, whose clock a run cannot step."""
-
-    kind: Literal["wall-step"]
-    seconds: float
-
-
-Fault = Annotated[
-    StallFault | KillFault | PartitionFault | RestartFault | WallStepFault | FailoverFault | ClockStepFault,
-    Field(discriminator="kind"),
-]
+if TYPE_CHECKING:
+    Fault = FaultSpec
+    Event = EventSpec
+else:
+    Fault = _union([k.spec for k in kinds().values()], "kind")
+    """A ``[[faults]]`` entry: one of the fault kinds' own models (``wd_chaos.faults``), by ``kind``."""
+    Event = _union([k.event for k in kinds().values()], "fault")
+    """A scheduled event: one of the fault kinds' own event models, by ``fault``."""
 
 
 class Storm(_Strict):
@@ -298,18 +231,7 @@ class Scenario(_Strict):
     faults: list[Fault] = Field(default_factory=list)
     storm: Storm | None = None
     checks: list[CheckName] = Field(default_factory=_default_checks, min_length=1)
-    bite: Literal[
-        "stall-fenced",
-        "kill-between",
-        "partition-refused",
-        "restart-survived",
-        "storm",
-        "budget-fenced",
-        "long-wait",
-        "failover-promoted",
-        "clock-step",
-        "none",
-    ] = "none"
+    bite: BiteName = "none"
     lifecycle: Lifecycle | None = None
     """Retention and retries (the ``long-wait`` scenario): needs the library Worker client."""
     expect: Literal["valid", "lost-writes"] = "valid"
@@ -334,14 +256,7 @@ class Scenario(_Strict):
         failover; and ``needs``."""
         out: set[Capability] = {"workers", *self.needs}
         for fault in self.faults:
-            if isinstance(fault, RestartFault):
-                out.add("restart")
-            elif isinstance(fault, PartitionFault):
-                out.add("proxy")
-            elif isinstance(fault, StallFault) and fault.inside == "transact":
-                out.add("transact-pause")
-            elif isinstance(fault, FailoverFault):
-                out.add("failover")
+            out |= kind(str(fault.kind)).requires(fault)
         return frozenset(out)
 
     @model_validator(mode="after")
@@ -376,8 +291,12 @@ def _expected(error: dict[str, object]) -> str:
     if kind == "union_tag_invalid" and isinstance(ctx, dict):
         return f"kind = one of {ctx.get('expected_tags')}"
     if kind == "union_tag_not_found":
-        return "a 'kind' field: stall, kill, partition, restart, wall-step, failover or clock-step"
+        return f"a 'kind' field: one of {_kind_names()}"
     return str(error.get("msg", "")).removeprefix("Value error, ")
+
+
+def _kind_names() -> str:
+    return ", ".join(repr(name) for name in kinds())
 
 
 def bounded(kind: Any, value: object, what: str) -> Any:
@@ -396,7 +315,7 @@ def _where(loc: tuple[object, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("stall", "kill", "partition", "restart", "wall-step", "failover", "clock-step"):
+        elif part in kinds():
             continue  # the discriminator's branch name is noise in a field path
         else:
             out += ("." if out else "") + str(part)
@@ -533,71 +452,10 @@ def plan(scenario: Scenario, seed: int, workers: int, time_limit: float) -> list
                 "at": round(start, 3),
                 "target": f"worker-{rng.randrange(workers)}",
             }
-            if isinstance(fault, StallFault):
-                event["inside"] = fault.inside
-                if fault.duration is not None:
-                    event["duration"] = fault.duration
-                else:
-                    base = scenario.lease.alive if fault.over == "alive" else scenario.lease.budget
-                    event["duration"] = round(base + fault.margin, 3)
-                    event["over"] = fault.over
-            elif isinstance(fault, KillFault):
-                event["failpoint"] = fault.failpoint
-            elif isinstance(fault, PartitionFault):
-                event["mode"] = fault.mode
-                event["duration"] = fault.duration
-            elif isinstance(fault, WallStepFault):
-                event["seconds"] = fault.seconds
-                event["target"] = "store"
-            elif isinstance(fault, FailoverFault):
-                event.update(fault.event_fields())
-            elif isinstance(fault, ClockStepFault):
-                event.update(clockstep_fields(fault))
-            else:
-                event["target"] = "store"
+            event.update(kind(str(fault.kind)).plan(fault, scenario))
             events.append(event)
     events.sort(key=lambda e: float(str(e["at"])))
     return events
-
-
-class ScheduledEvent(_Strict):
-    """One event of a concrete fault schedule, as ``plan`` makes it and ``run.json`` records it;
-    a replayed schedule (``wd-chaos run --schedule``) is held to this form."""
-
-    fault: Literal["stall", "kill", "partition", "restart", "wall-step", "failover", "clock-step"]
-    index: Annotated[int, Field(ge=0)] = 0
-    """Which of the scenario's ``[[faults]]`` the event came from (informational on a replay)."""
-    at: Annotated[float, Field(ge=0, allow_inf_nan=False)]
-    target: Annotated[str, Field(pattern=r"^(worker-[0-9]+|store)$")]
-    inside: Literal["step", "transact"] | None = None
-    duration: Annotated[float | None, Field(gt=0, le=3600, allow_inf_nan=False)] = None
-    over: Literal["alive", "budget"] | None = None
-    failpoint: Literal["after-effect-before-record", "inside-transact", "after-claim"] | None = None
-    mode: Literal["down", "timeout", "latency", "reset_peer"] | None = None
-    seconds: Annotated[float | None, Field(allow_inf_nan=False)] = None
-    # failover (see failover.FailoverFault)
-    replication: Literal["sync", "async"] | None = None
-    how: Literal["kill", "partition"] | None = None
-    isolated_for: Annotated[float | None, Field(ge=0, le=60)] = None
-    lag: Annotated[float | None, Field(ge=0, le=30)] = None
-    promote_after: Annotated[float | None, Field(ge=0, le=60)] = None
-    wait_replicas: Annotated[int | None, Field(ge=0, le=2)] = None
-
-    @model_validator(mode="after")
-    def _fields_of_its_kind(self) -> ScheduledEvent:
-        needs = {
-            "stall": ("duration",),
-            "partition": ("duration", "mode"),
-            "kill": ("failpoint",),
-            "wall-step": ("seconds",),
-            "clock-step": ("seconds",),
-            "restart": (),
-            "failover": ("replication",),
-        }[self.fault]
-        missing = [name for name in needs if getattr(self, name) is None]
-        if missing:
-            raise ValueError(f"a {self.fault} event needs {', '.join(missing)}")
-        return self
 
 
 def parse_schedule(data: object, source: str) -> list[dict[str, object]]:
@@ -613,7 +471,12 @@ def parse_schedule(data: object, source: str) -> list[dict[str, object]]:
             f"got {type(data).__name__}"
         )
     try:
-        events = TypeAdapter(list[ScheduledEvent]).validate_python(data)
+        for i, ev in enumerate(data):
+            if isinstance(ev, dict) and "fault" in ev and ev["fault"] not in kinds():
+                raise OptionError(
+                    f"{source}: event [{i}].fault: expected one of {_kind_names()}, got {ev['fault']!r}"
+                )
+        events = TypeAdapter(list[Event]).validate_python(data)
     except ValidationError as exc:
         lines = []
         for err in exc.errors():

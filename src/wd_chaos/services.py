@@ -25,7 +25,7 @@ from without_durability.testing.servers import (
     why_unavailable,
 )
 
-from . import clockstep
+from .faults import clock_step as stepped_clock
 from .stores import WALL_OFFSET, Spec
 from .toxiproxy_server import TOXIPROXY_SERVER
 
@@ -72,7 +72,13 @@ def _replicated(
     return pair, spec
 
 
-def check_available(store: str, partition: bool, failover: bool = False, clock_step: bool = False) -> str | None:
+def check_available(
+    store: str,
+    partition: bool = False,
+    failover: object = None,
+    clock_step: bool = False,
+    restart: bool = False,
+) -> str | None:
     """Why this run cannot have its servers (one message saying how to get them), or None. A
     failover run starts its replicated store privately (the kit's ``replicated``), so it asks the
     kit what that needs; a clock-step run starts the kit's server program on a stepped clock."""
@@ -84,7 +90,7 @@ def check_available(store: str, partition: bool, failover: bool = False, clock_s
     if reason:
         return reason
     if clock_step and kit.server_binary is not None:
-        reason = clockstep.why_unavailable(kit.server_binary)
+        reason = stepped_clock.why_unavailable(kit.server_binary)
         if reason:
             return reason
     if partition:
@@ -102,16 +108,16 @@ def services(
     run_dir: Path,
     workers: list[str],
     *,
-    partition: bool,
+    partition: bool = False,
     restart: bool = False,
     mutant: str | None = None,
     failover: dict[str, Any] | None = None,
     clock_step: bool = False,
 ) -> Iterator[Services]:
     """Provide the servers a run needs and yield its ``Services``. With ``failover`` (the run's
-    failover event) the store is a replicated pair (``failover.py``) that clients reach through
+    failover event) the store is a replicated pair (``faults/failover.py``) that clients reach through
     a client following the primary. With ``clock_step`` the kit's server runs on a clock the
-    nemesis steps (``clockstep.server_env``), so it is a private one."""
+    nemesis steps (``faults.clock_step.server_env``), so it is a private one."""
     tag = f"chaos_{secrets.token_hex(4)}"
     with contextlib.ExitStack() as stack:
         kit = find_kit(store)
@@ -121,7 +127,7 @@ def services(
         else:
             env = None
             if clock_step and kit.server_binary is not None:
-                env = clockstep.server_env(kit.server_binary, run_dir / clockstep.CLOCK_FILE)
+                env = stepped_clock.server_env(kit.server_binary, run_dir / stepped_clock.CLOCK_FILE)
             server = stack.enter_context(kit.server(restartable=restart, env=env))
             if restart and (server is None or server.source != "local"):
                 where = "no server" if server is None else f"{server.source} ({server.url}): unset its URL variable"

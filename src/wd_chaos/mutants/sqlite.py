@@ -10,6 +10,9 @@ from without_durability._values import Delivery, Pass, Recorded
 from without_durability.errors import Contended, StoreError
 from without_durability.rules import check_key
 from without_durability.sqlite import SqliteCheckpointer, SqliteEffect, SqliteScheduler
+from without_durability.sqlite.checkpointer import _fenced_unless
+from without_durability.sqlite.connection import _EffectRaised
+from without_durability.sqlite.schema import _micros
 
 from . import LEASE_CLOCK_KILLERS, Mutant, swap
 
@@ -24,7 +27,7 @@ class RenewPastBudget(SqliteCheckpointer):
                 " WHERE workflow = :workflow AND token = :token RETURNING token",
                 {"workflow": pass_.workflow, "token": pass_.token, "now": self._lease_now()},
             ).fetchone()
-            store._fenced_unless(row, pass_)
+            _fenced_unless(row, pass_)
 
         await self.conn.write(job)
 
@@ -34,7 +37,7 @@ class LeasesOnWallClock(SqliteCheckpointer):
     keeps a dead one holding)."""
 
     def _lease_now(self) -> int:
-        return store._micros(self.clock())
+        return _micros(self.clock())
 
 
 class ClaimIgnoresRestart(SqliteCheckpointer):
@@ -124,7 +127,7 @@ class TransactCommitsSeparately(SqliteCheckpointer):
             stored = cur.execute(store.STORED, names).fetchone()
             if stored is not None:
                 return Recorded(self.codec.decode(stored[0]), False)
-            store._fenced_unless(cur.execute(store.FENCE_HOLDS, names).fetchone(), pass_)
+            _fenced_unless(cur.execute(store.FENCE_HOLDS, names).fetchone(), pass_)
             try:
                 return ("done", effect(cur))
             except Exception as exc:
@@ -148,7 +151,7 @@ class TransactEffectMayEndIt(SqliteCheckpointer):
         try:
             result = effect(cur)
         except BaseException as exc:
-            raise store._EffectRaised(exc) from exc
+            raise _EffectRaised(exc) from exc
         if not cur.connection.in_transaction:
             raise StoreError(f"workflow {workflow!r}, key {key!r}: the effect ended the transaction")
         return result
@@ -162,7 +165,7 @@ class WakeReinstatesCancelled(SqliteScheduler):
         params = {
             "namespace": self.namespace,
             "workflow": delivery.workflow,
-            "at": None if at is None else store._micros(at),
+            "at": None if at is None else _micros(at),
         }
 
         def job(cur: sqlite3.Cursor) -> None:

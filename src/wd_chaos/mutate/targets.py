@@ -76,16 +76,19 @@ def statement_targets(package: str) -> list[Target]:
     modules = _modules(package)
     read = _read_at_run_time(modules)
     found: list[Target] = []
+    seen: set[int] = set()
     for module in modules:
         named = getattr(module, "WD_STATEMENTS", None)
         for attr, value in vars(module).items():
-            if not isinstance(value, str):
+            # a package that re-exports its modules' statements names each once, by its own name
+            if not isinstance(value, str) or id(value) in seen:
                 continue
             if named is not None:
                 chosen = attr in named
             else:
                 chosen = attr.lstrip("_").isupper() and bool(_SQL.search(value)) and attr in read
             if chosen:
+                seen.add(id(value))
                 found.append(Target(f"{module.__name__}:{attr}", value))
     return sorted(found, key=lambda t: t.name)
 

@@ -16,10 +16,12 @@ import itertools
 from collections import defaultdict
 from typing import Any
 
-from .checkers import Verdict, _instant, _store_steps, _unjudged, operations
-from .history import Op
+from ..history import Op
+from .core import Verdict, _store_steps, _unjudged, checker, operations
+from .order import _instant
 
 
+@checker("written-at")
 def written_at(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """Along each workflow's final history, ``written_at`` never goes backward; and a transact's
     record is stamped no earlier than the end of the effect it ran (as its worker saw it), where

@@ -12,11 +12,10 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import defaultdict
-from collections.abc import Callable
 from typing import Any
 
-from .checkers import SLACK_NS, Operation, Verdict, operations
-from .history import Op
+from ..history import Op
+from .core import SLACK_NS, Operation, Verdict, checker, operations
 
 RENEWING = ("claim", "renew", "record", "transact")
 """Calls that may set a pass's liveness (a claim grants it; the rest renew it when they land)."""
@@ -38,6 +37,7 @@ def _verdict(name: str, bad: list[dict[str, Any]], what: str, ok: str, counts: d
     return Verdict(name, True, ok, [], counts)
 
 
+@checker("tokens-rise")
 def tokens_rise(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """A granted claim's token exceeds every token granted for its workflow by a claim that
     completed before it was invoked, discards of the workflow in between notwithstanding (a
@@ -64,6 +64,7 @@ def tokens_rise(ops: list[Op], final: dict[str, Any]) -> Verdict:
     )
 
 
+@checker("lease-lapses")
 def lease_lapses(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """A claim refused as Contended had a pass that may still have been alive: some claim, renew,
     record or transact of the workflow that landed (or may have) within its pass's ``alive`` of the
@@ -113,6 +114,7 @@ def lease_lapses(ops: list[Op], final: dict[str, Any]) -> Verdict:
     )
 
 
+@checker("cancel-sticks")
 def cancel_sticks(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """No take hands out a workflow whose cancel completed before the take was invoked, unless a
     wakeup (schedule, deliver, arrive) of it was invoked after the cancel was: an answer from a
@@ -144,6 +146,7 @@ def cancel_sticks(ops: list[Op], final: dict[str, Any]) -> Verdict:
     )
 
 
+@checker("own-receipt")
 def own_receipt(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """An answer acts only on its own receipt: a workflow taken (its receipt in the history) is not
     handed out again within 80% of that take's visibility unless a wakeup or an answer carrying
@@ -179,6 +182,7 @@ def own_receipt(ops: list[Op], final: dict[str, Any]) -> Verdict:
     )  # fmt: skip
 
 
+@checker("answer-then-take")
 def answer_then_take(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """``answer_and_take`` never hands back the workflow it answered (a workflow answered as due now
     is left for the next take)."""
@@ -196,11 +200,3 @@ def answer_then_take(ops: list[Op], final: dict[str, Any]) -> Verdict:
         f"{count} answer_and_take calls, none handed back its own workflow", {"answer_and_take": count},
     )  # fmt: skip
 
-
-PROBE_CHECKERS: dict[str, Callable[[list[Op], dict[str, Any]], Verdict]] = {
-    "tokens-rise": tokens_rise,
-    "lease-lapses": lease_lapses,
-    "cancel-sticks": cancel_sticks,
-    "own-receipt": own_receipt,
-    "answer-then-take": answer_then_take,
-}

@@ -10,11 +10,10 @@ the moment a ``wd/finished`` or ``wd/failed/`` record of it was acknowledged.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 from typing import Any
 
-from .checkers import UNKNOWN, Operation, Verdict, _bit, _final_records, operations
-from .history import Op
+from ..history import Op
+from .core import UNKNOWN, Operation, Verdict, _bit, _final_records, bite_check, checker, operations
 
 LANDING = ("record", "supply", "transact", "append")
 """Operations that add a record when they complete ok."""
@@ -65,6 +64,7 @@ class _Life:
         return str(o.got("key") if o.f == "append" else o.invoke.get("key"))
 
 
+@checker("ledger-once")
 def ledger_once(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """Every workflow's transact moved the in-store ledger at most once, and exactly once for one
     that finished or failed (both pass its transact first), whether or not its records are still
@@ -87,9 +87,12 @@ def ledger_once(ops: list[Op], final: dict[str, Any]) -> Verdict:
     counts = {"workflows": len(life.expected), "ledger_rows": sum(len(r) for r in rows.values())}
     if bad:
         return Verdict("ledger-once", False, f"{len(bad)} exactly-once violation(s)", bad, counts)
-    return Verdict("ledger-once", True, f"{len(life.expected)} workflows moved the ledger at most once", [], counts)
+    return Verdict(
+        "ledger-once", True, f"{len(life.expected)} workflows moved the ledger at most once", [], counts
+    )
 
 
+@checker("no-rerun")
 def no_rerun(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """No step's effect ran in a pass that loaded after the step's record was acknowledged (that
     pass found the record gone: the workflow restarted)."""
@@ -122,6 +125,7 @@ def no_rerun(ops: list[Op], final: dict[str, Any]) -> Verdict:
     return Verdict("no-rerun", True, f"{effects} effects, none after its record", [], counts)
 
 
+@checker("nothing-lost")
 def nothing_lost(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """No open workflow loses a record: every load shows every write to its workflow that was
     acknowledged before the load began, unless the workflow had become terminal by then; a workflow
@@ -138,20 +142,28 @@ def nothing_lost(ops: list[Op], final: dict[str, Any]) -> Verdict:
             keys = set(load.got("keys") or [])
             missing = [a for a in acks if a.end < load.start and life.key_of(a) not in keys]
             if missing:
-                bad += [missing[0].brief("acknowledged"), load.brief("a later load of the open workflow lacks it")]
+                bad += [
+                    missing[0].brief("acknowledged"),
+                    load.brief("a later load of the open workflow lacks it"),
+                ]
     for wf in life.expected:
         if wf in life.terminal_at or wf in life.finished or wf in life.failed:
             continue
         held = {r[0] for r in _final_records(final, wf)}
         gone = sorted({life.key_of(a) for a in life.acks.get(wf, [])} - held)
         if gone:
-            bad.append({"workflow": wf, "missing": gone, "why": "open at the end, and these records are gone"})
+            bad.append(
+                {"workflow": wf, "missing": gone, "why": "open at the end, and these records are gone"}
+            )
     counts = {"loads_checked": checked}
     if bad:
         return Verdict("nothing-lost", False, f"{len(bad)} lost record(s) of open workflows", bad, counts)
-    return Verdict("nothing-lost", True, f"{checked} loads of open workflows showed every acknowledged write", [], counts)
+    return Verdict(
+        "nothing-lost", True, f"{checked} loads of open workflows showed every acknowledged write", [], counts
+    )
 
 
+@checker("arrivals")
 def arrivals(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """Every acknowledged ``arrive`` reaches its workflow: a pass loads it afterwards (or the
     workflow was already terminal, when its body need not see it)."""
@@ -174,6 +186,7 @@ def arrivals(ops: list[Op], final: dict[str, Any]) -> Verdict:
     return Verdict("arrivals", True, f"{arrived} arrivals all reached their workflows", [], counts)
 
 
+@checker("attempt-limit")
 def attempt_limit(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """A failing workflow records one ``wd/error`` per failed attempt, fails after exactly
     ``max_attempts`` of them, and its body never runs after its failure was acknowledged; no other
@@ -199,16 +212,29 @@ def attempt_limit(ops: list[Op], final: dict[str, Any]) -> Verdict:
             bad.append({"workflow": wf, "attempts": len(attempts[wf]), "why": "never failed"})
             continue
         if len(errors) != limit:
-            bad.append({"workflow": wf, "errors": sorted(errors), "why": f"failed after {len(errors)}, not {limit}"})
+            bad.append(
+                {"workflow": wf, "errors": sorted(errors), "why": f"failed after {len(errors)}, not {limit}"}
+            )
         after = [a for a in attempts[wf] if a["mono"] > life.terminal_at.get(wf, float("inf"))]
         if after:
             bad.append({**after[0], "why": "the body ran again after the failure was acknowledged"})
-    counts = {"failing": len(life.failing), "failed": len(life.failed), "attempts": sum(map(len, attempts.values()))}
+    counts = {
+        "failing": len(life.failing),
+        "failed": len(life.failed),
+        "attempts": sum(map(len, attempts.values())),
+    }
     if bad:
         return Verdict("attempt-limit", False, f"{len(bad)} attempt-limit violation(s)", bad, counts)
-    return Verdict("attempt-limit", True, f"{len(life.failing)} failing workflows stopped at {limit} attempts", [], counts)
+    return Verdict(
+        "attempt-limit",
+        True,
+        f"{len(life.failing)} failing workflows stopped at {limit} attempts",
+        [],
+        counts,
+    )
 
 
+@checker("lifecycle-liveness")
 def lifecycle_liveness(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """After the final heal every workflow is terminal: failed if it fails on purpose, else
     finished (acknowledged ``wd/finished``, whether or not its records are still kept)."""
@@ -224,10 +250,13 @@ def lifecycle_liveness(ops: list[Op], final: dict[str, Any]) -> Verdict:
             stuck.append({"workflow": wf, "records": keys, "why": f"not {kind} after the final heal"})
     counts = {"workflows": len(life.expected), "terminal": len(life.expected) - len(stuck)}
     if stuck:
-        return Verdict("lifecycle-liveness", False, f"{len(stuck)} of {len(life.expected)} not terminal", stuck, counts)
+        return Verdict(
+            "lifecycle-liveness", False, f"{len(stuck)} of {len(life.expected)} not terminal", stuck, counts
+        )
     return Verdict("lifecycle-liveness", True, f"all {len(life.expected)} workflows terminal", [], counts)
 
 
+@bite_check("long-wait")
 def long_wait_bit(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """The bite: some open workflow sat unwritten for longer than the sweep age and than the TTL
     plus a claim's budget (what a write used to keep the records for), and the next pass still
@@ -245,15 +274,3 @@ def long_wait_bit(ops: list[Op], final: dict[str, Any]) -> Verdict:
                 hits.append(load.brief(f"loaded after {(load.start - before[-1].end) / 1e9:.1f}s idle"))
                 break
     return _bit("long-wait", hits, len(life.expected), "workflow(s) idle past the TTL and sweep age, kept")
-
-
-LIFECYCLE_CHECKERS: dict[str, Callable[[list[Op], dict[str, Any]], Verdict]] = {
-    "ledger-once": ledger_once,
-    "no-rerun": no_rerun,
-    "nothing-lost": nothing_lost,
-    "arrivals": arrivals,
-    "attempt-limit": attempt_limit,
-    "lifecycle-liveness": lifecycle_liveness,
-}
-
-LIFECYCLE_BITES: dict[str, Callable[[list[Op], dict[str, Any]], Verdict]] = {"long-wait": long_wait_bit}

@@ -32,14 +32,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from .stores import WALL_OFFSET
+from ..checks.core import FENCED_WRITES, RENEWING, SLACK_NS, Operation, Verdict, _bit, bite_check, operations
+from ..stores import WALL_OFFSET
+from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec
 
 if TYPE_CHECKING:
-    from .checkers import Operation, Verdict
-    from .faults import Nemesis
-    from .history import Op
+    from ..history import Op
+    from .nemesis import Nemesis
 
 KIND = "clock-step"
 CLOCK_FILE = "server-clock"
@@ -56,23 +57,24 @@ LIBFAKETIME_GLOBS = (
 INSTALL_HINT = "install it with scripts/install-servers (Debian: apt-get install faketime)"
 
 
-class ClockStepFault(BaseModel):
+class ClockStepFault(FaultSpec):
     """Step the store's clock by ``seconds`` (negative: back): a server store's clock through
     libfaketime, a process-clock store's (SQLite) wall clock in every worker. Steps add up; the
     final heal puts the clock right again."""
 
-    # the timing fields every fault has (scenario._Fault), repeated so this module needs no
-    # import of scenario.py, which imports it
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    at: Annotated[float, Field(ge=0, description="seconds after the start")]
-    every: Annotated[float | None, Field(gt=0)] = None
-    count: Annotated[int, Field(ge=1, le=1000)] = 1
-    jitter: Annotated[float, Field(ge=0)] = 0.0
     kind: Literal["clock-step"]
     seconds: Annotated[float, Field(ge=-3600, le=3600, allow_inf_nan=False)]
 
 
-def plan_fields(fault: ClockStepFault) -> dict[str, object]:
+class ClockStepEvent(EventSpec):
+    """A scheduled step of the store's clock: by how many seconds."""
+
+    NEEDS = ("seconds",)
+    fault: Literal["clock-step"]
+    seconds: Annotated[float | None, Field(allow_inf_nan=False)] = None
+
+
+def plan_fields(fault: ClockStepFault, scenario: Any = None) -> dict[str, object]:
     """The fields ``scenario.plan`` puts on one scheduled clock-step event."""
     return {"seconds": fault.seconds, "target": "store"}
 
@@ -134,9 +136,7 @@ def why_unavailable(binary_name: str) -> str | None:
     from without_durability.testing.servers import ServerUnavailable, find_binary
 
     try:
-        binary = find_binary(
-            binary_name, "/usr/lib/postgresql/*/bin/postgres"
-        )
+        binary = find_binary(binary_name, "/usr/lib/postgresql/*/bin/postgres")
         if not _linked_with_jemalloc(binary):
             find_libfaketime()
         elif not (shutil.which("cc") or shutil.which("gcc")):
@@ -176,9 +176,7 @@ def server_env(binary_name: str, control: Path) -> dict[str, str]:
     if not control.exists():
         control.write_text("+0\n")
     _readable_by_the_server(binary_name, control)
-    binary = find_binary(
-        binary_name, "/usr/lib/postgresql/*/bin/postgres"
-    )
+    binary = find_binary(binary_name, "/usr/lib/postgresql/*/bin/postgres")
     if _linked_with_jemalloc(binary):
         return {"LD_PRELOAD": build_shim(control.parent), "WD_CLOCK_FILE": str(control)}
     return {
@@ -212,7 +210,7 @@ def _move(nemesis: Nemesis, seconds: float) -> tuple[float, int]:
     return nemesis.wall_offset, before
 
 
-def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float, wait: float) -> bool:
+def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float, wait: float = TARGET_WAIT) -> bool:
     """Make one scheduled step; False to be asked again (no pass is mid-step yet, for at most
     ``wait`` seconds past its time): a step proves most when it lands on a live pass."""
     if not nemesis.busy("step") - nemesis.stalled and elapsed - float(ev["at"]) <= wait:
@@ -282,7 +280,6 @@ def _window_end(x: Operation, mine: list[Operation]) -> float:
 def _live_at(mine: list[Operation], at: float) -> Operation | None:
     """The last write of a pass that kept it alive, landed before ``at`` with its liveness window
     still open at ``at``; None if there is none."""
-    from .checkers import RENEWING
 
     kept = [x for x in mine if x.landed and x.f in RENEWING and x.end <= at and _window_end(x, mine) > at]
     return max(kept, key=lambda x: x.end, default=None)
@@ -303,7 +300,6 @@ def lapsed(ops: list[Op], final: dict[str, Any]) -> list[tuple[Operation, Operat
     covered the moment ``taken`` completed, with the step between the two; and ``refused`` the old
     pass's next write, refused as Fenced. The breach is the one ``checkers.fencing`` lays on the
     step, plus the fence that must follow it."""
-    from .checkers import FENCED_WRITES, RENEWING, SLACK_NS, operations
 
     steps = [s for s in lease_steps(ops, final) if s["seconds"] > 0]
     if not steps:
@@ -356,8 +352,6 @@ def _stamps_moved(ops: list[Op], final: dict[str, Any], step: dict[str, Any]) ->
     wall clock at its invoke by at least half the step: the step reached the store's clock."""
     from datetime import datetime
 
-    from .checkers import operations
-
     stamps = {
         (wf, row[0]): datetime.fromisoformat(str(row[2])).timestamp()
         for wf, state in final.get("workflows", {}).items()
@@ -376,7 +370,6 @@ def _stamps_moved(ops: list[Op], final: dict[str, Any], step: dict[str, Any]) ->
 def _held_across(ops: list[Op], final: dict[str, Any]) -> list[dict[str, Any]]:
     """On a store whose leases are on the monotonic clock: for each forward step that reached the
     store's clock, a pass live at the step whose next write after it was accepted, its lease kept."""
-    from .checkers import FENCED_WRITES, operations
 
     all_ops = operations(ops)
     passes = _passes(all_ops)
@@ -395,13 +388,13 @@ def _held_across(ops: list[Op], final: dict[str, Any]) -> list[dict[str, Any]]:
     return hits
 
 
+@bite_check(KIND)
 def clock_step_bite(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """The step touched a live lease. Where the store's leases run on the stepped clock (a server's):
     a forward step lapsed a live pass: a newer claim completed while the old pass's window was
     still open in real time, and the old pass's next write was refused as Fenced. Where they run
     on the monotonic clock (SQLite): a forward step reached the store's clock (a record stamped
     ahead of real time) while a pass was live, and that pass's next write was accepted."""
-    from .checkers import _bit
 
     tried = sum(1 for s in injected(ops) if s["seconds"] > 0)
     if final.get("lease_clock") != "wall":
@@ -423,5 +416,51 @@ def clock_step_bite(ops: list[Op], final: dict[str, Any]) -> Verdict:
     return verdict
 
 
-CLOCK_BITES: dict[str, Callable[[list[Op], dict[str, Any]], Verdict]] = {KIND: clock_step_bite}
-"""The bite check, as ``checkers.bite`` finds it by the scenario's ``bite`` name."""
+CLOCK_STEP_COLOR = "#1b998b"
+
+
+def draw(ax: Any, ops: list[Op], t0: int) -> list[Any]:
+    """On the report's timeline: each step an instant, dashed, labelled with its size and way."""
+    steps = injected(ops)
+    for step in steps:  # an instant: the store's clock jumped by this much, this way
+        x = (step["between"][1] - t0) / 1e9
+        ax.axvline(x, color=CLOCK_STEP_COLOR, lw=1.2, ls="--")
+        label = f"clock {step['seconds']:+g}s {'ahead' if step['seconds'] > 0 else 'back'}"
+        ax.annotate(label, (x, 1.0), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
+                    va="top", ha="right", color=CLOCK_STEP_COLOR)  # fmt: skip
+    if not steps:
+        return []
+    from matplotlib.lines import Line2D
+
+    return [Line2D([], [], color=CLOCK_STEP_COLOR, ls="--", lw=1.2, label="clock step")]
+
+
+def describe(ops: list[Op]) -> str:
+    """The report's line about the steps this run made, if any."""
+    made = injected(ops)
+    if not made:
+        return ""
+    return (
+        f"<p>the store's clock was stepped {len(made)} time(s) by the nemesis (dashed on the "
+        "timeline): " + ", ".join(f"{s['seconds']:+g} s" for s in made) + "</p>"
+    )
+
+
+def services(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The kit's server on a clock the nemesis steps."""
+    return {"clock_step": True}
+
+
+CLOCK_STEP = FaultKind(
+    KIND,
+    ClockStepFault,
+    ClockStepEvent,
+    plan_fields,
+    start,
+    services=services,
+    heal=heal,
+    color=CLOCK_STEP_COLOR,
+    draw=draw,
+    describe=describe,
+    detail=("seconds", "offset", "clock"),
+)

@@ -15,12 +15,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from .checkers import Verdict, _final_values, canon, operations
-from .history import Op
+from ..history import Op
+from .core import Verdict, _final_values, canon, checker, operations
 
 JUDGED = ("record", "supply", "transact", "append")
 
 
+@checker("durability")
 def durability(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """Count acknowledged writes and those missing from (or changed in) the final state; the
     verdict is invalid when any is lost. ``counts``: ``acknowledged``, ``lost``, and per kind."""

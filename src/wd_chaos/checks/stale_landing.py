@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from .checkers import Operation, Verdict, operations
-from .history import Op
+from ..history import Op
+from .core import Operation, Verdict, checker, operations
 
 
+@checker("stale-landing")
 def stale_landing(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """No won record or transact of token t is missing from a load that began after a claim with a
     token above t completed and before the write was acknowledged."""

@@ -17,8 +17,8 @@ from typing import Any
 
 from without_durability.testing.prefix import Read, non_prefix
 
-from .checkers import UNKNOWN, Operation, Verdict, operations
-from .history import Op, digest
+from ..history import Op, digest
+from .core import UNKNOWN, Operation, Verdict, checker, operations
 
 READS = ("load", "history")
 OWN_WRITES = ("append", "record", "supply", "transact")
@@ -56,6 +56,7 @@ def _written(o: Operation) -> tuple[str, str] | None:
     return None if key is None else (str(key), digest(value))
 
 
+@checker("monotonic-loads")
 def monotonic_loads(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """Every read of a workflow extends every read that completed before it began; a process's
     reads show its own acknowledged writes; and so no cursor over the inbox skips a message."""

@@ -22,11 +22,12 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from .careless import CARELESS_LEDGER_KEY
-from .checkers import UNKNOWN, Verdict, _final_values, operations
-from .history import Op
+from ..careless import CARELESS_LEDGER_KEY
+from ..history import Op
+from .core import UNKNOWN, Verdict, _final_values, checker, operations
 
 
+@checker("misuse")
 def misuse(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """No careless effect's ledger row survives (its transaction committed without the record) and
     no careless transact returned as won; every forged reserved-key write was refused as

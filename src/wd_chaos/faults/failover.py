@@ -1,4 +1,4 @@
-"""The failover fault, as one package: its schedule entry, what it needs from the run's servers,
+"""The failover fault, as one module: its schedule entry, what it needs from the run's servers,
 the nemesis's action, and the check that it bit.
 
 The store runs replicated: its kit (one that provides ``failover``) starts a
@@ -24,12 +24,17 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from without_durability.testing.kit import Capability
+
+from ..checks.core import WRITES, Verdict, _bit, _windows, bite_check, operations
+from .base import EventSpec, FaultKind, Marker
+from .nemesis import Active
+
 if TYPE_CHECKING:
     from without_durability.testing.replicated import Replicated
 
-    from .checkers import Verdict
-    from .faults import Nemesis
-    from .history import Op
+    from ..history import Op
+    from .nemesis import Nemesis
 
 PROMOTE_TIMEOUT = 30.0
 """Seconds the nemesis waits for a promoted standby to answer as the primary."""
@@ -89,8 +94,6 @@ def start(nemesis: Nemesis, ev: dict[str, Any]) -> None:
     whatever is still due, so a run that ends mid-failover still ends with a primary."""
     from without_durability.testing.replicated import Replicated
 
-    from .faults import _Active
-
     pair = nemesis.server
     if not isinstance(pair, Replicated):
         nemesis._line(ev, "skipped", why="the store was not started replicated")
@@ -122,16 +125,14 @@ def start(nemesis: Nemesis, ev: dict[str, Any]) -> None:
 
         # a store that elects its own primary needs no failover manager's detection time
         wait = 0.0 if pair.elects_itself else float(ev.get("promote_after", 0.0))
-        nemesis.active.append(_Active(time.monotonic() + wait, ev, promote))
+        nemesis.active.append(Active(time.monotonic() + wait, ev, promote))
 
-    nemesis.active.append(_Active(time.monotonic() + lag, ev, kill))
+    nemesis.active.append(Active(time.monotonic() + lag, ev, kill))
 
 
 def _partition(nemesis: Nemesis, pair: Replicated, ev: dict[str, Any]) -> None:
     """``how = "partition"`` (where the pair ``offers_partition``): isolate the primary, wait for the Sentinels' choice, let the old
     primary serve its clients for ``isolated_for`` s, then let it rejoin."""
-    from .faults import _Active
-
     if not pair.offers_partition:
         why = f"a partition failover is not offered for {pair.kind} (use how = 'kill')"
         nemesis._line(ev, "skipped", why=why)
@@ -155,9 +156,9 @@ def _partition(nemesis: Nemesis, pair: Replicated, ev: dict[str, Any]) -> None:
             pair.rejoin_primary()
             nemesis._line(ev, "rejoin", target_pid=old)
 
-        nemesis.active.append(_Active(time.monotonic() + float(ev.get("isolated_for", 0.0)), ev, rejoin))
+        nemesis.active.append(Active(time.monotonic() + float(ev.get("isolated_for", 0.0)), ev, rejoin))
 
-    nemesis.active.append(_Active(time.monotonic(), ev, promote))
+    nemesis.active.append(Active(time.monotonic(), ev, promote))
 
 
 def _alive(pid: int) -> bool:
@@ -168,12 +169,11 @@ def _alive(pid: int) -> bool:
     return False
 
 
+@bite_check("failover-promoted")
 def failover_promoted(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """The failover bit: the old primary's process died, a different server answered as the
     primary, at least one client operation failed across the failover, and writes were
     acknowledged after it (by the new primary)."""
-    from .checkers import WRITES, _bit, _windows, operations
-
     all_ops = operations(ops)
     windows = _windows(ops, "failover")
     kills = {
@@ -223,5 +223,48 @@ def failover_promoted(ops: list[Op], final: dict[str, Any]) -> Verdict:
     return _bit("failover-promoted", hits, len(windows), "failover(s) promoted a new primary under load")
 
 
-FAILOVER_BITES = {"failover-promoted": failover_promoted}
-"""The bite check by name, registered with ``checkers.bite``."""
+class FailoverEvent(EventSpec):
+    """A scheduled failover: the fields of its ``[[faults]]`` entry (see ``FailoverFault``)."""
+
+    NEEDS = ("replication",)
+    fault: Literal["failover"]
+    replication: Literal["sync", "async"] | None = None
+    how: Literal["kill", "partition"] | None = None
+    isolated_for: Annotated[float | None, Field(ge=0, le=60)] = None
+    lag: Annotated[float | None, Field(ge=0, le=30)] = None
+    promote_after: Annotated[float | None, Field(ge=0, le=60)] = None
+    wait_replicas: Annotated[int | None, Field(ge=0, le=2)] = None
+
+
+def _plan(fault: FailoverFault, scenario: Any) -> dict[str, object]:
+    return fault.event_fields()
+
+
+def _start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
+    start(nemesis, ev)
+    return True
+
+
+def requires(fault: FailoverFault) -> frozenset[Capability]:
+    """A kit that can start a replicated deployment."""
+    return frozenset({"failover"})
+
+
+def services(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The store started replicated, as the run's failover event says."""
+    return {"failover": needs(events)}
+
+
+FAILOVER = FaultKind(
+    "failover",
+    FailoverFault,
+    FailoverEvent,
+    _plan,
+    _start,
+    requires=requires,
+    services=services,
+    color="#0077b6",
+    window=True,
+    markers=(Marker("kill", width=1.2),),
+    detail=("replication", "lag", "wait_replicas", "killed", "promoted", "primary_pid", "primary_port"),
+)

@@ -1,0 +1,336 @@
+"""What every checker shares: ``Verdict``, ``Operation`` (an invoke joined with its complete),
+the helpers the real-time checks use, the ``Checker`` protocol and the ``checker`` decorator."""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+# the history and wall-clock modules are read when a checker runs, not at import: a fault kind's
+# module defines its bite checks here while the scenario loader (which history's config needs)
+# is still importing it
+if TYPE_CHECKING:
+    from ..history import Op
+
+
+Valid = bool | str
+UNKNOWN = "unknown"
+MAX_EVIDENCE = 20
+
+WRITES = ("record", "supply", "transact")
+FENCED_WRITES = ("record", "transact", "renew")
+
+
+@dataclass
+class Verdict:
+    """One checker's answer: ``valid`` is True, False or ``"unknown"``."""
+
+    name: str
+    valid: Valid
+    summary: str
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The verdict as JSON-ready data."""
+        return {
+            "name": self.name,
+            "valid": self.valid,
+            "summary": self.summary,
+            "evidence": self.evidence[:MAX_EVIDENCE],
+            "evidence_total": len(self.evidence),
+            "counts": self.counts,
+        }
+
+
+@dataclass
+class Operation:
+    """An invoke joined with its complete (None when indeterminate)."""
+
+    invoke: Op
+    complete: Op | None
+
+    @property
+    def f(self) -> str:
+        return str(self.invoke["f"])
+
+    @property
+    def outcome(self) -> str:
+        return "unknown" if self.complete is None else str(self.complete["outcome"])
+
+    @property
+    def ok(self) -> bool:
+        return self.complete is not None and self.complete["outcome"] == "ok"
+
+    @property
+    def landed(self) -> bool:
+        """Completed ok and, for a fenced write, wrote under its token. A transact that found its
+        key recorded returns the stored value (``won`` false) having checked no fence, renewed
+        nothing and written nothing, as the contract says, so it is a read here."""
+        return self.ok and not (self.f == "transact" and not self.got("won"))
+
+    @property
+    def determinate(self) -> bool:
+        return self.complete is not None and self.complete["outcome"] != "unknown"
+
+    @property
+    def start(self) -> int:
+        return int(self.invoke["mono"])
+
+    @property
+    def end(self) -> float:
+        return float("inf") if self.complete is None else int(self.complete["mono"])
+
+    @property
+    def workflow(self) -> str | None:
+        wf = self.invoke.get("workflow")
+        if wf is None and self.complete is not None:
+            wf = self.complete.get("workflow")
+        return None if wf is None else str(wf)
+
+    @property
+    def token(self) -> int | None:
+        for line in (self.complete, self.invoke):
+            if line is not None and line.get("token") is not None:
+                return int(line["token"])
+        return None
+
+    def got(self, name: str) -> Any:
+        return None if self.complete is None else self.complete.get(name)
+
+    def brief(self, why: str = "") -> dict[str, Any]:
+        out = {
+            k: self.invoke.get(k)
+            for k in ("op", "f", "process", "pid", "workflow", "key", "token", "value")
+            if self.invoke.get(k) is not None
+        }
+        out["outcome"] = self.outcome
+        if self.complete is not None:
+            for k in ("value", "won", "key", "token", "error"):
+                if self.complete.get(k) is not None and k not in ("op",):
+                    out["got_" + k] = self.complete[k]
+        out["invoke_mono"] = self.start
+        if self.complete is not None:
+            out["complete_mono"] = self.complete["mono"]
+        if why:
+            out["why"] = why
+        return out
+
+
+def canon(value: object) -> str:
+    """Canonical JSON of a value, the comparison the stores' JsonCodec makes."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+class _Prefix:
+    """Operations sorted by a time, with the running maximum of a rank: which one, among those
+    whose time is below some bound, has the highest rank. Keeps the real-time checks
+    O(n log n) rather than comparing every pair."""
+
+    def __init__(self, items: list[tuple[float, Any, Operation]]) -> None:
+        items = sorted(items, key=lambda i: i[0])
+        self.times = [t for t, _, _ in items]
+        self.best: list[tuple[Any, Operation]] = []
+        for _, rank, op in items:
+            if not self.best or rank > self.best[-1][0]:
+                self.best.append((rank, op))
+            else:
+                self.best.append(self.best[-1])
+
+    def highest_before(self, bound: float) -> tuple[Any, Operation] | None:
+        """The highest-ranked operation whose time is strictly below ``bound``."""
+        i = bisect.bisect_left(self.times, bound)
+        return self.best[i - 1] if i else None
+
+
+def _inversions(items: list[tuple[Any, Operation]]) -> list[tuple[Operation, Operation]]:
+    """Pairs (a, b) where a completed before b was invoked yet a's rank is not below b's."""
+    prefix = _Prefix([(op.end, rank, op) for rank, op in items])
+    out = []
+    for rank, b in items:
+        hit = prefix.highest_before(b.start)
+        if hit is not None and hit[0] >= rank:
+            out.append((hit[1], b))
+    return out
+
+
+def operations(ops: Iterable[Op]) -> list[Operation]:
+    """Pair a history's lines into operations."""
+    from ..history import pair
+
+    return [Operation(p["invoke"], p["complete"]) for p in pair(ops)]
+
+
+def _final_records(final: dict[str, Any], workflow: str) -> list[list[Any]]:
+    return list(final.get("workflows", {}).get(workflow, {}).get("history", []))
+
+
+def _final_values(final: dict[str, Any], workflow: str) -> dict[str, Any]:
+    return {r[0]: r[1] for r in _final_records(final, workflow)}
+
+
+def _store_steps(ops: list[Op], final: dict[str, Any], *, leases: bool = False) -> list[dict[str, Any]]:
+    """The wall-clock steps of this machine that moved the clock the store decided by (its leases'
+    clock with ``leases``), or none where the store's clock is not this machine's wall clock."""
+    if final.get("store_clock") != "local" or (leases and final.get("lease_clock") != "wall"):
+        return []
+    steps = final.get("wall_clock_steps")  # ``check`` reads them once for every checker
+    from .. import wallclock
+
+    return list(steps) if steps is not None else wallclock.steps(ops)
+
+
+@dataclass
+class _Breach:
+    """A violation of a time-bound rule: its evidence, and how far a wall-clock step (``ahead`` or
+    back) inside ``window`` (monotonic ns) must have moved the store's clock to account for it."""
+
+    evidence: list[dict[str, Any]]
+    window: tuple[float, float]
+    shortfall_ns: float
+    ahead: bool
+
+    def stepped(self, steps: list[dict[str, Any]]) -> bool:
+        """Whether steps inside the window are large enough to account for the breach."""
+        from .. import wallclock
+
+        moved = wallclock.jumped(steps, *self.window, ahead=self.ahead) * 1e9
+        return bool(steps) and moved + SLACK_NS >= self.shortfall_ns
+
+
+def _unjudged(
+    name: str, what: str, explained: list[dict[str, Any]], steps: list[dict[str, Any]], counts: dict[str, int]
+) -> Verdict:
+    """Unknown: every violation found lies where this machine's wall clock stepped under a store
+    deciding by it, so the run cannot say whether the store is at fault."""
+    jumps = ", ".join(f"{s['seconds']:+.3f}s near {s['wall']}" for s in steps)
+    return Verdict(
+        name,
+        UNKNOWN,
+        f"{what} where this machine's wall clock stepped ({jumps}); the store decides by that "
+        "clock, so this run cannot judge them",
+        explained + [{"wall_clock_step": s} for s in steps],
+        {**counts, "explained by a wall-clock step": len(explained)},
+    )
+
+
+RENEWING = ("claim", "renew", "record", "transact")
+SLACK_NS = 100_000_000
+"""Allowance for the gap between a client's clock reading and the store's decision (100 ms)."""
+
+
+def _windows(ops: list[Op], fault: str) -> list[tuple[Op, Op | None]]:
+    starts: dict[str, Op] = {}
+    out: list[tuple[Op, Op | None]] = []
+    for line in ops:
+        if line["type"] != "fault" or line.get("fault") != fault:
+            continue
+        if line.get("phase") == "start":
+            starts[str(line.get("id"))] = line
+        elif line.get("phase") == "stop" and str(line.get("id")) in starts:
+            out.append((starts.pop(str(line.get("id"))), line))
+    out += [(s, None) for s in starts.values()]
+    return out
+
+
+def _bit(kind: str, hits: list[dict[str, Any]], tried: int, what: str) -> Verdict:
+    counts = {"faults": tried, "bit": len(hits)}
+    if not hits:
+        return Verdict(
+            f"bite: {kind}",
+            False,
+            f"the fault did not bite ({tried} injected, 0 {what}): this run proves nothing",
+            [],
+            counts,
+        )
+    return Verdict(f"bite: {kind}", True, f"{len(hits)} {what}", hits, counts)
+
+
+def refused_after(
+    all_ops: list[Operation], windows: list[tuple[Op, Op | None]], kinds: Any, why: str
+) -> list[dict[str, Any]]:
+    """For each healed fault window, the first operation of its target process, of a pass
+    claimed before the fault began, that the store refused (fenced) once the fault was under
+    way: the fault cost that pass its claim and the fence held."""
+    claims = {(int(o.invoke["pid"]), o.workflow, o.token): o for o in all_ops if o.f == "claim" and o.ok}
+    hits = []
+    for start, stop in windows:
+        if stop is None:
+            continue
+        pid = int(start["target_pid"])
+        for o in all_ops:
+            c = claims.get((pid, o.workflow, o.token))
+            # the fault's stop line is written after SIGCONT/heal, so the refusal may precede it
+            if (
+                int(o.invoke["pid"]) == pid
+                and (kinds is None or o.f in kinds)
+                and o.outcome == "fenced"
+                and c is not None
+                and c.end < start["mono"]
+                and o.end > start["mono"]
+            ):
+                hits.append(o.brief(why.format(**start)))
+                break
+    return hits
+
+
+CheckFn = Callable[[list["Op"], dict[str, Any]], "Verdict"]
+"""A checker's judgement: a run's history lines and the store's final state in, a verdict out."""
+
+
+class Checker(Protocol):
+    """What a checker is: its ``name`` (what a scenario's ``checks`` lists and a mutant's killer
+    ``chaos:<scenario>:<name>`` says) and a call that judges one run's history and final state.
+    It must be pure: the same history gives the same verdict."""
+
+    name: str
+
+    def __call__(self, ops: list[Op], final: dict[str, Any]) -> Verdict: ...
+
+
+class Check:
+    """A function made a ``Checker`` under ``name``; ``bite`` marks the evidence that a scenario's
+    fault touched something (a scenario's ``bite``) rather than a property of the store. The
+    registry (``wd_chaos.checks.registry``) finds every ``Check`` defined in a module of this
+    package, so a new checker is one new module."""
+
+    def __init__(self, name: str, fn: CheckFn, *, bite: bool = False) -> None:
+        functools.update_wrapper(self, fn)
+        self.name = name
+        self.fn = fn
+        self.bite = bite
+
+    def __call__(self, ops: list[Op], final: dict[str, Any]) -> Verdict:
+        return self.fn(ops, final)
+
+    def __repr__(self) -> str:
+        return f"Check({self.name!r}{', bite=True' if self.bite else ''})"
+
+
+def checker(name: str) -> Callable[[CheckFn], Check]:
+    """Decorate a checker function: the registry runs it as check ``name``."""
+    return lambda fn: Check(name, fn)
+
+
+def bite_check(name: str) -> Callable[[CheckFn], Check]:
+    """Decorate a bite check: the registry runs it for a scenario whose ``bite`` is ``name``."""
+    return lambda fn: Check(name, fn, bite=True)
+
+
+def overall(verdicts: Iterable[Verdict]) -> Valid:
+    """False if any is invalid, else unknown if any is unknown, else True."""
+    vs = [v.valid for v in verdicts]
+    if False in vs:
+        return False
+    if UNKNOWN in vs:
+        return UNKNOWN
+    return True
+
+
+def exit_code(valid: Valid) -> int:
+    """Jepsen's: 0 valid, 1 invalid, 2 unknown."""
+    return 0 if valid is True else 1 if valid is False else 2

@@ -1,0 +1,156 @@
+"""What a fault kind is (``FaultKind``) and where kinds are found (``kinds``): every ``FaultKind``
+defined in a module of this package, by its name. Adding a fault kind is adding a module; the
+scenario loader, the schedule replay, the nemesis, the report and the CLI ask the registry and name
+no kind themselves."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from without_durability.testing.kit import Capability
+
+if TYPE_CHECKING:
+    from ..history import Op
+    from .nemesis import Nemesis
+
+TARGET_WAIT = 6.0
+"""How long a fault that wants a busy worker (a stall, a cut, a step) waits for one to be inside an
+effect before it gives up on that event (a stall) or goes ahead anyway (the others)."""
+
+
+class FaultSpec(BaseModel):
+    """The fields every ``[[faults]]`` entry has: when (``at`` seconds after the start, plus up to
+    ``jitter``), and how often (``count`` times, ``every`` seconds apart). A kind's own entry
+    subclasses it with ``kind: Literal[NAME]`` and its fields."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at: Annotated[float, Field(ge=0, description="seconds after the start")]
+    every: Annotated[float | None, Field(gt=0)] = None
+    count: Annotated[int, Field(ge=1, le=1000)] = 1
+    jitter: Annotated[float, Field(ge=0)] = 0.0
+    kind: str
+    """The kind's name (a subclass narrows it to ``Literal[NAME]``)."""
+
+
+class EventSpec(BaseModel):
+    """One event of a concrete fault schedule, as ``scenario.plan`` makes it and ``run.json``
+    records it; a replayed schedule (``wd-chaos run --schedule``) is held to this form. A kind's
+    own event subclasses it with ``fault: Literal[NAME]``, its fields (None when unset) and
+    ``NEEDS``, the fields its events must have."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    NEEDS: ClassVar[tuple[str, ...]] = ()
+
+    fault: str
+    index: Annotated[int, Field(ge=0)] = 0
+    """Which of the scenario's ``[[faults]]`` the event came from (informational on a replay)."""
+    at: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    target: Annotated[str, Field(pattern=r"^(worker-[0-9]+|store)$")]
+
+    @model_validator(mode="after")
+    def _fields_of_its_kind(self) -> EventSpec:
+        missing = [name for name in self.NEEDS if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"a {self.fault} event needs {', '.join(missing)}")
+        return self
+
+
+Start = Callable[["Nemesis", dict[str, Any], float], bool]
+"""The nemesis's action for one due event (with its ``id``) at ``elapsed`` seconds: True when done
+(started, or skipped with a line saying why), False to be asked again on the next tick."""
+
+
+def _nothing_required(fault: Any) -> frozenset[Capability]:
+    return frozenset()
+
+
+def _no_services(events: list[dict[str, Any]]) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Marker:
+    """How the report's timeline draws one phase of a kind's fault lines: a vertical line."""
+
+    phase: str
+    width: float = 0.8
+    style: str = ":"
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    """Everything about one kind of fault, in the kind's own module.
+
+    ``name`` is the ``kind`` of a ``[[faults]]`` entry and the ``fault`` of its events; ``spec``
+    validates the entry and ``event`` a scheduled event; ``plan`` gives an event's fields besides
+    ``fault``, ``index``, ``at`` and ``target`` (it may set ``target`` to ``"store"``); ``start``
+    is the nemesis's action; ``heal`` (optional) undoes what is left at the final heal;
+    ``requires`` says what a store's kit must provide for an entry (capabilities); ``services``
+    what the run's servers must offer for its events (keyword arguments of
+    ``services.services``, such as ``partition`` or ``restart``). Its bite checks are
+    ``checks.core.bite_check`` functions defined in the same module. The report shades its
+    start-to-stop windows (``window``) in ``color``, draws ``markers`` and lists ``detail``;
+    ``draw`` and ``describe`` (optional) add to the timeline and the report's text."""
+
+    name: str
+    spec: type[BaseModel]
+    event: type[EventSpec]
+    plan: Callable[[Any, Any], dict[str, object]]
+    start: Start
+    requires: Callable[[Any], frozenset[Capability]] = _nothing_required
+    services: Callable[[list[dict[str, Any]]], dict[str, Any]] = _no_services
+    heal: Callable[[Nemesis], None] | None = None
+    color: str = "#999999"
+    window: bool = False
+    markers: tuple[Marker, ...] = ()
+    draw: Callable[[Any, list[Op], int], list[Any]] | None = None
+    """Extra timeline drawing: (axes, history, t0 in ns) -> legend handles."""
+    describe: Callable[[list[Op]], str] | None = None
+    """An HTML paragraph for the report about what this kind did in the run ('' for nothing)."""
+    detail: tuple[str, ...] = ()
+    """The fields of its fault lines the report's fault table shows."""
+
+
+PACKAGE = "wd_chaos.faults"
+
+
+@functools.cache
+def kinds() -> dict[str, FaultKind]:
+    """Every fault kind by name, found in this package's modules (sorted by module name)."""
+    found: dict[str, FaultKind] = {}
+    path = importlib.import_module(PACKAGE).__path__
+    for info in sorted(pkgutil.iter_modules(path), key=lambda i: i.name):
+        module = importlib.import_module(f"{PACKAGE}.{info.name}")
+        for value in vars(module).values():
+            if isinstance(value, FaultKind) and found.setdefault(value.name, value) is not value:
+                raise RuntimeError(
+                    f"two fault kinds are named {value.name!r}: {found[value.name].spec.__module__} and "
+                    f"{module.__name__}; rename one (scenario files name kinds)"
+                )
+    return found
+
+
+def kind(name: str) -> FaultKind:
+    """The fault kind called ``name``; ``KeyError`` for one no module defines."""
+    return kinds()[name]
+
+
+def service_needs(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the run's servers must offer for ``events`` (each needs only its ``fault``), merged
+    over the kinds that occur: keyword arguments of ``services.services`` and
+    ``services.check_available``."""
+    out: dict[str, Any] = {}
+    for name, k in kinds().items():
+        mine = [e for e in events if e.get("fault") == name]
+        if mine:
+            out.update(k.services(mine))
+    return out

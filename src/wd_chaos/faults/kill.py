@@ -1,0 +1,89 @@
+"""The ``kill`` fault: arm a failpoint in one worker; the worker SIGKILLs itself there (between a
+step's effect and its record, inside a transact, or just after a claim) and the harness restarts
+it. It bit when a worker died between an effect and its record (``kill-between``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..checks.core import Verdict, _bit, bite_check
+from .base import EventSpec, FaultKind, FaultSpec, Marker
+
+if TYPE_CHECKING:
+    from ..history import Op
+    from .nemesis import Nemesis
+
+Failpoint = Literal["after-effect-before-record", "inside-transact", "after-claim"]
+
+
+class KillFault(FaultSpec):
+    """Arm a failpoint in one worker: the worker SIGKILLs itself there; the harness restarts it."""
+
+    kind: Literal["kill"]
+    failpoint: Failpoint
+
+
+class KillEvent(EventSpec):
+    """A scheduled kill: the failpoint armed."""
+
+    NEEDS = ("failpoint",)
+    fault: Literal["kill"]
+    failpoint: Failpoint | None = None
+
+
+def plan(fault: KillFault, scenario: Any) -> dict[str, object]:
+    """The failpoint to arm."""
+    return {"failpoint": fault.failpoint}
+
+
+def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
+    """Arm the failpoint: a file the workers look for, taken by the first to reach it."""
+    (nemesis.armed / f"{ev['failpoint']}.{ev['id']}").touch()
+    nemesis._line(ev, "armed")
+    return True
+
+
+def heal(nemesis: Nemesis) -> None:
+    """Disarm every failpoint no worker reached."""
+    for left in nemesis.armed.glob("*.*"):
+        if left.is_file():
+            left.unlink(missing_ok=True)
+            nemesis.hist.event("fault", fault="kill", phase="disarmed", id=left.name)
+
+
+@bite_check("kill-between")
+def kill_between(ops: list[Op], final: dict[str, Any]) -> Verdict:
+    hits = []
+    points = [
+        line
+        for line in ops
+        if line["type"] == "fault" and line.get("fault") == "kill" and line.get("phase") == "start"
+    ]
+    for p in points:
+        if p.get("failpoint") not in ("after-effect-before-record", "inside-transact"):
+            continue
+        pid = int(p["pid"])
+        before = [
+            line
+            for line in ops
+            if line["type"] == "effect"
+            and int(line["pid"]) == pid
+            and line["mono"] < p["mono"]
+            and line.get("key") == p.get("key")
+        ]
+        if p["failpoint"] == "inside-transact" or before:
+            hits.append({**p, "why": "killed between the effect and its record"})
+    return _bit("kill-between", hits, len(points), "kill(s) landed between effect and record")
+
+
+KILL = FaultKind(
+    "kill",
+    KillFault,
+    KillEvent,
+    plan,
+    start,
+    heal=heal,
+    color="#222222",
+    markers=(Marker("start"),),
+    detail=("failpoint",),
+)

@@ -1,0 +1,175 @@
+"""The ``stall`` fault: SIGSTOP a worker that is inside a step's (or a transact's) effect, for
+``duration`` seconds (or ``over`` the lease: alive or budget plus ``margin``), then SIGCONT. A
+stalled pass that outlived its lease must be refused on waking (``stall-fenced``); one stalled
+past its budget while it kept renewing, once the budget ran out (``budget-fenced``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from without_durability.testing.kit import Capability
+
+from ..checks.core import (
+    FENCED_WRITES,
+    Operation,
+    Verdict,
+    _bit,
+    _windows,
+    bite_check,
+    operations,
+    refused_after,
+)
+from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec
+from .nemesis import Active
+
+if TYPE_CHECKING:
+    from ..history import Op
+    from .nemesis import Nemesis
+
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False, description="a number of seconds > 0")]
+
+
+class StallFault(FaultSpec):
+    """SIGSTOP a worker that is inside a step's effect, for ``duration`` seconds (or ``over`` the
+    lease: alive or budget plus ``margin``), then SIGCONT."""
+
+    kind: Literal["stall"]
+    inside: Literal["step", "transact"] = "step"
+    """Which effect the stalled worker must be inside: a step's, or a transact's (Postgres)."""
+    duration: Seconds | None = None
+    over: Literal["alive", "budget"] | None = None
+    margin: Seconds = 1.5
+
+    @model_validator(mode="after")
+    def _one_length(self) -> StallFault:
+        if (self.duration is None) == (self.over is None):
+            raise ValueError("give exactly one of duration (seconds) or over ('alive' | 'budget')")
+        return self
+
+
+class StallEvent(EventSpec):
+    """A scheduled stall: its length in seconds, and the effect its worker must be inside."""
+
+    NEEDS = ("duration",)
+    fault: Literal["stall"]
+    inside: Literal["step", "transact"] | None = None
+    duration: Annotated[float | None, Field(gt=0, le=3600, allow_inf_nan=False)] = None
+    over: Literal["alive", "budget"] | None = None
+
+
+def plan(fault: StallFault, scenario: Any) -> dict[str, object]:
+    """The event's length: ``duration``, or the lease's alive or budget plus ``margin``."""
+    event: dict[str, object] = {"inside": fault.inside}
+    if fault.duration is not None:
+        event["duration"] = fault.duration
+    else:
+        base = scenario.lease.alive if fault.over == "alive" else scenario.lease.budget
+        event["duration"] = round(base + fault.margin, 3)
+        event["over"] = fault.over
+    return event
+
+
+def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
+    """Stop a worker inside an effect (the event's target if it is one); skip the event when none
+    has been for ``TARGET_WAIT`` seconds past its time."""
+    candidates = sorted(nemesis.busy(ev.get("inside", "step")) - nemesis.stalled)
+    if not candidates:
+        if elapsed - float(ev["at"]) > TARGET_WAIT:
+            nemesis.skipped += 1
+            nemesis._line(ev, "skipped", why="no worker was inside an effect")
+            return True
+        return False
+    name = ev["target"] if ev["target"] in candidates else nemesis.rng.choice(candidates)
+    pid = nemesis.pids()[name]
+    os.kill(pid, signal.SIGSTOP)
+    nemesis.stalled.add(name)
+    nemesis._line({**ev, "target": name}, "start", target_pid=pid)
+
+    def cont(name: str = name, pid: int = pid, ev: dict[str, Any] = ev) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+        nemesis.stalled.discard(name)
+        nemesis._line({**ev, "target": name}, "stop", target_pid=pid)
+
+    nemesis.active.append(Active(time.monotonic() + float(ev["duration"]), ev, cont))
+    return True
+
+
+def requires(fault: StallFault) -> frozenset[Capability]:
+    """A stall inside ``transact`` needs a store that can pause inside an open transaction."""
+    return frozenset({"transact-pause"}) if fault.inside == "transact" else frozenset()
+
+
+@bite_check("stall-fenced")
+def stall_fenced(ops: list[Op], final: dict[str, Any]) -> Verdict:
+    all_ops = operations(ops)
+    windows = _windows(ops, "stall")
+    hits = refused_after(all_ops, windows, None, "stalled {duration}s, refused on waking")
+    verdict = _bit("stall-fenced", hits, len(windows), "stalled pass(es) refused on waking")
+    if not hits:
+        woke = [
+            o
+            for start, stop in windows
+            if stop is not None
+            for o in all_ops
+            if int(o.invoke["pid"]) == int(start["target_pid"])
+            and o.landed
+            and o.f in FENCED_WRITES
+            and o.start > start["mono"]
+            and (o.token or 0)
+            < max(
+                (c.token or 0)
+                for c in all_ops
+                if c.f == "claim" and c.ok and c.workflow == o.workflow and c.end < o.start
+            )
+        ]
+        if woke:
+            verdict.summary = (
+                f"{len(woke)} stalled pass(es) wrote on waking and none was refused (see fencing)"
+            )
+            verdict.evidence = [o.brief("stale write accepted on waking") for o in woke]
+    return verdict
+
+
+@bite_check("budget-fenced")
+def budget_fenced(ops: list[Op], final: dict[str, Any]) -> Verdict:
+    all_ops = operations(ops)
+    passes: dict[tuple[str, int], list[Operation]] = defaultdict(list)
+    for o in all_ops:
+        if o.workflow is not None and o.token is not None:
+            passes[(o.workflow, o.token)].append(o)
+    hits = []
+    tried = 0
+    for o in all_ops:
+        if o.f != "claim" or not o.ok or o.invoke.get("budget") is None:
+            continue
+        mine = passes.get((str(o.workflow), int(o.token or 0)), [])
+        deadline = o.end + float(o.invoke["budget"]) * 1e9
+        renewed = [x for x in mine if x.f == "renew" and x.ok]
+        if len(renewed) < 2 or max(x.end for x in renewed) < o.end + 0.5 * (deadline - o.end):
+            continue  # not a pass that kept renewing into its budget
+        tried += 1
+        refused = [x for x in mine if x.outcome == "fenced" and x.start > deadline]
+        if refused:
+            hits.append(refused[0].brief("renewed, but refused once its budget ran out"))
+    return _bit("budget-fenced", hits, tried, "renewing pass(es) refused after their budget")
+
+
+STALL = FaultKind(
+    "stall",
+    StallFault,
+    StallEvent,
+    plan,
+    start,
+    requires=requires,
+    color="#e4572e",
+    window=True,
+    detail=("duration", "over"),
+)

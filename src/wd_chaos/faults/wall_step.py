@@ -1,0 +1,60 @@
+"""The ``wall-step`` fault: step the wall clock a process-clock store (SQLite) reads, in every
+process of the run, by ``seconds`` (negative: back), as NTP or a resumed VM would, through the
+``WALL_OFFSET`` file every store process reads. The harness's own clock, which the history is
+stamped by, does not move, so the checkers judge the store by real time. Skipped for a server's
+store, whose clock a run cannot step (``clock-step`` does that)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Field
+
+from ..stores import WALL_OFFSET
+from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec
+
+if TYPE_CHECKING:
+    from .nemesis import Nemesis
+
+
+class WallStepFault(FaultSpec):
+    """Step the wall clock a process-clock store (SQLite) reads, in every process of the run, by
+    ``seconds`` (negative: back), as NTP or a resumed VM would; the harness's own clock, which the
+    history is stamped by, does not move, so the checkers judge the store by real time. Skipped for a
+    server's store, whose clock a run cannot step."""
+
+    kind: Literal["wall-step"]
+    seconds: float
+
+
+class WallStepEvent(EventSpec):
+    """A scheduled step: by how many seconds."""
+
+    NEEDS = ("seconds",)
+    fault: Literal["wall-step"]
+    seconds: Annotated[float | None, Field(allow_inf_nan=False)] = None
+
+
+def plan(fault: WallStepFault, scenario: Any) -> dict[str, object]:
+    """The step, on the store."""
+    return {"seconds": fault.seconds, "target": "store"}
+
+
+def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
+    """Move the offset (once a pass is mid-step, or ``TARGET_WAIT`` seconds late)."""
+    # a step proves most when it lands on a pass mid-step, whose lease it must not lapse
+    if not nemesis.busy("step") - nemesis.stalled and elapsed - float(ev["at"]) <= TARGET_WAIT:
+        return False
+    if nemesis.server is not None:
+        nemesis._line(ev, "skipped", why="the store decides by its server's clock, which a run cannot step")
+    else:
+        nemesis.wall_offset += float(ev["seconds"])
+        # written aside and renamed, so no process reads a half-written offset
+        aside = nemesis.run_dir / f"{WALL_OFFSET}.new"
+        aside.write_text(repr(nemesis.wall_offset))
+        aside.replace(nemesis.run_dir / WALL_OFFSET)
+        nemesis._line(ev, "start", offset=nemesis.wall_offset)
+    return True
+
+
+WALL_STEP = FaultKind("wall-step", WallStepFault, WallStepEvent, plan, start, detail=("seconds", "offset"))
