@@ -58,6 +58,29 @@ def test_fencing_still_refuses_the_breach_without_a_step_or_on_a_monotonic_lease
     assert fencing(h3.lines, {**final([]), **SERVER}).valid is False
 
 
+def _renewed_after_the_step(h: H, step: float) -> None:
+    """A claims; the store's clock steps ahead; 0.8 s later A's record lands and renews in the
+    stepped frame; 0.3 s later (after A's claim's own window) B claims. The step ran A's budget
+    (fixed at its claim) out, not the renewal's window."""
+    h.call("claim", "A", 1, workflow=WF, alive=1.0, budget=4.0, res={"token": 1})
+    _step(h, step)
+    h.t += 800_000_000
+    h.call("record", "A", 1, workflow=WF, token=1, key="k", value=1, res={"value": 1, "won": True})
+    h.t += 300_000_000
+    h.call("claim", "B", 2, workflow=WF, alive=1.0, budget=4.0, res={"token": 2})
+
+
+def test_fencing_lays_a_breach_on_a_step_that_ran_the_budget_out_before_the_renewal() -> None:
+    h = H()
+    _renewed_after_the_step(h, 6.0)
+    v = fencing(h.lines, {**final([]), **SERVER})
+    assert v.valid is True, v
+    assert v.counts["lease breaches caused by an injected clock step"] == 1, v.counts
+    h2 = H()
+    _renewed_after_the_step(h2, 1.0)  # too small to have run a 4 s budget out by B's claim (2.9 s)
+    assert fencing(h2.lines, {**final([]), **SERVER}).valid is False
+
+
 def test_the_bite_demands_a_lapsed_pass_refused_on_its_next_write() -> None:
     bite = checks.bite("clock-step")
     h = H()

@@ -193,13 +193,22 @@ class _Breach:
     window: tuple[float, float]
     shortfall_ns: float
     ahead: bool
+    also: tuple[tuple[float, float], float] | None = None
+    """Another (window, shortfall) that accounts for it just as well: a lease's budget is fixed
+    when the pass claims, so a step anywhere after the claim shortens it, not only one after the
+    renewal the breach is measured from."""
 
     def stepped(self, steps: list[dict[str, Any]]) -> bool:
-        """Whether steps inside the window are large enough to account for the breach."""
+        """Whether steps inside the window (or the ``also`` window) are large enough to account for
+        the breach."""
         from .. import wallclock
 
-        moved = wallclock.jumped(steps, *self.window, ahead=self.ahead) * 1e9
-        return bool(steps) and moved + SLACK_NS >= self.shortfall_ns
+        if not steps:
+            return False
+        for window, shortfall in (self.window, self.shortfall_ns), *([self.also] if self.also else []):
+            if wallclock.jumped(steps, *window, ahead=self.ahead) * 1e9 + SLACK_NS >= shortfall:
+                return True
+        return False
 
 
 def _unjudged(

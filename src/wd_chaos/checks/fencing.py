@@ -138,7 +138,8 @@ def _exclusive(all_ops: list[Operation], claims: dict[str, list[Operation]]) -> 
                             b.brief(f"claimed while token {a.token} was alive"),
                             x.brief(f"renewed token {a.token}'s liveness ({alive}s) from before this point"),
                         ]
-                        bad.append(_Breach(evidence, (x.start, b.end), covered - b.end, True))
+                        budget_end = ((a.start, b.end), held_until - b.end)
+                        bad.append(_Breach(evidence, (x.start, b.end), covered - b.end, True, budget_end))
                         break
     return bad
 
