@@ -158,6 +158,20 @@ def plot(folder: Path, name: str, title: str, xlabel: str, ylabel: str,
     return path
 
 
+async def timed_on(conns: Sequence[Any], one: Any) -> float:
+    """Run ``one(conn)`` on every connection at once and return the wall seconds it took; the
+    connections are closed afterwards, whatever happened (the raw-driver rows of take and append)."""
+    import asyncio
+
+    try:
+        start = time.perf_counter()
+        await asyncio.gather(*(one(c) for c in conns))
+        return time.perf_counter() - start
+    finally:
+        for c in conns:
+            await c.close()
+
+
 def write_summary(folder: Path, name: str, text: str) -> Path:
     path = folder / f"{name}.md"
     path.write_text(text.rstrip() + "\n")

@@ -33,6 +33,7 @@ from ._common import (
     save_json,
     servers,
     table,
+    timed_on,
     write_summary,
 )
 from .take import pgbench_statement
@@ -146,13 +147,7 @@ async def run_raw(url: str, k: int, m: int, seed: int) -> dict[str, Any]:
                              ).fetchone()
                 acked += row is not None
 
-        try:
-            start = time.perf_counter()
-            await asyncio.gather(*(one(c) for c in conns))
-            seconds = time.perf_counter() - start
-        finally:
-            for c in conns:
-                await c.close()
+        seconds = await timed_on(conns, one)
         async with pool.connection() as conn:
             rows = (await (await conn.execute("SELECT count(*) FROM workflow_checkpoint")).fetchone() or [0])[0]
     return {"store": RAW, "targets": k, "appends": m, "seconds": seconds, "rate": acked / seconds,

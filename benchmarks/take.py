@@ -46,6 +46,7 @@ from ._common import (
     save_json,
     servers,
     table,
+    timed_on,
     write_summary,
 )
 
@@ -254,13 +255,7 @@ async def psycopg_raw(url: str, n: int, counts: Sequence[int], chain: bool) -> l
                     await c.execute(PostgresScheduler.FINISH,
                                     {"namespace": NAMESPACE, "workflow": row[0], "receipt": row[1]})
 
-            try:
-                start = time.perf_counter()
-                await asyncio.gather(*(one(c) for c in conns))
-                seconds = time.perf_counter() - start
-            finally:
-                for c in conns:
-                    await c.close()
+            seconds = await timed_on(conns, one)
             async with pool.connection() as conn:
                 left = (await (await conn.execute("SELECT count(*) FROM workflow_queue")).fetchone() or [0])[0]
         check = check_exactly_once("raw", workflow_ids(n), got)
