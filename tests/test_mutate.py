@@ -14,7 +14,7 @@ import pytest
 
 from wd_chaos.mutate import patch
 from wd_chaos.mutate.operators import LUA_OPERATORS, SQL_OPERATORS, edits
-from wd_chaos.mutate.runner import _first, plan_for, run_tests
+from wd_chaos.mutate.runner import _first, plan_for, run_tests, targets_of
 from wd_chaos.mutate.targets import mutants, script_targets, statement_targets
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,6 +192,11 @@ def test_each_built_in_kit_declares_its_plan_and_the_flags_still_replace_its_par
     assert (stream.name, stream.scripts, stream.wd_stores) == (redis.name, redis.scripts, redis.wd_stores)
     for plan in (sqlite, postgres, redis):
         assert plan.tests and all((ROOT / t).is_file() for t in plan.tests), plan.tests
+    # the kit's own statements (its ledger, its superseding claim) are the tests' harness, not the store
+    names = {t.name.partition(":")[0] for t in targets_of(postgres)}
+    assert (
+        "without_durability_postgres.checkpointer" in names and "without_durability_postgres.kit" not in names
+    )
     with pytest.raises(KitError, match="declares no mutate_plan"):
         plan_for("memory")
     flagged = _plan("postgres", (), ("tests/test_postgres.py",), (), ("-p", "x"))

@@ -39,6 +39,9 @@ class StorePlan:
     chaos_store: str | None = None
     scenarios: tuple[str, ...] = ()
     pytest_args: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    """Modules whose constants are never mutated: the kit's own module, whose statements are the
+    tests' harness (a ledger, a superseding claim), not the store."""
     narrow: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """(target prefix, conformance stores): a mutant of a target starting so runs on those stores
     only (the first match); one the prefixes miss runs on ``wd_stores``."""
@@ -72,6 +75,7 @@ def plan_for(store: str) -> StorePlan:
         scenarios=declared.scenarios,
         pytest_args=declared.pytest_args,
         narrow=declared.narrow,
+        exclude=(type(kit).__module__,),
     )
 
 
@@ -92,7 +96,12 @@ def equivalents(path: Path = EQUIVALENT_FILE) -> dict[str, str]:
 
 def targets_of(plan: StorePlan) -> list[Target]:
     """Every statement and script ``plan`` names."""
-    found = [t for package in plan.statements for t in statement_targets(package)]
+    found = [
+        t
+        for package in plan.statements
+        for t in statement_targets(package)
+        if t.name.partition(":")[0] not in plan.exclude
+    ]
     if plan.scripts:
         found.extend(script_targets(plan.scripts))
     return found
