@@ -140,6 +140,9 @@ def test_one_generated_mutant_is_killed_where_the_real_store_passes(monkeypatch:
     assert real.code == 0, real.tail
     broken = run_tests(plan, spec, timeout=120)
     assert broken.code == 1 and broken.failed.startswith(check), broken.tail
+    # on pytest-xdist too, where a -x session ends "interrupted" (exit 2) at the first failure
+    spread = run_tests(replace(plan, tests=(check, "tests/test_sqlite.py")), spec, timeout=120, jobs=2)
+    assert spread.code == 1 and spread.failed.startswith(check), spread.tail
 
 
 def test_the_command_lists_mutants_and_refuses_an_unknown_store_clearly() -> None:

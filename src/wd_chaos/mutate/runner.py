@@ -140,6 +140,7 @@ test cut off by it is reported as a timeout, not as the test's failure."""
 
 _TIMED_OUT = re.compile(r"Timeout \(?>?\s*[0-9.]+s")
 _FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
+_XDIST_STOPPED = re.compile(r"Interrupted: stopping after \d+ failures?")
 
 
 def run_tests(
@@ -181,9 +182,10 @@ def run_tests(
     failed = _FAILED.findall(done.stdout)
     if failed and _TIMED_OUT.search(done.stdout):
         failed = [f"timeout in {failed[0]}"]  # not the test's verdict: not carried by --resume
-    return Check(
-        done.returncode, failed[0] if failed else "", time.monotonic() - started, done.stdout[-2000:]
-    )
+    code = done.returncode
+    if code == 2 and failed and _XDIST_STOPPED.search(done.stdout):
+        code = 1  # pytest-xdist ends a -x session on a failure as "interrupted"; it is the failure
+    return Check(code, failed[0] if failed else "", time.monotonic() - started, done.stdout[-2000:])
 
 
 def run_chaos(plan: StorePlan, scenario: str, spec: Spec | None, seconds: float, report_dir: Path) -> int:
