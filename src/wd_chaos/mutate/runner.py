@@ -229,6 +229,27 @@ def servers(plan: StorePlan) -> Iterator[None]:
             os.environ.pop(variable, None)
 
 
+@contextlib.contextmanager
+def bytecode_cache() -> Iterator[None]:
+    """Let the job's pytest sessions keep compiled (and assertion-rewritten) modules between
+    sessions, in a folder of their own removed afterwards, even where ``PYTHONDONTWRITEBYTECODE`` is
+    set: otherwise every session recompiles every module, a third of a killed mutant's CPU time."""
+    import tempfile
+
+    saved = {k: os.environ.get(k) for k in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    with tempfile.TemporaryDirectory(prefix="wd-mutate-pycache-") as folder:
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        os.environ["PYTHONPYCACHEPREFIX"] = folder  # never beside the sources
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
 Progress = Callable[[str], None]
 
 
@@ -268,7 +289,7 @@ def mutate(
         change = describe(s, targets[s.target].text)
         outcomes[s.id] = Outcome(s.id, s.target, s.operator, change["before"], change["after"])
     progress(f"{plan.name}: {len(specs)} mutants from {len(targets)} statements/scripts")
-    with servers(plan):
+    with servers(plan), bytecode_cache():
         base = run_tests(plan, None, fail_fast=False, junit=report_dir / "real.xml", jobs=jobs)
         if base.code != 0:
             raise RuntimeError(
