@@ -291,6 +291,14 @@ def mutate(
     progress(f"{plan.name}: {len(specs)} mutants from {len(targets)} statements/scripts")
     with servers(plan), bytecode_cache():
         base = run_tests(plan, None, fail_fast=False, junit=report_dir / "real.xml", jobs=jobs)
+        if base.code == 1 and (flaky := tuple(_FAILED.findall(base.tail))):
+            # a loaded machine can fail a timing test once: the failing tests get one more run
+            again = run_tests(plan, None, tests=flaky, fail_fast=False, jobs=1)
+            progress(
+                f"real store: {', '.join(flaky)} failed, then {'passed' if again.code == 0 else 'failed'} once more"
+            )
+            if again.code == 0:
+                base = Check(0, "", base.seconds, base.tail)
         if base.code != 0:
             raise RuntimeError(
                 f"the real {plan.name} store fails its own tests ({base.failed or base.code}); "
