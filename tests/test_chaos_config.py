@@ -46,9 +46,7 @@ def test_the_config_json_keeps_its_keys_and_shapes(tmp_path: Path) -> None:
     typed = validate(written, "config.json")
     assert json.loads(typed.to_json()) == written
     assert typed.lease.alive == written["lease"]["alive"] and typed.workload.workers == 3
-    assert (
-        typed.lifecycle is not None and typed.lifecycle.max_attempts == written["lifecycle"]["max_attempts"]
-    )
+    assert typed.lifecycle is not None and typed.lifecycle.max_attempts == written["lifecycle"]["max_attempts"]
 
 
 def test_a_key_not_yet_typed_travels_and_reads_as_before(tmp_path: Path) -> None:
@@ -158,8 +156,6 @@ def test_a_finished_history_whose_line_is_malformed_is_refused_naming_it(tmp_pat
 
 
 def test_merge_refuses_a_process_file_with_a_malformed_line(tmp_path: Path) -> None:
-    (tmp_path / "p.jsonl").write_text(
-        json.dumps({"type": "info", "process": "x", "pid": 1, "wall": "t"}) + "\n"
-    )
+    (tmp_path / "p.jsonl").write_text(json.dumps({"type": "info", "process": "x", "pid": 1, "wall": "t"}) + "\n")
     with pytest.raises(history.DamagedHistory, match=r"p\.jsonl: line 1: mono: Field required"):
         history.merge([tmp_path / "p.jsonl"], tmp_path / "h.jsonl")

@@ -23,16 +23,12 @@ class H:
         self.t += 100_000_000  # a tenth of a second per line
         return self.t
 
-    def call(
-        self, f: str, proc: str = "w1", pid: int = 1, outcome: str = "ok", res: Any = None, **inv: Any
-    ) -> None:
+    def call(self, f: str, proc: str = "w1", pid: int = 1, outcome: str = "ok", res: Any = None, **inv: Any) -> None:
         self.n += 1
         op = f"{proc}:{pid}:{self.n}"
         base = {"op": op, "f": f, "process": proc, "pid": pid}
         self.lines.append({"type": "invoke", "mono": self._tick(), **base, **inv})
-        self.lines.append(
-            {"type": "complete", "outcome": outcome, "mono": self._tick(), **base, **(res or {})}
-        )
+        self.lines.append({"type": "complete", "outcome": outcome, "mono": self._tick(), **base, **(res or {})})
 
     def event(self, kind: str, proc: str = "w1", pid: int = 1, **fields: Any) -> None:
         self.lines.append({"type": kind, "process": proc, "pid": pid, "mono": self._tick(), **fields})
@@ -42,9 +38,7 @@ class H:
         self.call("load", pid=pid, workflow=WF, token=token, res={"keys": keys})
 
     def record(self, token: int, key: str, pid: int = 1) -> None:
-        self.call(
-            "record", pid=pid, workflow=WF, token=token, key=key, value=1, res={"value": 1, "won": True}
-        )
+        self.call("record", pid=pid, workflow=WF, token=token, key=key, value=1, res={"value": 1, "won": True})
 
 
 def final(records: list[str], ledger: int = 1, failing: bool = False) -> dict[str, Any]:

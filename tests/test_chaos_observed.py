@@ -115,10 +115,7 @@ def test_non_prefix_names_one_witness_per_later_read() -> None:
     [
         ("[workload]\nreaders = -1", "workload.readers: expected a number greater than or equal to 0"),
         ("[workload]\nread_pause = 'soon'", "workload.read_pause: expected a number"),
-        (
-            "[storm]\nkind = 'append'\nreaders = 1000",
-            "storm.readers: expected a number less than or equal to 100",
-        ),
+        ("[storm]\nkind = 'append'\nreaders = 1000", "storm.readers: expected a number less than or equal to 100"),
     ],
 )
 def test_bad_reader_settings_are_refused_with_the_field(text: str, where: str) -> None:

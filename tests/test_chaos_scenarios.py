@@ -26,11 +26,8 @@ def test_every_shipped_scenario_validates() -> None:
         ('name = "x"\nstores = ["oracle"]', "stores", "no store kit 'oracle'; installed: memory,"),
         ('name = "x"\n[[faults]]\nkind = "flood"\nat = 1', "faults[0]", "kind = one of"),
         ('name = "x"\n[[faults]]\nkind = "stall"\nat = 1', "faults[0]", "exactly one of"),
-        (
-            'name = "x"\n[[faults]]\nkind = "kill"\nat = 1\nfailpoint = "nowhere"',
-            "faults[0].failpoint",
-            "after-effect-before-record",
-        ),
+        ('name = "x"\n[[faults]]\nkind = "kill"\nat = 1\nfailpoint = "nowhere"',
+         "faults[0].failpoint", "after-effect-before-record"),
         ("description = 1", "name", "this field is required"),
     ],
 )

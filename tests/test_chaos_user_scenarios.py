@@ -49,9 +49,7 @@ def test_a_user_file_is_run_by_path(tmp_path: Path) -> None:
 
 def test_a_scenario_dir_adds_its_scenarios_to_list_and_run(tmp_path: Path) -> None:
     _mine(tmp_path / "mine")
-    listed = CliRunner().invoke(
-        main, ["list", "--scenario-dir", str(tmp_path / "mine")], env={"COLUMNS": "240"}
-    )
+    listed = CliRunner().invoke(main, ["list", "--scenario-dir", str(tmp_path / "mine")], env={"COLUMNS": "240"})
     assert listed.exit_code == 0, listed.output
     assert "a user scenario" in listed.output and "lease-stall" in listed.output
     args = ["run", "mine", "--check", "--report-dir", str(tmp_path / "r")]

@@ -15,9 +15,7 @@ from wd_chaos.mutants.runner import GateReport
 def _run(tmp_path: Path, name: str, store: str, faults: int, wall: float = 20.0) -> dict[str, str]:
     folder = tmp_path / name
     folder.mkdir()
-    schedule = [
-        {"fault": "stall", "at": float(i), "target": "worker-0", "duration": 1.0} for i in range(faults)
-    ]
+    schedule = [{"fault": "stall", "at": float(i), "target": "worker-0", "duration": 1.0} for i in range(faults)]
     (folder / "run.json").write_text(json.dumps({"store": store, "schedule": schedule}))
     (folder / "summary.json").write_text(json.dumps({"wall_seconds": wall}))
     return {"fencing": "invalid", RUN_DIR: str(folder)}

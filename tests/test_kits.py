@@ -18,15 +18,7 @@ from without_durability.testing import kit as kit_module
 from without_durability.testing.kit import KitError, StoreKit, find_kit, kits, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILT_IN = {
-    "memory",
-    "sqlite",
-    "postgres",
-    "redis-set",
-    "redis-stream",
-    "redis-cluster",
-    "redis-cluster-stream",
-}
+BUILT_IN = {"memory", "sqlite", "postgres", "redis-set", "redis-stream", "redis-cluster", "redis-cluster-stream"}
 
 
 def test_every_built_in_store_registers_its_kit_by_entry_point() -> None:

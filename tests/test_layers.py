@@ -94,28 +94,15 @@ def test_no_import_runs_up_the_layers() -> None:
         ("without_durability/testing/extra.py", "from ..sqlite import SqliteCheckpointer", "names no store"),
         ("without_durability/testing/extra.py", "import without_durability_redis.kit", "no store package"),
         ("without_durability_postgres/extra.py", "from wd_chaos import stores", "imports no harness"),
-        (
-            "without_durability_redis/extra.py",
-            "from without_durability_postgres import kit",
-            "no other store",
-        ),
-        (
-            "wd_chaos/extra.py",
-            "def f():\n    from without_durability_postgres import sweep",
-            "through their kits",
-        ),
+        ("without_durability_redis/extra.py", "from without_durability_postgres import kit", "no other store"),
+        ("wd_chaos/extra.py", "def f():\n    from without_durability_postgres import sweep", "through their kits"),
     ],
 )
 def test_the_layer_check_sees_an_import_against_the_layers(
     tmp_path: Path, module: str, line: str, rule: str
 ) -> None:
     """The check is not vacuous: each rule catches a module that breaks it (in a copy of the tree's shape)."""
-    for package in (
-        "without_durability/testing",
-        "without_durability_postgres",
-        "without_durability_redis",
-        "wd_chaos",
-    ):
+    for package in ("without_durability/testing", "without_durability_postgres", "without_durability_redis", "wd_chaos"):
         (tmp_path / package).mkdir(parents=True, exist_ok=True)
         (tmp_path / package / "__init__.py").write_text("")
     (tmp_path / module).write_text(line + "\n")

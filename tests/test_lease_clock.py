@@ -122,9 +122,7 @@ async def test_a_wall_clock_stepped_back_keeps_history_in_order(wd_store: StoreU
 
 
 @PROCESS_CLOCK
-async def test_a_step_back_stamps_after_the_latest_record_not_the_first(
-    wd_store: StoreUnderTest[Any],
-) -> None:
+async def test_a_step_back_stamps_after_the_latest_record_not_the_first(wd_store: StoreUnderTest[Any]) -> None:
     # the floor is the newest record's stamp: a step back landing between the first record's and
     # the newest one's must still stamp at the newest
     cp, clocks = _apart(wd_store)

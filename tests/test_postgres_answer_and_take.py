@@ -50,9 +50,7 @@ async def queued(sched: PostgresScheduler) -> dict[str, Any]:
 
 async def test_its_take_half_is_take_with_only_the_two_conditions_added(wd_store: Store) -> None:
     added = " AND workflow <> %(workflow)s\n       AND (SELECT count(*) FROM answered) >= 0"
-    take = PostgresScheduler.TAKE.split("WITH next AS (", 1)[1].replace(
-        "visibility <= now()", "visibility <= now()" + added
-    )
+    take = PostgresScheduler.TAKE.split("WITH next AS (", 1)[1].replace("visibility <= now()", "visibility <= now()" + added)
     for chain in (PostgresScheduler.FINISH_AND_TAKE, PostgresScheduler.WAKE_AT_AND_TAKE):
         assert chain.split("), next AS (", 1)[1] == take, "the take half drifted from TAKE"
 

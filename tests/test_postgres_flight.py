@@ -76,15 +76,12 @@ class Trace:
         return waits
 
 
-def durable_on(
-    pool: Pool, schema: str, *, notify: bool = False, scheduler: type[PostgresScheduler] = PostgresScheduler
-) -> PostgresDurable:
+def durable_on(pool: Pool, schema: str, *, notify: bool = False, scheduler: type[PostgresScheduler] =
+               PostgresScheduler) -> PostgresDurable:
     return PostgresDurable(PostgresCheckpointer(pool=pool), scheduler(pool, namespace=schema, notify=notify))
 
 
-async def test_arrive_deliver_and_discard_each_wait_for_one_round_trip(
-    wd_store: Store, tmp_path: Path
-) -> None:
+async def test_arrive_deliver_and_discard_each_wait_for_one_round_trip(wd_store: Store, tmp_path: Path) -> None:
     async with one_connection(wd_store) as (pool, schema):
         durable = durable_on(pool, schema)
         trace = Trace(pool, tmp_path)
@@ -97,11 +94,7 @@ async def test_arrive_deliver_and_discard_each_wait_for_one_round_trip(
         assert (await durable.arrive("wf-1", "go", "other")).won is False
         assert await durable.checkpointer.load("wf-0") == {}
         loaded = await durable.checkpointer.load("wf-1")
-        assert loaded["go"] == 1 and [v for k, v in loaded.items() if k != "go"] == [
-            {"n": 1},
-            {"n": 3},
-            {"n": 5},
-        ]
+        assert loaded["go"] == 1 and [v for k, v in loaded.items() if k != "go"] == [{"n": 1}, {"n": 3}, {"n": 5}]
 
 
 async def test_with_notify_the_notify_rides_behind_the_commit_in_the_same_flight(
@@ -184,9 +177,7 @@ async def test_a_statement_failing_after_the_first_rolls_back_the_whole_transact
             with pytest.raises(StoreError) as caught:
                 await attempt()
             assert isinstance(caught.value.__cause__, psycopg.errors.DivisionByZero), caught.value.__cause__
-            assert await good.checkpointer.load("wf") == {}, (
-                "the supply/append committed without its schedule"
-            )
+            assert await good.checkpointer.load("wf") == {}, "the supply/append committed without its schedule"
             assert await good.scheduler.take(timedelta(seconds=60)) is None
         assert broken.scheduler.notifier is not None and broken.scheduler.notifier.sent == 0
         # the one connection was rolled back and kept (not dropped), and the next transition commits
@@ -209,9 +200,7 @@ async def test_a_value_the_server_refuses_is_invalid_value_and_nothing_is_queued
         assert isinstance(caught.value.__cause__, psycopg.errors.InvalidTextRepresentation)
         with pytest.raises(InvalidValue):
             await odd.deliver("wf", 8)
-        assert await scheduler.take(timedelta(seconds=60)) is None, (
-            "a refused arrive still queued its workflow"
-        )
+        assert await scheduler.take(timedelta(seconds=60)) is None, "a refused arrive still queued its workflow"
         assert await odd.checkpointer.load("wf") == {}
         assert (await odd.arrive("wf", "go", "fine")).won is True  # and the connection still works
     no_driver_warnings(caplog)
@@ -259,11 +248,7 @@ async def test_the_flight_begins_as_the_pool_is_configured_and_hands_the_connect
 
     async with one_connection(wd_store) as (_, schema):
         pool: Pool = AsyncConnectionPool(
-            wd_store.extra["url"],
-            min_size=1,
-            max_size=1,
-            open=False,
-            configure=serializable,
+            wd_store.extra["url"], min_size=1, max_size=1, open=False, configure=serializable,
             kwargs={"options": f"-c search_path={schema}", "autocommit": True},
         )
         await pool.open(wait=True, timeout=10)

@@ -33,7 +33,6 @@ NO_CONTAINER = {"toxiproxy": TOXIPROXY_SERVER, "redis-cluster": REDIS_CLUSTER_SE
 def recipe(kind: str) -> ServerRecipe:
     return {**RECIPES, **NO_CONTAINER}[kind]
 
-
 DOCKER_ANSWERS = Probe(url=None, docker=None, missing=())
 NO_DOCKER = Probe(url=None, docker="no Docker engine answers (a reason)", missing=())
 
@@ -70,10 +69,7 @@ def test_a_url_variable_wins_over_everything(monkeypatch: pytest.MonkeyPatch) ->
         with provide(recipe("redis")) as server:
             assert (server.source, server.url) == ("env", private.url)
             assert redis.Redis.from_url(server.url).ping()
-    assert (
-        choose(recipe("redis"), Probe(url="redis://x:1/0", docker=None, missing=("redis-server",))).source
-        == "env"
-    )
+    assert choose(recipe("redis"), Probe(url="redis://x:1/0", docker=None, missing=("redis-server",))).source == "env"
 
 
 @pytest.mark.parametrize("kind", CONTAINER_KINDS)
@@ -99,9 +95,7 @@ def test_only_postgres_and_redis_come_from_containers(kind: str) -> None:
 
 
 def test_no_source_at_all_says_what_to_do() -> None:
-    choice = choose(
-        recipe("postgres"), Probe(url=None, docker=NO_DOCKER.docker, missing=("initdb", "postgres"))
-    )
+    choice = choose(recipe("postgres"), Probe(url=None, docker=NO_DOCKER.docker, missing=("initdb", "postgres")))
     assert choice.source is None
     assert "initdb, postgres not on PATH" in choice.why
     assert "no Docker engine answers" in choice.why
@@ -111,8 +105,5 @@ def test_no_source_at_all_says_what_to_do() -> None:
 def test_provide_raises_the_reason_when_nothing_can_be_had(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("WD_TOXIPROXY_URL", raising=False)
     monkeypatch.setenv("PATH", "/nonexistent")  # a real probe of a machine without the binary
-    with (
-        pytest.raises(ServerUnavailable, match=r"toxiproxy-server not on PATH.*install-servers"),
-        provide(recipe("toxiproxy")),
-    ):
+    with pytest.raises(ServerUnavailable, match=r"toxiproxy-server not on PATH.*install-servers"), provide(recipe("toxiproxy")):
         pass

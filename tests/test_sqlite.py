@@ -456,10 +456,7 @@ async def test_namespaces_share_one_file_and_nothing_else(tmp_path: Path) -> Non
 
     conn = await sqlite_connect(tmp_path / "ns.db")
     clock = ManualClock()
-    a, b = (
-        SqliteScheduler(conn, clock=clock, namespace="a"),
-        SqliteScheduler(conn, clock=clock, namespace="b"),
-    )
+    a, b = SqliteScheduler(conn, clock=clock, namespace="a"), SqliteScheduler(conn, clock=clock, namespace="b")
     try:
         await b.schedule("only-b")
         assert await a.take(LONG) is None, "a took b's workflow"

@@ -58,9 +58,8 @@ class Bundle:
         self.scheduler = CountingScheduler(durable.scheduler)
 
 
-async def pickup(
-    wd_store: Store, *, poll: timedelta, kill_listener: bool
-) -> tuple[float, PostgresWakeup, PostgresScheduler]:
+async def pickup(wd_store: Store, *, poll: timedelta, kill_listener: bool) -> tuple[float, PostgresWakeup,
+                                                                                  PostgresScheduler]:
     """Seconds from ``arrive`` to the body starting, for a Worker idling on a PostgresWakeup."""
     pool = wd_store.extra["pool"]
     namespace = f"wake-{next(_ids)}-{wd_store.extra['schema']}"
@@ -78,7 +77,8 @@ async def pickup(
     if kill_listener:
         async with pool.connection() as conn:
             await conn.execute("SELECT pg_terminate_backend(%s)", (wakeup.backend_pid,))
-    work = Worker(bundle, body, alive=LONG, budget=LONG, visibility=LONG, poll_interval=poll, wakeup=wakeup)  # type: ignore[arg-type]
+    work = Worker(bundle, body, alive=LONG, budget=LONG, visibility=LONG, poll_interval=poll,
+                  wakeup=wakeup)  # type: ignore[arg-type]
     task = asyncio.create_task(work.run(until=lambda: bool(started)))
     try:
         await bundle.scheduler.idle()
@@ -130,15 +130,8 @@ async def test_a_wakeup_that_fails_falls_back_to_polling(wd_store: Store) -> Non
         done.append(True)
         return None
 
-    work = Worker(
-        wd_store.durable,
-        body,
-        alive=LONG,
-        budget=LONG,
-        visibility=LONG,
-        poll_interval=timedelta(milliseconds=50),
-        wakeup=Broken(),
-    )
+    work = Worker(wd_store.durable, body, alive=LONG, budget=LONG, visibility=LONG,
+                  poll_interval=timedelta(milliseconds=50), wakeup=Broken())
     task = asyncio.create_task(work.run(until=lambda: bool(done)))
     async with asyncio.timeout(20):
         await called.wait()  # the worker idled on the broken wakeup at least once
@@ -162,15 +155,8 @@ async def test_a_worker_idling_on_the_stream_wakes_for_an_arrival_before_its_pol
         checkpointer = wd_store.checkpointer
         scheduler = takes
 
-    work = Worker(
-        Bundle(),
-        body,
-        alive=LONG,
-        budget=LONG,
-        visibility=LONG,  # type: ignore[arg-type]
-        poll_interval=timedelta(seconds=30),
-        wakeup=wd_store.scheduler,
-    )
+    work = Worker(Bundle(), body, alive=LONG, budget=LONG, visibility=LONG,  # type: ignore[arg-type]
+                  poll_interval=timedelta(seconds=30), wakeup=wd_store.scheduler)
     task = asyncio.create_task(work.run(until=lambda: bool(started)))
     try:
         await takes.idle()
