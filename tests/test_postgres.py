@@ -526,6 +526,28 @@ async def test_namespaces_are_separate_queues(wd_store: Store) -> None:
         await b.wake_at(got, None)
 
 
+@pytest.mark.parametrize("many", [False, True], ids=["take", "take_many"])
+async def test_a_take_is_neither_held_up_by_nor_touches_another_namespace(
+    wd_store: Store, many: bool
+) -> None:
+    # another namespace's entry due earlier must not stand in the way, and the same workflow queued
+    # there must stay due for that namespace
+    pool, w, first = pool_of(wd_store), wf("ns-order"), wf("ns-first")
+    a, b = PostgresScheduler(pool=pool, namespace="a"), PostgresScheduler(pool=pool, namespace="b")
+    now = await a.now()
+    await b.schedule(first, now - timedelta(seconds=2))
+    await b.schedule(w, now - timedelta(seconds=1))
+    await a.schedule(w, now - timedelta(seconds=1))
+    if many:
+        got = [d.workflow for d in await a.take_many(LONG, 1)]
+    else:
+        one = await a.take(LONG)
+        got = [] if one is None else [one.workflow]
+    assert got == [w], f"namespace a's take handed out {got!r}"
+    left = sorted(d.workflow for d in await b.take_many(LONG, 10))
+    assert left == sorted([first, w]), f"namespace b's due entries after a's take: {left!r}"
+
+
 async def test_a_cancel_in_one_namespace_leaves_the_other_alone(wd_store: Store) -> None:
     pool, w = pool_of(wd_store), wf("ns-cancel")
     a, b = PostgresScheduler(pool=pool, namespace="a"), PostgresScheduler(pool=pool, namespace="b")
