@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from wd_chaos.mutate import patch
 from wd_chaos.mutate.operators import LUA_OPERATORS, SQL_OPERATORS, edits
-from wd_chaos.mutate.runner import PLANS, StorePlan, run_tests
+from wd_chaos.mutate.runner import _first, plan_for, run_tests, targets_of
 from wd_chaos.mutate.targets import mutants, script_targets, statement_targets
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,7 +130,7 @@ def _env() -> dict[str, str]:
 def test_one_generated_mutant_is_killed_where_the_real_store_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     check = "tests/test_conformance.py::test_superseded_record_is_fenced_and_writes_nothing"
-    plan = StorePlan(**{**PLANS["sqlite"].__dict__, "tests": (check,)})
+    plan = replace(plan_for("sqlite"), tests=(check,))
     spec = next(
         m
         for m in mutants("sqlite", statement_targets("without_durability.sqlite"))
@@ -139,6 +140,9 @@ def test_one_generated_mutant_is_killed_where_the_real_store_passes(monkeypatch:
     assert real.code == 0, real.tail
     broken = run_tests(plan, spec, timeout=120)
     assert broken.code == 1 and broken.failed.startswith(check), broken.tail
+    # on pytest-xdist too, where a -x session ends "interrupted" (exit 2) at the first failure
+    spread = run_tests(replace(plan, tests=(check, "tests/test_sqlite.py")), spec, timeout=120, jobs=2)
+    assert spread.code == 1 and spread.failed.startswith(check), spread.tail
 
 
 def test_the_command_lists_mutants_and_refuses_an_unknown_store_clearly() -> None:
@@ -169,3 +173,80 @@ def test_equivalents_name_real_mutants_each_with_a_reason() -> None:
         for m in mutants(store, targets)
     }
     assert known and set(known) <= ids, f"equivalent.toml names no such mutant: {sorted(set(known) - ids)}"
+
+
+def test_each_built_in_kit_declares_its_plan_and_the_flags_still_replace_its_parts() -> None:
+    from wd_chaos.mutate.command import _plan
+    from without_durability.testing.kit import KitError
+
+    sqlite, postgres, redis = plan_for("sqlite"), plan_for("postgres"), plan_for("redis")
+    assert (sqlite.name, sqlite.wd_stores, sqlite.server) == ("sqlite", ("sqlite",), None)
+    assert (postgres.name, postgres.server, postgres.server_env) == (
+        "postgres",
+        "postgres",
+        "WD_POSTGRES_URL",
+    )
+    assert (redis.name, redis.wd_stores, redis.server_env) == (
+        "redis",
+        ("redis-set", "redis-stream"),
+        "WD_REDIS_URL",
+    )
+    stream = plan_for("redis-stream")  # either scheduler's kit: the same scripts, the same ids
+    assert (stream.name, stream.scripts, stream.wd_stores) == (redis.name, redis.scripts, redis.wd_stores)
+    for plan in (sqlite, postgres, redis):
+        assert plan.tests and all((ROOT / t).is_file() for t in plan.tests), plan.tests
+    # the kit's own statements (its ledger, its superseding claim) are the tests' harness, not the store
+    names = {t.name.partition(":")[0] for t in targets_of(postgres)}
+    assert (
+        "without_durability_postgres.checkpointer" in names and "without_durability_postgres.kit" not in names
+    )
+    with pytest.raises(KitError, match="declares no mutate_plan"):
+        plan_for("memory")
+    flagged = _plan("postgres", (), ("tests/test_postgres.py",), (), ("-p", "x"))
+    assert flagged.tests == ("tests/test_postgres.py",) and flagged.pytest_args == ("-p", "x")
+    assert flagged.statements == postgres.statements
+
+
+MINE = """
+CLAIM = "UPDATE claim SET token = token + 1 WHERE workflow = ? AND held_until < ?"
+SETUP = "CREATE TABLE claim (workflow TEXT)"
+
+
+def claim(conn, workflow, now):
+    return conn.execute(CLAIM, (workflow, now))
+"""
+
+
+def test_a_third_party_kit_declares_its_plan_and_mutate_asks_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from wd_chaos.cli import main
+    from without_durability.testing import MutatePlan, StoreKit
+    from without_durability.testing import kit as kit_module
+
+    (tmp_path / "mine_statements.py").write_text(MINE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    class MineKit(StoreKit):
+        name = "mine"
+        mutate_plan = MutatePlan(statements=("mine_statements",), tests=("tests/test_mine.py",))
+
+    monkeypatch.setattr(kit_module, "_KITS", {**kit_module.kits(), "mine": MineKit()})
+    plan = plan_for("mine")
+    assert (plan.name, plan.wd_stores, plan.tests) == ("mine", ("mine",), ("tests/test_mine.py",))
+    listed = CliRunner().invoke(main, ["mutate", "--store", "mine", "--list"])
+    assert listed.exit_code == 0, listed.output
+    ids = [line.split("\t")[0] for line in listed.output.splitlines()]
+    # CLAIM (read when the store runs) is mutated; SETUP (never read by a function) is not
+    assert ids and all(i.startswith("mine:CLAIM:") for i in ids), ids
+    assert any(":drop-and:" in i for i in ids) and any(":comparison:" in i for i in ids), ids
+
+
+def test_a_mutant_meets_its_statements_killers_first_then_the_others_fastest_first() -> None:
+    killers = {"m:A": ["t::slow_a", "t::fast_a"], "m:B": ["t::b"]}
+    timings = {"t::slow_a": 9.0, "t::fast_a": 1.0, "t::b": 0.5}
+    assert _first("m:A", killers, timings) == ("t::fast_a", "t::slow_a", "t::b")
+    assert _first("m:C", killers, timings) == ("t::b", "t::fast_a", "t::slow_a")
+    assert _first("m:C", {}, timings) == ()

@@ -44,7 +44,7 @@ from without_durability_postgres import (  # noqa: E402
     migrate,
     sweep,
 )
-from without_durability_postgres.checkpointer import CLAIM  # noqa: E402
+from without_durability_postgres.checkpointer import CLAIM, RECORD  # noqa: E402
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.wd_store("postgres")]
 
@@ -526,6 +526,28 @@ async def test_namespaces_are_separate_queues(wd_store: Store) -> None:
         await b.wake_at(got, None)
 
 
+@pytest.mark.parametrize("many", [False, True], ids=["take", "take_many"])
+async def test_a_take_is_neither_held_up_by_nor_touches_another_namespace(
+    wd_store: Store, many: bool
+) -> None:
+    # another namespace's entry due earlier must not stand in the way, and the same workflow queued
+    # there must stay due for that namespace
+    pool, w, first = pool_of(wd_store), wf("ns-order"), wf("ns-first")
+    a, b = PostgresScheduler(pool=pool, namespace="a"), PostgresScheduler(pool=pool, namespace="b")
+    now = await a.now()
+    await b.schedule(first, now - timedelta(seconds=2))
+    await b.schedule(w, now - timedelta(seconds=1))
+    await a.schedule(w, now - timedelta(seconds=1))
+    if many:
+        got = [d.workflow for d in await a.take_many(LONG, 1)]
+    else:
+        one = await a.take(LONG)
+        got = [] if one is None else [one.workflow]
+    assert got == [w], f"namespace a's take handed out {got!r}"
+    left = sorted(d.workflow for d in await b.take_many(LONG, 10))
+    assert left == sorted([first, w]), f"namespace b's due entries after a's take: {left!r}"
+
+
 async def test_a_cancel_in_one_namespace_leaves_the_other_alone(wd_store: Store) -> None:
     pool, w = pool_of(wd_store), wf("ns-cancel")
     a, b = PostgresScheduler(pool=pool, namespace="a"), PostgresScheduler(pool=pool, namespace="b")
@@ -619,6 +641,123 @@ async def test_sweep_keeps_waiting_workflows_unless_abandoned_ones_are_asked_for
     assert await sweep(pool, timedelta(hours=1), abandoned_after=timedelta(hours=1)) == 2
     with pytest.raises(InvalidInput):
         await sweep(pool, timedelta(hours=1), abandoned_after=timedelta(hours=-1))
+
+
+async def _age(pool: Any, workflows: list[str], *, records: str = "2 hours", claims: str = "3 hours") -> None:
+    """Move the workflows' records and claim deadlines into the past on the server, as time would."""
+    async with pool.connection() as conn:
+        await conn.execute(
+            "UPDATE workflow_checkpoint SET written_at = written_at - %s::interval WHERE workflow = ANY(%s)",
+            (records, workflows),
+        )
+        await conn.execute(
+            "UPDATE workflow_claim SET alive_until = alive_until - %s::interval, "
+            "held_until = held_until - %s::interval WHERE workflow = ANY(%s)",
+            (claims, claims, workflows),
+        )
+
+
+async def test_sweep_fences_what_it_collects_and_leaves_what_it_keeps_untouched(wd_store: Store) -> None:
+    # every holder below has lapsed but none was superseded, so each may still write until a fence
+    # goes up: the sweep must raise it for what it collects and for nothing else
+    cp, pool = wd_store.checkpointer, pool_of(wd_store)
+    names = {k: wf(f"sweep-touch-{k}") for k in ("collected", "mixed", "queued", "open")}
+    passes = {}
+    for kind, w in names.items():
+        passes[kind] = await cp.claim(w, alive=LONG, budget=LONG)
+        await cp.record(passes[kind], "old", kind)
+        if kind != "open":
+            with lifecycle_writes():
+                await cp.record(passes[kind], "wd/finished", kind)
+    await wd_store.scheduler.schedule(names["queued"])
+    # lapsed for less than the age, so the claim rows stay and only a raised token fences a pass
+    await _age(pool, list(names.values()), claims="90 minutes")
+    for kind in ("mixed", "open"):  # an old record and a young one: the newest decides the age
+        await cp.record(passes[kind], "young", kind)
+
+    assert await sweep(pool, timedelta(hours=1), abandoned_after=timedelta(hours=1)) == 1
+
+    with pytest.raises(Fenced):
+        await cp.record(passes["collected"], "late", 1)
+    for kind in ("mixed", "queued", "open"):
+        recorded = await cp.record(passes[kind], "after", 1)
+        assert recorded.won, f"the sweep fenced the {kind} workflow it kept"
+
+
+async def test_sweep_steps_over_a_claim_row_someone_holds_locked(wd_store: Store) -> None:
+    cp, pool = wd_store.checkpointer, pool_of(wd_store)
+    w = wf("sweep-locked")
+    await cp.release(await cp.claim(w, alive=LONG, budget=LONG))
+    await _age(pool, [w])
+    async with pool.connection() as holder:
+        await holder.execute("SELECT 1 FROM workflow_claim WHERE workflow = %s FOR UPDATE", (w,))
+        await asyncio.wait_for(sweep(pool, timedelta(hours=1)), 10)
+    claims = {x for (x,) in await _rows(pool, "SELECT workflow FROM workflow_claim")}
+    assert w in claims, "a claim row held locked by a writer was deleted under it"
+
+
+async def test_sweep_keeps_the_claim_row_of_a_queued_workflow_without_records(wd_store: Store) -> None:
+    cp, pool = wd_store.checkpointer, pool_of(wd_store)
+    w = wf("sweep-queued-bare")
+    old = await cp.claim(w, alive=LONG, budget=LONG)
+    await cp.release(old)
+    await wd_store.scheduler.schedule(w)
+    await _age(pool, [w])
+    await sweep(pool, timedelta(hours=1))
+    again = await cp.claim(w, alive=LONG, budget=LONG)
+    assert again.token > old.token, "the sweep deleted a queued workflow's claim row: its tokens restarted"
+
+
+async def test_an_abandoned_age_shorter_than_the_age_sweeps_an_open_workflow_by_it(wd_store: Store) -> None:
+    cp, pool = wd_store.checkpointer, pool_of(wd_store)
+    w = wf("sweep-rearmed")
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    with lifecycle_writes():  # failed, then re-armed: open again
+        await cp.record(held, "wd/failed/0", {"attempts": 1})
+        await cp.record(held, "wd/rearmed/0", {})
+    await cp.release(held)
+    await _age(pool, [w])
+    assert await sweep(pool, timedelta(hours=3), abandoned_after=timedelta(hours=1)) == 1
+    assert await cp.load(w) == {}
+
+
+async def test_sweep_rechecks_each_workflow_under_its_claim_row_lock(wd_store: Store) -> None:
+    # found idle, then, while the sweep waits for the claim row: one gets a young record, one a
+    # queue row, one a new live claim. Each must be kept, decided on what is committed by then.
+    cp, pool = wd_store.checkpointer, pool_of(wd_store)
+    names = {k: wf(f"sweep-race-{k}") for k in ("recorded", "queued", "claimed")}
+    passes = {}
+    for kind, w in names.items():
+        passes[kind] = await cp.claim(w, alive=LONG, budget=LONG)
+        with lifecycle_writes():
+            await cp.record(passes[kind], "wd/finished", kind)
+    await _age(pool, list(names.values()))
+    async with pool.connection() as holder:
+        await holder.execute(
+            "SELECT 1 FROM workflow_claim WHERE workflow = ANY(%s) FOR UPDATE", (list(names.values()),)
+        )
+        swept = asyncio.create_task(sweep(pool, timedelta(hours=1)))
+        await until(lambda: _waiting(pool), "the sweep to wait for a claim row")
+        await holder.execute(
+            RECORD,
+            {"workflow": names["recorded"], "token": passes["recorded"].token, "key": "young", "value": "1"},
+        )
+        await holder.execute(
+            "INSERT INTO workflow_queue (namespace, workflow, visibility) VALUES (%s, %s, now())",
+            (wd_store.scheduler.namespace, names["queued"]),
+        )
+        row = await (
+            await holder.execute(CLAIM, {"workflow": names["claimed"], "alive": LONG, "budget": LONG})
+        ).fetchone()
+        assert row is not None
+    assert await asyncio.wait_for(swept, 10) == 0
+    for kind, w in names.items():
+        assert await cp.load(w) != {}, f"the sweep deleted the records of the {kind} workflow"
+    assert (await cp.record(Pass(names["claimed"], int(row[0])), "next", 1)).won, "the new claim was fenced"
+
+
+async def _waiting(pool: Any) -> bool:
+    return await lock_waiters(pool, "workflow_claim") > 0
 
 
 async def _rows(pool: Any, sql: str) -> list[tuple[Any, ...]]:

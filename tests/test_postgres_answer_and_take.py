@@ -137,6 +137,48 @@ async def test_a_delivery_from_elsewhere_is_refused_before_anything_is_written(w
     assert set(await queued(other)) == {"x"}
 
 
+ANSWERS = ("finish", "wake", "finish-many", "finish-and-take", "wake-and-take")
+
+
+@pytest.mark.parametrize("answer", ANSWERS)
+async def test_an_answer_touches_its_own_row_only_when_others_share_its_receipt_instant(
+    wd_store: Store, answer: str
+) -> None:
+    # a receipt is a visibility instant, and a schedule or a wake-up may name that same instant for
+    # another workflow of the namespace, or the same workflow in another namespace: each answer must
+    # pick its row by all three of namespace, workflow and receipt, and the chained take by namespace
+    sched = scheduler(wd_store)
+    other = PostgresScheduler(sched.pool, namespace="b")
+    await sched.schedule("w")
+    d = await sched.take(LONG)
+    assert d is not None and d.workflow == "w"
+    receipt = d.receipt.visible_at  # type: ignore[attr-defined]
+    await other.schedule("w", receipt)  # the same workflow and instant in another namespace
+    await sched.schedule("twin", receipt)  # another workflow of this namespace at the same instant
+    past = await sched.now() - timedelta(seconds=1)
+    await other.schedule("due-in-b", past - timedelta(seconds=1))  # due first, in the other namespace only
+    await sched.schedule("both", past)  # due in both namespaces
+    await other.schedule("both", past)
+    kept_b = await queued(other)
+    at = receipt + timedelta(hours=1)
+    got: Delivery | None = None
+    if answer == "finish":
+        await sched.wake_at(d, None)
+    elif answer == "wake":
+        await sched.wake_at(d, at)
+    elif answer == "finish-many":
+        await sched.finish_many([d])
+    else:
+        got = await sched.answer_and_take(d, None if answer == "finish-and-take" else at, LONG)
+        assert got is not None and got.workflow == "both", f"the chained take handed out {got!r}"
+    assert await queued(other) == kept_b, "an answer in one namespace changed the other's queue"
+    mine = await queued(sched)
+    assert mine.get("twin") == receipt, "an answer moved another workflow sharing its receipt instant"
+    assert mine.get("w") == (None if answer.startswith("finish") else at), f"the answer left {mine!r}"
+    if got is None:
+        assert mine.get("both") == past, "an answer alone took or moved a due workflow"
+
+
 async def test_concurrent_chains_hand_out_every_workflow_exactly_once(wd_store: Store) -> None:
     async with fresh_schema(wd_store.extra["url"], min_size=6, max_size=6) as (pool, _):
         sched = PostgresScheduler(pool, namespace="chain")
@@ -169,17 +211,22 @@ async def test_the_answer_waits_for_a_row_lock_before_the_take_locks_anything(wd
     assert held is not None and held.workflow == "a"
     where = "SELECT 1 FROM workflow_queue WHERE namespace = %s AND workflow = %s FOR UPDATE"
     url, options = wd_store.extra["url"], f"-c search_path={wd_store.extra['schema']}"
-    async with await psycopg.AsyncConnection.connect(url, options=options) as other, \
-            await psycopg.AsyncConnection.connect(url, autocommit=True) as watch:
+    async with (
+        await psycopg.AsyncConnection.connect(url, options=options) as other,
+        await psycopg.AsyncConnection.connect(url, autocommit=True) as watch,
+    ):
         await other.execute("SET lock_timeout = '10s'")
         await other.execute(where, (sched.namespace, "a"))  # the other transaction's lock on "a"
         answering = asyncio.create_task(sched.answer_and_take(held, None, LONG))
         deadline = time.monotonic() + 10
         while True:  # until the answer is waiting for that lock
             assert time.monotonic() < deadline, "answer_and_take never waited for the lock on 'a'"
-            row = await (await watch.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE %s", ("%answered%",))).fetchone()
+            row = await (
+                await watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                    ("%answered%",),
+                )
+            ).fetchone()
             if row and row[0]:
                 break
             await asyncio.sleep(0.01)
@@ -234,8 +281,9 @@ async def test_the_worker_sends_each_answer_with_the_next_take(wd_store: Store) 
         finished.append(run.workflow)
         return None
 
-    worker = Worker(durable, body, alive=LONG, budget=LONG, visibility=LONG,
-                    poll_interval=timedelta(seconds=5))
+    worker = Worker(
+        durable, body, alive=LONG, budget=LONG, visibility=LONG, poll_interval=timedelta(seconds=5)
+    )
     await worker.run(max_passes=len(names))
     assert sorted(finished) == names
     # The first pass takes alone; each later take carries the previous answer; the last answer

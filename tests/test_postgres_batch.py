@@ -48,3 +48,27 @@ async def test_finish_many_removes_only_deliveries_still_current(wd_store: Store
     await sched.finish_many(batch)
     left = await sched.take_many(LONG, 10)
     assert [d.workflow for d in left] == ["woken"], f"expected only the woken one queued, got {left!r}"
+
+
+async def test_take_many_hands_out_only_what_is_due(wd_store: Store) -> None:
+    sched = PostgresScheduler(wd_store.extra["pool"], namespace=f"due-{next(_ids)}")
+    now = await sched.now()
+    await sched.schedule("later", now + timedelta(hours=1))
+    await sched.schedule("due", now - timedelta(seconds=1))
+    got = await sched.take_many(LONG, 10)
+    assert [d.workflow for d in got] == ["due"], f"take_many handed out {got!r}"
+
+
+async def test_take_many_steps_over_a_locked_row_instead_of_waiting(wd_store: Store) -> None:
+    pool = wd_store.extra["pool"]
+    sched = PostgresScheduler(pool, namespace=f"lock-{next(_ids)}")
+    now = await sched.now()
+    await sched.schedule("locked", now - timedelta(seconds=2))
+    await sched.schedule("free", now - timedelta(seconds=1))
+    async with pool.connection() as holder:  # a taker holding one row: the others must go on
+        await holder.execute(
+            "SELECT 1 FROM workflow_queue WHERE namespace = %s AND workflow = %s FOR UPDATE",
+            (sched.namespace, "locked"),
+        )
+        got = await asyncio.wait_for(sched.take_many(LONG, 10), 5)
+        assert [d.workflow for d in got] == ["free"], f"take_many handed out {got!r}"

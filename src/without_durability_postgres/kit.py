@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from without_durability._values import Pass
 from without_durability.testing.harness import EffectFailed, EffectKit, RealTestClock, StoreUnderTest
-from without_durability.testing.kit import Opened, Spec, StoreKit
+from without_durability.testing.kit import MutatePlan, Opened, Spec, StoreKit
 from without_durability.testing.replicated import Replicated
 from without_durability.testing.servers import Server, provide, why_unavailable
 
@@ -223,6 +223,18 @@ class PostgresKit(StoreKit):
     description = "PostgreSQL via psycopg 3 (a real server)"
     provides = frozenset({"workers", "restart", "proxy", "transact-pause", "failover"})
     mutant_modules = ("wd_chaos.mutants.postgres",)
+    mutate_plan = MutatePlan(
+        statements=("without_durability_postgres",),
+        tests=(
+            "tests/test_conformance.py",
+            "tests/test_postgres.py",
+            "tests/test_postgres_answer_and_take.py",
+            "tests/test_postgres_batch.py",
+            "tests/test_postgres_flight.py",
+        ),
+        server_env=POSTGRES_SERVER.env,
+        scenarios=("lease-stall", "append-storm", "take-storm"),
+    )
 
     def unavailable(self) -> str | None:
         """Why Postgres cannot run here (driver or server missing), or None."""
@@ -230,7 +242,9 @@ class PostgresKit(StoreKit):
 
     server_binary = "postgres"
 
-    def server(self, *, restartable: bool = False, env: dict[str, str] | None = None) -> AbstractContextManager[Server]:
+    def server(
+        self, *, restartable: bool = False, env: dict[str, str] | None = None
+    ) -> AbstractContextManager[Server]:
         """A Postgres server (every private one is restartable: it keeps its WAL fsynced; a
         ``restartable`` one is never a container, which the run could not signal)."""
         if env is not None:

@@ -21,7 +21,7 @@ from typing import Any
 from without_durability._values import Pass
 from without_durability.durable import SplitDurable
 from without_durability.testing.harness import EffectFailed, EffectKit, RealTestClock, StoreUnderTest
-from without_durability.testing.kit import Opened, Spec, StoreKit
+from without_durability.testing.kit import MutatePlan, Opened, Spec, StoreKit
 from without_durability.testing.replicated import Replicated
 from without_durability.testing.servers import (
     Server,
@@ -200,6 +200,24 @@ async def open_redis_worker(spec: Spec, *, scheduler: str, cluster: bool) -> Ope
     return Opened(durable, close, ledger_effect, read_ledger)
 
 
+REDIS_MUTATE_PLAN = MutatePlan(
+    scripts="without_durability_redis",
+    tests=("tests/test_conformance.py", "tests/test_redis.py"),
+    stores=("redis-set", "redis-stream"),
+    name="redis",
+    server_env=REDIS_SERVER.env,
+    scenarios=("lease-stall", "append-storm"),
+    # the checkpointer's scripts are one code path under either scheduler: run them once
+    narrow=(
+        ("lua:set_", ("redis-set",)),
+        ("lua:stream", ("redis-stream",)),
+        ("lua:_stream", ("redis-stream",)),
+        ("lua:", ("redis-set",)),
+    ),
+)
+"""What ``wd-chaos mutate --store redis`` (or either single-server kit's name) mutates and runs."""
+
+
 class RedisKit(StoreKit):
     """The Redis checkpointer with one of its schedulers, on one server or a cluster."""
 
@@ -228,6 +246,8 @@ class RedisKit(StoreKit):
             self.provides |= {"failover"}
         self.server_binary = None if self.cluster else "redis-server"
         self.server_key = recipe.kind  # the set and stream kits share one server per session
+        if not self.cluster:  # one plan for both schedulers: the scripts are one package
+            self.mutate_plan = REDIS_MUTATE_PLAN
 
     def unavailable(self) -> str | None:
         """Why this kit cannot run here (driver or server missing), or None."""

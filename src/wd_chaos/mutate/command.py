@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 
 from ..options import probe_dir
-from .runner import EQUIVALENT_FILE, PLANS, StorePlan, mutate
+from .runner import EQUIVALENT_FILE, StorePlan, mutate, plan_for
 from .targets import mutants
 
 
 @click.command("mutate")
 @click.option(
-    "--store", required=True, help="sqlite, postgres, redis, or your own store's name (with --statements)."
+    "--store",
+    required=True,
+    help="A store kit's name (sqlite, postgres, redis, yours): its kit's mutate_plan says what to "
+    "mutate and run; or your own store's name with --statements, --tests and --wd-store.",
 )
 @click.option(
     "--budget-minutes",
@@ -30,6 +34,8 @@ from .targets import mutants
 )
 @click.option("--chaos-seconds", type=click.FloatRange(min=1, max=600), default=8.0, show_default=True,
               help="The workload phase of each survivor's wd-chaos run.")  # fmt: skip
+@click.option("--jobs", type=click.IntRange(min=1, max=16), default=1, show_default=True,
+              help="Test processes per pytest session (pytest-xdist).")  # fmt: skip
 @click.option("--list", "list_only", is_flag=True, help="Print the mutants' ids and changes; run nothing.")
 @click.option("--statements", multiple=True, metavar="MODULE",
               help="Your store: a module or package whose statement constants to mutate (repeatable).")  # fmt: skip
@@ -62,6 +68,7 @@ def mutate_command(
     report_dir: Path,
     only: tuple[str, ...],
     chaos_seconds: float,
+    jobs: int,
     list_only: bool,
     statements: tuple[str, ...],
     tests: tuple[str, ...],
@@ -97,6 +104,7 @@ def mutate_command(
         budget_seconds=budget_minutes * 60,
         report_dir=out,
         chaos_seconds=chaos_seconds,
+        jobs=jobs,
         only=only,
         progress=lambda line: click.echo(line, err=True),
         equivalent_file=equivalent,
@@ -121,15 +129,30 @@ def _plan(
     wd_stores: tuple[str, ...],
     pytest_args: tuple[str, ...],
 ) -> StorePlan:
-    if store in PLANS and not statements:
-        plan = PLANS[store]
-        if tests:
-            plan = StorePlan(**{**plan.__dict__, "tests": tests})
-        return plan
-    if not statements or not tests or not wd_stores:
-        raise click.UsageError(
-            f"--store {store!r} is not built in ({', '.join(PLANS)}); for your own store give --statements "
-            "MODULE, --tests PATH and --wd-store NAME (and --pytest-arg=-p --pytest-arg=YOUR_PLUGIN if your "
-            "store registers itself through a pytest plugin)"
+    """The plan ``store``'s kit declares, with any flag given replacing its part; without a kit
+    plan, the flags alone (all three of --statements, --tests, --wd-store)."""
+    from without_durability.testing.kit import KitError
+
+    try:
+        plan = plan_for(store)
+    except KitError as exc:
+        if not statements or not tests or not wd_stores:
+            raise click.UsageError(
+                f"{exc}. Declare a MutatePlan as your kit's mutate_plan (see the README's 'wd-chaos "
+                "mutate'), or give --statements MODULE, --tests PATH and --wd-store NAME (and "
+                "--pytest-arg=-p --pytest-arg=YOUR_PLUGIN if your store registers itself through a "
+                "pytest plugin)"
+            ) from None
+        return StorePlan(
+            store, statements=statements, wd_stores=wd_stores, tests=tests, pytest_args=pytest_args
         )
-    return StorePlan(store, statements=statements, wd_stores=wd_stores, tests=tests, pytest_args=pytest_args)
+    changed: dict[str, object] = {}
+    if statements:
+        changed.update(statements=statements, scripts=None)
+    if tests:
+        changed["tests"] = tests
+    if wd_stores:
+        changed["wd_stores"] = wd_stores
+    if pytest_args:
+        changed["pytest_args"] = (*plan.pytest_args, *pytest_args)
+    return replace(plan, **changed) if changed else plan  # type: ignore[arg-type]

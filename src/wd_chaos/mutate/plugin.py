@@ -2,8 +2,9 @@
 names in place before any test module is collected (without it, no mutant), and running Hypothesis
 derandomized and without shrinking, so the real store and every mutant meet the same examples and
 a failing example is reported at once rather than minimized. ``WD_MUTATE_ORDER`` (a JSON file of
-test id -> seconds, from the real store's run) runs the fastest tests first, so a mutant is
-killed as early as it can be."""
+test id -> seconds, from the real store's run) runs the fastest tests first, and ``WD_MUTATE_FIRST``
+(a JSON list of test ids: the tests that killed this mutant's neighbours) runs those before them,
+so a mutant is killed as early as it can be."""
 
 from __future__ import annotations
 
@@ -32,13 +33,17 @@ def pytest_configure(config: Any) -> None:
 
 
 ORDER_ENV = "WD_MUTATE_ORDER"
+FIRST_ENV = "WD_MUTATE_FIRST"
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    """Fastest first, by the real store's timings; tests without one keep their place, last."""
+    """The likely killers first (in the order given), then fastest first by the real store's
+    timings; tests without a timing keep their place, last. Only the order changes: every test
+    still runs until one fails."""
     path = os.environ.get(ORDER_ENV)
-    if not path:
+    seconds: dict[str, float] = json.loads(Path(path).read_text()) if path else {}
+    first = {test: n for n, test in enumerate(json.loads(os.environ.get(FIRST_ENV) or "[]"))}
+    if not seconds and not first:
         return
-    seconds: dict[str, float] = json.loads(Path(path).read_text())
     slowest = max(seconds.values(), default=0.0) + 1
-    items.sort(key=lambda item: seconds.get(item.nodeid, slowest))
+    items.sort(key=lambda item: (first.get(item.nodeid, len(first)), seconds.get(item.nodeid, slowest)))

@@ -25,7 +25,7 @@ from ..sqlite import (
     sqlite_connect,
 )
 from ..testing.harness import EffectFailed, EffectKit, ManualTestClock, StoreUnderTest
-from ..testing.kit import WALL_OFFSET, Opened, Spec, StoreKit, stepped_clock
+from ..testing.kit import WALL_OFFSET, MutatePlan, Opened, Spec, StoreKit, stepped_clock
 
 LEDGER_TABLE = "wd_test_ledger"
 
@@ -164,6 +164,11 @@ class SqliteKit(StoreKit):
     description = "one SQLite file in WAL mode (stdlib sqlite3)"
     provides = frozenset({"workers"})
     mutant_modules = ("wd_chaos.mutants.sqlite",)
+    mutate_plan = MutatePlan(
+        statements=("without_durability.sqlite",),  # the store's module (or package) of statements
+        tests=("tests/test_lease_clock.py", "tests/test_conformance.py", "tests/test_sqlite.py"),
+        scenarios=("lease-stall", "kill-between-effect-and-record"),
+    )
 
     def open(self, server: object) -> Any:
         """A fresh store in a new temporary file, on a manual clock."""

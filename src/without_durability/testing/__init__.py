@@ -20,9 +20,10 @@ from .harness import (
     register,
     registered,
 )
-from .kit import Opened, StoreKit, find_kit, kits
+from .kit import MutatePlan, Opened, StoreKit, find_kit, kits
 
 __all__ = [
+    "MutatePlan",
     "Opened",
     "StoreKit",
     "find_kit",

@@ -133,6 +133,20 @@ async def test_renew_of_superseded_pass_is_fenced(wd_store: Store) -> None:
         await wd_store.checkpointer.renew(old)
 
 
+async def test_renew_is_fenced_by_its_own_workflow_not_by_another_holding_the_same_token(
+    wd_store: Store,
+) -> None:
+    # stores that count tokens per workflow give both first claims the same token: a renewal that
+    # matched on the token alone would find the other workflow's live claim and not be fenced
+    w, other = wf("renew-own"), wf("renew-other")
+    old = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    await wd_store.checkpointer.release(old)
+    await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    await wd_store.checkpointer.claim(other, alive=LONG, budget=LONG)
+    with pytest.raises(Fenced):
+        await wd_store.checkpointer.renew(old)
+
+
 async def test_release_of_superseded_pass_leaves_the_holder_alone(wd_store: Store) -> None:
     w = wf("release-old")
     old = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)

@@ -111,12 +111,42 @@ def local_clocks(spec: Spec, checkpointer: Any) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class MutatePlan:
+    """What ``wd-chaos mutate --store NAME`` mutates in this kit's store and which checks judge each
+    mutant; a kit declares it as ``mutate_plan``. Names only: nothing is imported until a job runs."""
+
+    statements: tuple[str, ...] = ()
+    """Modules or packages whose statement constants are mutated (SQL the store reads when it runs;
+    or the constants a module lists in ``WD_STATEMENTS``)."""
+    scripts: str | None = None
+    """A package whose ``scripts`` folder holds the store's Lua scripts, each one mutated."""
+    tests: tuple[str, ...] = ()
+    """The test files each mutant runs, relative to the project folder the job runs in (the
+    conformance suite's file among them)."""
+    stores: tuple[str, ...] = ()
+    """The conformance-registry names the tests run on (``--wd-store``); empty: the kit's own."""
+    name: str = ""
+    """The prefix of the mutants' ids (empty: the kit's ``family`` or name)."""
+    server_env: str = ""
+    """The variable the kit's ``server()`` reads a server's URL from first: the job starts one
+    server and names it there, so every session shares it (empty: the store has no server)."""
+    scenarios: tuple[str, ...] = ()
+    """wd-chaos scenarios that judge the tests' survivors (kits that provide ``workers``)."""
+    pytest_args: tuple[str, ...] = ()
+    """Extra pytest arguments, e.g. ``("-p", "my_store.testing")``."""
+    narrow: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """(target prefix, stores): a mutant of a statement or script whose name starts so runs on those
+    stores only (the first match); one the prefixes miss runs on ``stores``."""
+
+
 class StoreKit:
     """One store, for every tool that tests it. Subclass it (or build an instance) in the store's
     own package and register it by entry point (see the module docstring).
 
     The conformance suite needs ``open`` (and ``server``, ``unavailable``); wd-chaos needs
-    ``provides``, ``worker_spec`` and ``open_worker``; the mutant gate needs ``mutant_modules``.
+    ``provides``, ``worker_spec`` and ``open_worker``; the mutant gate needs ``mutant_modules``;
+    ``wd-chaos mutate`` needs ``mutate_plan``.
     """
 
     name: str = ""
@@ -133,6 +163,9 @@ class StoreKit:
     mutant_modules: tuple[str, ...] = ()
     """Modules holding a ``MUTANTS`` list of this store's deliberately broken forms (see
     ``wd_chaos.mutants``); named, not imported, so loading a kit costs nothing."""
+    mutate_plan: MutatePlan | None = None
+    """Where this store's statements or scripts live and which tests judge their generated mutants
+    (``wd-chaos mutate --store NAME``); None: the store declares none."""
 
     def unavailable(self) -> str | None:
         """Why this store cannot run here (its driver is missing, no server can be had), with what
