@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import json
 import sys
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -62,6 +64,13 @@ from .targets import mutants
     default=None,
     help="An earlier mutate.json: keep its kills, run only the mutants it did not kill.",
 )
+@click.option(
+    "--python",
+    "python",
+    is_flag=True,
+    help="Mutate the store's Python decision code (its MutatePlan's python files) with cosmic-ray, "
+    "in a copy of the project, instead of its statements.",
+)
 def mutate_command(
     store: str,
     budget_minutes: float,
@@ -76,12 +85,16 @@ def mutate_command(
     pytest_args: tuple[str, ...],
     equivalent: Path,
     resume: Path | None,
+    python: bool,
 ) -> None:
     """Derive mutants from STORE's own statements (SQL constants) or scripts (Lua), run each through
     the store's conformance suite and its own tests (fail fast), then survivors through short wd-chaos
     runs, and write mutate.json and mutate.html. Exit 0 when every mutant run is killed or listed as
     equivalent and none was left unrun, else 1."""
     plan = _plan(store, statements, tests, wd_stores, pytest_args)
+    if python:
+        _python(plan, budget_minutes, report_dir)
+        return
     if list_only:
         from .runner import targets_of
         from .targets import describe
@@ -120,6 +133,40 @@ def mutate_command(
         click.echo(f"  survived {row['mutant']}: {row['before']}  =>  {row['after']}")
     ok = not report["survived"] and not report["not_run"] and not report["errors"]
     sys.exit(0 if ok else 1)
+
+
+def _python(plan: StorePlan, budget_minutes: float, report_dir: Path) -> None:
+    """The Python half: cosmic-ray's mutants of the plan's files, through its tests, into the job's
+    mutate.json (under "python") and mutate.html; exit 0 only when every mutant ran and was killed."""
+    from .python import PythonMutateError, html_section, mutate_python
+
+    probe_dir(report_dir, "--report-dir")
+    out = report_dir / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-mutate-{plan.name}-python"
+    try:
+        found = mutate_python(
+            plan.python,
+            plan.tests,
+            plan.wd_stores,
+            plan.pytest_args,
+            budget_seconds=budget_minutes * 60,
+            progress=lambda line: click.echo(line, err=True),
+        )
+    except PythonMutateError as exc:
+        raise click.UsageError(str(exc)) from None
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "mutate.json").write_text(json.dumps({"store": plan.name, "python": found}, indent=2) + "\n")
+    (out / "mutate.html").write_text(
+        f"<!doctype html><meta charset=utf-8><title>wd-chaos mutate {html.escape(plan.name)} --python</title>"
+        f"<h1>wd-chaos mutate: {html.escape(plan.name)}</h1>{html_section(found)}"
+    )
+    click.echo(
+        f"{plan.name} python: generated {found['generated']}, killed {found['killed']}, survived "
+        f"{len(found['survived'])}, not run {found['not_run']}, errors {found['errors']}; "
+        f"report {out / 'mutate.html'}"
+    )
+    for row in found["survived"]:
+        click.echo(f"  survived {row['module']}:{row['line']} {row['operator']}")
+    sys.exit(0 if not found["survived"] and not found["not_run"] and not found["errors"] else 1)
 
 
 def _plan(

@@ -45,6 +45,8 @@ class StorePlan:
     narrow: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """(target prefix, conformance stores): a mutant of a target starting so runs on those stores
     only (the first match); one the prefixes miss runs on ``wd_stores``."""
+    python: tuple[str, ...] = ()
+    """Python decision-code files (under ``src/``) that ``--python`` mutates with cosmic-ray."""
 
     def stores_for(self, target: str) -> tuple[str, ...]:
         """The conformance stores a mutant of ``target`` is run on."""
@@ -75,6 +77,7 @@ def plan_for(store: str) -> StorePlan:
         scenarios=declared.scenarios,
         pytest_args=declared.pytest_args,
         narrow=declared.narrow,
+        python=declared.python,
         exclude=(type(kit).__module__,),
     )
 

@@ -168,6 +168,8 @@ class SqliteKit(StoreKit):
         statements=("without_durability.sqlite",),  # the store's module (or package) of statements
         tests=("tests/test_lease_clock.py", "tests/test_conformance.py", "tests/test_sqlite.py"),
         scenarios=("lease-stall", "kill-between-effect-and-record"),
+        # the claim, renewal, fence and budget decisions (wd-chaos mutate --python)
+        python=("src/without_durability/sqlite/checkpointer.py",),
     )
 
     def open(self, server: object) -> Any:

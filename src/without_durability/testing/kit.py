@@ -138,6 +138,9 @@ class MutatePlan:
     narrow: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """(target prefix, stores): a mutant of a statement or script whose name starts so runs on those
     stores only (the first match); one the prefixes miss runs on ``stores``."""
+    python: tuple[str, ...] = ()
+    """The store's Python decision code (``.py`` files under ``src/``, relative to the project
+    folder) that ``wd-chaos mutate --python`` mutates with cosmic-ray and runs ``tests`` against."""
 
 
 class StoreKit:

@@ -1,0 +1,64 @@
+"""wd-chaos mutate --python: cosmic-ray mutates a toy store's decision module in a copy of its
+project, runs the toy's test against each mutant, and the report names a killed mutant and the
+survivor the test misses (the boundary it never checks), while the real tree stays untouched."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("cosmic_ray", reason="wd-chaos mutate --python needs cosmic-ray (the dev extra)")
+
+DECIDE = "def expired(at, now):\n    return at < now\n"
+# the boundary at == now is never asked: the `<=` mutant must survive, the others die
+TEST = "from toyclaims import expired\n\n\ndef test_expired():\n    assert expired(1, 2)\n    assert not expired(3, 2)\n"
+
+
+def test_python_mutants_of_a_toy_store_are_killed_and_survive_where_its_test_is_blind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from wd_chaos.cli import main
+    from without_durability.testing import MutatePlan, StoreKit
+    from without_durability.testing import kit as kit_module
+
+    project = tmp_path / "toy"
+    (project / "src").mkdir(parents=True)
+    (project / "tests").mkdir()
+    (project / "src" / "toyclaims.py").write_text(DECIDE)
+    (project / "tests" / "test_toy.py").write_text(TEST)
+    (project / "reports").mkdir()
+
+    class ToyKit(StoreKit):
+        name = "toy"
+        mutate_plan = MutatePlan(
+            tests=("tests/test_toy.py",), stores=("memory",), python=("src/toyclaims.py",)
+        )
+
+    monkeypatch.setattr(kit_module, "_KITS", {**kit_module.kits(), "toy": ToyKit()})
+    monkeypatch.chdir(project)
+    result = CliRunner().invoke(main, ["mutate", "--store", "toy", "--python", "--budget-minutes", "1"])
+    assert result.exit_code == 1, result.output  # a survivor: not a clean bill
+    (job,) = (project / "reports").iterdir()
+    found = json.loads((job / "mutate.json").read_text())["python"]
+    assert found["tool"] == "cosmic-ray"
+    assert found["killed"] >= 1 and found["not_run"] == 0 and found["errors"] == 0, found
+    assert found["generated"] == found["killed"] + len(found["survived"]), found
+    survivors = {(s["module"], s["line"]) for s in found["survived"]}
+    assert survivors == {("src/toyclaims.py", 2)}, found["survived"]
+    assert any("at <= now" in s["diff"] for s in found["survived"]), found["survived"]
+    assert "Python decision code (cosmic-ray)" in (job / "mutate.html").read_text()
+    assert (project / "src" / "toyclaims.py").read_text() == DECIDE, "the real tree was changed"
+
+
+def test_python_mutation_refuses_a_file_outside_src_clearly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wd_chaos.mutate.python import PythonMutateError, mutate_python
+
+    (tmp_path / "flat.py").write_text(DECIDE)
+    with pytest.raises(PythonMutateError, match="under the project's src/"):
+        mutate_python(("flat.py",), ("tests/test_toy.py",), ("memory",), budget_seconds=30, project=tmp_path)
