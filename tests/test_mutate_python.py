@@ -11,9 +11,10 @@ import pytest
 
 pytest.importorskip("cosmic_ray", reason="wd-chaos mutate --python needs cosmic-ray (the dev extra)")
 
-DECIDE = "def expired(at, now):\n    return at < now\n"
-# the boundary at == now is never asked: the `<=` mutant must survive, the others die
-TEST = "from toyclaims import expired\n\n\ndef test_expired():\n    assert expired(1, 2)\n    assert not expired(3, 2)\n"
+# two decisions, one mutant each (cosmic-ray drops the `not`), so the test stays short: the test
+# asks `expired` and never `idle`, so the first mutant must die and the second survive
+DECIDE = "def expired(fresh):\n    return not fresh\n\n\ndef idle(busy):\n    return not busy\n"
+TEST = "from toyclaims import expired\n\n\ndef test_expired():\n    assert expired(False)\n"
 
 
 def test_python_mutants_of_a_toy_store_are_killed_and_survive_where_its_test_is_blind(
@@ -45,11 +46,10 @@ def test_python_mutants_of_a_toy_store_are_killed_and_survive_where_its_test_is_
     (job,) = (project / "reports").iterdir()
     found = json.loads((job / "mutate.json").read_text())["python"]
     assert found["tool"] == "cosmic-ray"
-    assert found["killed"] >= 1 and found["not_run"] == 0 and found["errors"] == 0, found
-    assert found["generated"] == found["killed"] + len(found["survived"]), found
+    assert (found["generated"], found["killed"], found["not_run"], found["errors"]) == (2, 1, 0, 0), found
     survivors = {(s["module"], s["line"]) for s in found["survived"]}
-    assert survivors == {("src/toyclaims.py", 2)}, found["survived"]
-    assert any("at <= now" in s["diff"] for s in found["survived"]), found["survived"]
+    assert survivors == {("src/toyclaims.py", 6)}, found["survived"]
+    assert "+    return  busy" in found["survived"][0]["diff"], found["survived"]
     assert "Python decision code (cosmic-ray)" in (job / "mutate.html").read_text()
     assert (project / "src" / "toyclaims.py").read_text() == DECIDE, "the real tree was changed"
 
