@@ -24,7 +24,7 @@ from .._values import Delivery, Pass, Recorded
 from ..errors import Contended, Fenced
 from ..rules import INBOX_PREFIX
 from .harness import StoreFactory, StoreUnderTest
-from .reference import Reference
+from .reference import Receipt, Reference
 
 WORKFLOWS = ("w0", "w1")
 KEYS = ("a", "b", "c")
@@ -55,7 +55,7 @@ class _Machine(RuleBasedStateMachine):
         self.real = self.sut.clock.real
         self.ref = Reference()
         self.passes: list[tuple[Pass, Pass]] = []
-        self.deliveries: list[tuple[Delivery, timedelta]] = []  # the store's, and the model's receipt
+        self.deliveries: list[tuple[Delivery, Receipt]] = []  # the store's, and the model's receipt
         self.inbox: dict[str, dict[str, str]] = {w: {} for w in WORKFLOWS}
         self.last_token: dict[str, int] = {}
         self.elapsed = 0.0  # model seconds since the start

@@ -22,8 +22,10 @@ What it models (DESIGN.md's contract, for one process on a clock that only moves
 - ``transact`` on a stored key returns it and performs nothing (even for a superseded pass); else
   a superseded pass is refused before its effect; else the effect's result is recorded;
 - the queue keeps one visibility per workflow: ``schedule`` keeps the earlier time; a take hides
-  a visible workflow until now plus its visibility, and its receipt is that time; ``wake_at``
-  acts only while the entry still holds its receipt's time (a wakeup or cancel since stands).
+  a visible workflow until now plus its visibility, and its receipt is that time with the count
+  of the workflow's wakeups so far; ``wake_at`` acts only while the entry still holds its receipt's
+  time and no wakeup came since (a wakeup or cancel since stands, even one that left the time
+  alone because the entry's own was earlier, as after the delivery's visibility ran out).
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ def canonical(value: object) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+Receipt = tuple[timedelta, int]
+"""A take's receipt in the model: the time it hid the workflow until, and the workflow's wakeup
+count then."""
+
 class Reference:
     """The whole contract's state for any number of workflows and one queue."""
 
@@ -56,6 +62,7 @@ class Reference:
         self.records: dict[str, dict[str, str]] = {}
         self.ledger: dict[str, int] = {}
         self.queue: dict[str, timedelta] = {}
+        self.wakeups: dict[str, int] = {}  # schedules per workflow: a receipt is stale after one
         self.appended = 0
 
     def advance(self, by: timedelta) -> None:
@@ -148,20 +155,22 @@ class Reference:
         """Visible at ``at`` (default now), or earlier if already so."""
         when = self.now if at is None else at
         self.queue[workflow] = min(self.queue.get(workflow, when), when)
+        self.wakeups[workflow] = self.wakeups.get(workflow, 0) + 1
 
     def visible(self) -> list[str]:
         """The workflows a take may hand out now."""
         return sorted(w for w, at in self.queue.items() if at <= self.now)
 
-    def take(self, workflow: str, visibility: timedelta) -> timedelta:
+    def take(self, workflow: str, visibility: timedelta) -> Receipt:
         """Hide ``workflow`` (which must be visible) for ``visibility``; its receipt."""
         assert workflow in self.visible(), f"{workflow} is not visible"
         self.queue[workflow] = self.now + visibility
-        return self.queue[workflow]
+        return (self.queue[workflow], self.wakeups.get(workflow, 0))
 
-    def wake_at(self, workflow: str, receipt: timedelta, at: timedelta | None) -> None:
+    def wake_at(self, workflow: str, receipt: Receipt, at: timedelta | None) -> None:
         """Answer a take: remove (``at`` None) or move the entry, if it still holds ``receipt``."""
-        if self.queue.get(workflow) != receipt:
+        hidden, wakeups = receipt
+        if self.queue.get(workflow) != hidden or self.wakeups.get(workflow, 0) != wakeups:
             return
         if at is None:
             del self.queue[workflow]
