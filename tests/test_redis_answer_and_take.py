@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -223,6 +223,18 @@ async def test_a_wakeup_for_later_than_the_hidden_time_survives_every_answer_pat
     assert await sched.answer_and_take(chained, None, LONG) is None
     left = await queued(sched)
     assert sorted(left) == ["batched", "chained"], f"an answer dropped a wakeup since its take: {left!r}"
+
+
+async def test_a_wakeup_at_exactly_the_hidden_time_survives_the_answer(wd_store: Store) -> None:
+    # The boundary of the test above: a wakeup for the very microsecond the delivery is hidden until.
+    sched = scheduler(wd_store)
+    await sched.schedule("held")
+    d = await sched.take(LONG)
+    assert d is not None
+    hidden = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=int(receipt_time(d)))
+    await sched.schedule("held", hidden)  # while the pass holds it
+    await sched.wake_at(d, None)
+    assert sorted(await queued(sched)) == ["held"], "the holder's answer dropped a wakeup since its take"
 
 
 async def test_take_many_refuses_a_bad_limit(wd_store: Store) -> None:

@@ -202,7 +202,7 @@ async def open_redis_worker(spec: Spec, *, scheduler: str, cluster: bool) -> Ope
 
 REDIS_MUTATE_PLAN = MutatePlan(
     scripts="without_durability_redis",
-    tests=("tests/test_conformance.py", "tests/test_redis.py"),
+    tests=("tests/test_conformance.py", "tests/test_redis.py", "tests/test_redis_answer_and_take.py"),
     stores=("redis-set", "redis-stream"),
     name="redis",
     server_env=REDIS_SERVER.env,
