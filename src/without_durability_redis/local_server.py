@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -70,6 +71,7 @@ def local_redis(
                 "5000",
             ]
         server = Server("redis", f"redis://127.0.0.1:{port}/0", "127.0.0.1", port, "local", datadir=root)
+
         def start() -> Any:
             ex = executor(command, "127.0.0.1", port, root / f"redis-{port}.log", signal.SIGTERM, env)
             ex.start()
@@ -81,6 +83,29 @@ def local_redis(
             yield server
 
 
+CLUSTER_BUS_OFFSET = 10000
+"""A cluster node also listens on its port plus this (its cluster bus), which must be free too."""
+
+
+def _cluster_port(attempts: int = 50) -> int:
+    """A free loopback port whose cluster-bus port is free as well: a node whose bus port is taken
+    (often by another connection's ephemeral port, 32768-60999 on Linux) exits at start."""
+    for _ in range(attempts):
+        port = free_port()
+        bus = port + CLUSTER_BUS_OFFSET
+        if bus > 65535:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", bus))
+            except OSError:
+                continue
+        return port
+    raise ServerUnavailable(
+        f"no free port with a free cluster-bus port (+{CLUSTER_BUS_OFFSET}) in {attempts} tries"
+    )
+
+
 @contextlib.contextmanager
 def local_redis_cluster(masters: int = 3) -> Iterator[Server]:
     """A private Redis Cluster of ``masters`` nodes on free loopback ports (no replicas), slots
@@ -88,7 +113,10 @@ def local_redis_cluster(masters: int = 3) -> Iterator[Server]:
     cli = find_binary("redis-cli")
     with contextlib.ExitStack() as stack:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="wd-redis-cluster-")))
-        nodes = [stack.enter_context(local_redis(cluster=True, folder=root)) for _ in range(masters)]
+        nodes = [
+            stack.enter_context(local_redis(_cluster_port(), cluster=True, folder=root))
+            for _ in range(masters)
+        ]
         made = subprocess.run(
             [
                 cli,
