@@ -190,3 +190,18 @@ def test_answer_then_take_passes_a_take_that_left_the_answered_workflow() -> Non
 def test_answer_then_take_fails_a_take_that_handed_back_the_answered_workflow() -> None:
     verdict = run("answer-then-take", answered(handed_back=True))
     assert verdict.valid is False, verdict.summary
+
+
+def test_answer_then_take_is_unknown_when_answer_sequences_ran_but_recorded_no_call() -> None:
+    h = H()
+    h.call("schedule", workflow="probe/u0/1/answer")
+    h.call("take", visibility=5.0, res={"workflow": "probe/u0/1/answer", "receipt": "r1"})
+    verdict = run("answer-then-take", h)
+    assert verdict.valid == "unknown", verdict.summary
+
+
+def test_answer_then_take_says_there_was_nothing_to_judge_without_answer_sequences() -> None:
+    h = H()
+    h.call("take", visibility=5.0, res={"workflow": WF, "receipt": "r1"})
+    verdict = run("answer-then-take", h)
+    assert verdict.valid is True and "nothing to judge" in verdict.summary, verdict.summary

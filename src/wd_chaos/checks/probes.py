@@ -15,7 +15,7 @@ from collections import defaultdict
 from typing import Any
 
 from ..history import Op
-from .core import SLACK_NS, Operation, Verdict, checker, operations
+from .core import SLACK_NS, UNKNOWN, Operation, Verdict, checker, operations
 
 RENEWING = ("claim", "renew", "record", "transact")
 """Calls that may set a pass's liveness (a claim grants it; the rest renew it when they land)."""
@@ -185,11 +185,29 @@ def own_receipt(ops: list[Op], final: dict[str, Any]) -> Verdict:
 @checker("answer-then-take")
 def answer_then_take(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """``answer_and_take`` never hands back the workflow it answered (a workflow answered as due now
-    is left for the next take)."""
+    is left for the next take). No call to judge is valid only when no probe ran its answer
+    sequence (the scheduler does not offer ``answer_and_take``); a probe that did, yet recorded no
+    completed call, leaves the verdict unknown rather than vacuously valid."""
     del final
     bad: list[dict[str, Any]] = []
     count = 0
-    for o in operations(ops):
+    all_ops = operations(ops)
+    tried = sum(1 for o in all_ops if o.f == "take" and o.invoke.get("via") == "answer_and_take")
+    sequences = {o.workflow for o in all_ops if (o.workflow or "").startswith("probe/")
+                 and (o.workflow or "").endswith("/answer")}  # fmt: skip
+    if not tried:
+        if sequences:
+            return Verdict(
+                "answer-then-take", UNKNOWN,
+                f"{len(sequences)} answer sequence(s) ran, yet no answer_and_take call was recorded",
+                [], {"answer_and_take": 0},
+            )  # fmt: skip
+        return Verdict(
+            "answer-then-take", True,
+            "nothing to judge: no probe ran answer sequences (the scheduler offers no answer_and_take)",
+            [], {"answer_and_take": 0},
+        )  # fmt: skip
+    for o in all_ops:
         if o.f != "take" or o.invoke.get("via") != "answer_and_take" or not o.ok:
             continue
         count += 1
