@@ -18,7 +18,7 @@ from wd_chaos.workload import Recorder
 from without_durability.testing.harness import StoreUnderTest
 
 pytest.importorskip("psycopg")
-from without_durability_postgres.holds import holds_opener  # noqa: E402
+from without_durability_postgres.holds import holds_opener
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.wd_store("postgres")]
 
