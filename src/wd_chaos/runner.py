@@ -154,6 +154,10 @@ class Watch:
         self.terminal: set[str] = set()
         """Workflows with an acknowledged ``wd/finished`` or ``wd/failed/`` record (lifecycle)."""
         self._terminal_ops: dict[str, str] = {}
+        self.effect_workflow: dict[str, str | None] = {}
+        self._writes: dict[str, tuple[str, int]] = {}
+        self.last_write: dict[str, tuple[int, int]] = {}
+        """Per workflow, its latest write that took (won, or an append): (invoke, complete) mono ns."""
 
     def poll(self) -> None:
         for path in self.folder.glob("*.jsonl"):
@@ -170,8 +174,15 @@ class Watch:
                     and line["op"] in self._terminal_ops
                 ):
                     self.terminal.add(self._terminal_ops[line["op"]])
+                if line["type"] == "invoke" and line["f"] in ("record", "transact", "supply", "append"):
+                    self._writes[str(line["op"])] = (str(line.get("workflow")), int(line["mono"]))
+                elif line["type"] == "complete" and str(line["op"]) in self._writes:
+                    wf, invoked = self._writes.pop(str(line["op"]))
+                    if line["outcome"] == "ok" and line.get("won", True):
+                        self.last_write[wf] = max(self.last_write.get(wf, (0, 0)), (invoked, int(line["mono"])))
                 if line["type"] == "invoke" and line["f"] == "effect":
                     self.in_effect[name] = str(line.get("key"))
+                    self.effect_workflow[name] = str(line.get("workflow"))
                 elif line["type"] == "complete":
                     if line["f"] == "effect":
                         self.in_effect[name] = None
@@ -189,6 +200,18 @@ class Watch:
             n for n, k in self.in_effect.items()
             if k is not None and (k == "ledger") == transact and n.startswith("worker")
         }  # fmt: skip
+
+    def busy_after_write(self, since_ns: int, within: float) -> set[str]:
+        """Workers inside a step's effect whose workflow took a write invoked after ``since_ns``
+        (monotonic) and acknowledged less than ``within`` seconds ago: the record ending the step
+        is that workflow's next write, so a clock moved now lands between the two."""
+        now = time.monotonic_ns()
+        fresh = []
+        for name in self.busy("step"):
+            invoked, acked = self.last_write.get(str(self.effect_workflow.get(name)), (0, 0))
+            if invoked > since_ns and now - acked < within * 1e9:
+                fresh.append(name)
+        return set(fresh)
 
 
 def _run_dir(base: Path, scenario: str, store: str) -> Path:
@@ -538,6 +561,7 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
                 run_dir,
                 pids=cluster.pids,
                 busy=watch.busy,
+                written=watch.busy_after_write,
                 seed=seed,
                 toxi=svc.toxi,
                 proxies=svc.proxies,

@@ -39,6 +39,7 @@ class Nemesis:
         pids: Callable[[], dict[str, int]],
         busy: Callable[[str], set[str]],
         seed: int,
+        written: Callable[[int, float], set[str]] | None = None,
         toxi: Any = None,
         proxies: dict[str, str] | None = None,
         server: Any = None,
@@ -53,6 +54,11 @@ class Nemesis:
         (self.armed / "taken").mkdir(parents=True, exist_ok=True)
         self.pids = pids
         self.busy = busy
+        self.written = written or (lambda since_ns, within: busy("step"))
+        """Workers mid-step whose workflow took a write since ``since_ns``, acknowledged less than
+        ``within`` s ago (``runner.Watch.busy_after_write``; without one, every worker mid-step)."""
+        self.wall_stepped_ns = 0
+        """When the last ``wall-step`` was in place (monotonic ns; 0: none yet)."""
         self.rng = random.Random(f"{seed}:targets")
         self.toxi = toxi
         self.proxies = proxies or {}

@@ -6,6 +6,7 @@ store, whose clock a run cannot step (``clock-step`` does that)."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
@@ -25,6 +26,10 @@ class WallStepFault(FaultSpec):
 
     kind: Literal["wall-step"]
     seconds: float
+    after_write: bool = False
+    """Wait (up to ``TARGET_WAIT`` s) for a pass mid-step whose workflow took a write since the
+    previous step, acknowledged less than ``|seconds|`` s ago, so that workflow's next record lands
+    across this step: a step back then certainly comes between two writes of one workflow."""
 
 
 class WallStepEvent(EventSpec):
@@ -33,17 +38,25 @@ class WallStepEvent(EventSpec):
     NEEDS = ("seconds",)
     fault: Literal["wall-step"]
     seconds: Annotated[float | None, Field(allow_inf_nan=False)] = None
+    after_write: bool | None = None
 
 
 def plan(fault: WallStepFault, scenario: Any) -> dict[str, object]:
     """The step, on the store."""
+    if fault.after_write:
+        return {"seconds": fault.seconds, "target": "store", "after_write": True}
     return {"seconds": fault.seconds, "target": "store"}
 
 
 def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     """Move the offset (once a pass is mid-step, or ``TARGET_WAIT`` seconds late)."""
     # a step proves most when it lands on a pass mid-step, whose lease it must not lapse
-    if not nemesis.busy("step") - nemesis.stalled and elapsed - float(ev["at"]) <= TARGET_WAIT:
+    if ev.get("after_write"):
+        # minus a second: the step's own record must still come within the step's size
+        ready = nemesis.written(nemesis.wall_stepped_ns, max(0.5, abs(float(ev["seconds"])) - 1.0))
+    else:
+        ready = nemesis.busy("step")
+    if not ready - nemesis.stalled and elapsed - float(ev["at"]) <= TARGET_WAIT:
         return False
     if nemesis.server is not None:
         nemesis._line(ev, "skipped", why="the store decides by its server's clock, which a run cannot step")
@@ -53,6 +66,7 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
         aside = nemesis.run_dir / f"{WALL_OFFSET}.new"
         aside.write_text(repr(nemesis.wall_offset))
         aside.replace(nemesis.run_dir / WALL_OFFSET)
+        nemesis.wall_stepped_ns = time.monotonic_ns()  # a write invoked after this reads the new offset
         nemesis._line(ev, "start", offset=nemesis.wall_offset)
     return True
 
