@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from wd_chaos.faults import Nemesis
 from wd_chaos.history import HistoryWriter
@@ -31,54 +30,68 @@ def test_watch_names_a_worker_mid_step_on_a_workflow_written_since(tmp_path: Pat
     watch = Watch(tmp_path)
     watch.poll()
     assert watch.busy("step") == {"worker-0", "worker-1"}
-    assert watch.busy_after_write(0, 2.0) == {"worker-0"}
-    assert watch.busy_after_write(time.monotonic_ns(), 2.0) == set(), "written before the step"
+    assert watch.busy_after_write(0, 2.0) == {"worker-0": "a"}
+    now = time.monotonic_ns()
+    assert watch.busy_after_write(now, 2.0) == {}, "written before the step"
     time.sleep(0.05)
-    assert watch.busy_after_write(0, 0.01) == set(), "written too long ago for the step's size"
+    assert watch.busy_after_write(0, 0.01) == {}, "written too long ago for the step's size"
+    assert watch.written_since("a", 0) and not watch.written_since("a", now)
+    assert not watch.written_since("b", 0), "a lost write is no write"
 
 
-def _steps(tmp_path: Path, written: Any) -> tuple[Nemesis, list[float]]:
+class _Writes:
+    """A watch whose answers the test sets: who is mid-step after a write, and what was written."""
+
+    def __init__(self) -> None:
+        self.ready: dict[str, str] = {}
+        self.asked: list[tuple[int, float]] = []
+        self.written: dict[str, int] = {}
+
+    def busy_after_write(self, since_ns: int, within: float) -> dict[str, str]:
+        self.asked.append((since_ns, within))
+        return dict(self.ready)
+
+    def written_since(self, workflow: str, since_ns: int) -> bool:
+        return self.written.get(workflow, 0) > since_ns
+
+
+def _nemesis(tmp_path: Path, writes: _Writes | None) -> Nemesis:
     events = [e for e in plan(find("lease-stall"), 1, 4, 8.0) if e["fault"] == "wall-step"]
     assert [(e["seconds"], e.get("after_write")) for e in events] == [(30.0, None), (-3.0, True), (30.0, None)]
     hist = HistoryWriter(tmp_path / "controller.jsonl", "controller")
-    nemesis = Nemesis(events, hist, tmp_path, pids=dict, busy=lambda _: {"worker-0"}, written=written, seed=1)
-    offsets = []
-    for elapsed in (2.6, 4.1, 4.2):
-        nemesis.tick(elapsed)
-        offsets.append(float((tmp_path / WALL_OFFSET).read_text()))
-    return nemesis, offsets
+    return Nemesis(events, hist, tmp_path, pids=dict, busy=lambda _: {"worker-0"}, writes=writes, seed=1)
 
 
-def test_the_step_back_waits_for_a_write_since_the_step_forward(tmp_path: Path) -> None:
-    asked: list[tuple[int, float]] = []
-    ready: set[str] = set()
+def _offset(tmp_path: Path) -> float:
+    return float((tmp_path / WALL_OFFSET).read_text())
 
-    def written(since_ns: int, within: float) -> set[str]:
-        asked.append((since_ns, within))
-        return set(ready)
 
-    events = [e for e in plan(find("lease-stall"), 1, 4, 8.0) if e["fault"] == "wall-step"]
-    nemesis = Nemesis(
-        events,
-        HistoryWriter(tmp_path / "controller.jsonl", "controller"),
-        tmp_path,
-        pids=dict,
-        busy=lambda _: {"worker-0"},
-        written=written,
-        seed=1,
-    )
+def test_the_step_back_lands_between_two_writes_of_one_workflow(tmp_path: Path) -> None:
+    writes = _Writes()
+    nemesis = _nemesis(tmp_path, writes)
     nemesis.tick(2.6)
     forward = nemesis.wall_stepped_ns
-    assert forward > 0 and float((tmp_path / WALL_OFFSET).read_text()) == 30.0
+    assert forward > 0 and _offset(tmp_path) == 30.0
     nemesis.tick(4.1)
-    assert float((tmp_path / WALL_OFFSET).read_text()) == 30.0, "stepped back with no write to land across"
-    assert asked == [(forward, 2.0)]
-    ready.add("worker-0")
-    nemesis.tick(4.2)
-    assert float((tmp_path / WALL_OFFSET).read_text()) == 27.0
-    assert nemesis.wall_stepped_ns > forward
+    assert _offset(tmp_path) == 30.0, "stepped back with no write to land across"
+    assert writes.asked == [(forward, 2.0)]
+    nemesis.tick(5.6)
+    assert _offset(tmp_path) == 30.0, "the step forward due at 5.5 overtook the step back"
+    writes.ready = {"worker-0": "a"}
+    nemesis.tick(5.65)
+    back = nemesis.wall_stepped_ns
+    assert _offset(tmp_path) == 27.0 and back > forward
+    nemesis.tick(5.7)
+    assert _offset(tmp_path) == 27.0, "stepped again before the write the step back was placed before"
+    writes.written["a"] = time.monotonic_ns()
+    nemesis.tick(5.8)
+    assert _offset(tmp_path) == 57.0
 
 
 def test_without_a_watch_of_writes_a_step_back_takes_any_pass_mid_step(tmp_path: Path) -> None:
-    _, offsets = _steps(tmp_path, None)
-    assert offsets == [30.0, 27.0, 27.0]
+    nemesis = _nemesis(tmp_path, None)
+    offsets = []
+    for elapsed in (2.6, 4.1, 5.6):
+        nemesis.tick(elapsed)
+        offsets.append(_offset(tmp_path))
+    assert offsets == [30.0, 27.0, 57.0]

@@ -201,17 +201,23 @@ class Watch:
             if k is not None and (k == "ledger") == transact and n.startswith("worker")
         }  # fmt: skip
 
-    def busy_after_write(self, since_ns: int, within: float) -> set[str]:
-        """Workers inside a step's effect whose workflow took a write invoked after ``since_ns``
-        (monotonic) and acknowledged less than ``within`` seconds ago: the record ending the step
-        is that workflow's next write, so a clock moved now lands between the two."""
+    def busy_after_write(self, since_ns: int, within: float) -> dict[str, str]:
+        """Workers inside a step's effect (with its workflow) whose workflow took a write invoked
+        after ``since_ns`` (monotonic) and acknowledged less than ``within`` seconds ago: the
+        record ending the step is that workflow's next write, so a clock moved now lands between
+        the two."""
         now = time.monotonic_ns()
-        fresh = []
+        fresh = {}
         for name in self.busy("step"):
-            invoked, acked = self.last_write.get(str(self.effect_workflow.get(name)), (0, 0))
+            wf = str(self.effect_workflow.get(name))
+            invoked, acked = self.last_write.get(wf, (0, 0))
             if invoked > since_ns and now - acked < within * 1e9:
-                fresh.append(name)
-        return set(fresh)
+                fresh[name] = wf
+        return fresh
+
+    def written_since(self, workflow: str, since_ns: int) -> bool:
+        """Whether ``workflow`` took a write invoked after ``since_ns`` (monotonic), acknowledged."""
+        return self.last_write.get(workflow, (0, 0))[0] > since_ns
 
 
 def _run_dir(base: Path, scenario: str, store: str) -> Path:
@@ -561,7 +567,7 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
                 run_dir,
                 pids=cluster.pids,
                 busy=watch.busy,
-                written=watch.busy_after_write,
+                writes=watch,
                 seed=seed,
                 toxi=svc.toxi,
                 proxies=svc.proxies,

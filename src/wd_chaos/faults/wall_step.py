@@ -50,13 +50,26 @@ def plan(fault: WallStepFault, scenario: Any) -> dict[str, object]:
 
 def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     """Move the offset (once a pass is mid-step, or ``TARGET_WAIT`` seconds late)."""
+    waited_out = elapsed - float(ev["at"]) > TARGET_WAIT
+    writes = nemesis.writes
+    awaited = nemesis.wall_awaited
+    # steps keep their order: a step forward overtaking a step back still waiting for its target
+    # would leave the step back nothing to land between
+    if not waited_out and any(e["fault"] == "wall-step" and float(e["at"]) < float(ev["at"]) for e in nemesis.pending):
+        return False
+    # the last step was placed before a write: no other step until that write has read the clock
+    pending = awaited and writes and not any(writes.written_since(w, nemesis.wall_stepped_ns) for w in awaited)
+    if pending and not waited_out:
+        return False
     # a step proves most when it lands on a pass mid-step, whose lease it must not lapse
-    if ev.get("after_write"):
+    targets: dict[str, str] = {}
+    if ev.get("after_write") and writes is not None:
         # minus a second: the step's own record must still come within the step's size
-        ready = nemesis.written(nemesis.wall_stepped_ns, max(0.5, abs(float(ev["seconds"])) - 1.0))
+        targets = writes.busy_after_write(nemesis.wall_stepped_ns, max(0.5, abs(float(ev["seconds"])) - 1.0))
+        ready = set(targets)
     else:
         ready = nemesis.busy("step")
-    if not ready - nemesis.stalled and elapsed - float(ev["at"]) <= TARGET_WAIT:
+    if not ready - nemesis.stalled and not waited_out:
         return False
     if nemesis.server is not None:
         nemesis._line(ev, "skipped", why="the store decides by its server's clock, which a run cannot step")
@@ -67,6 +80,7 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
         aside.write_text(repr(nemesis.wall_offset))
         aside.replace(nemesis.run_dir / WALL_OFFSET)
         nemesis.wall_stepped_ns = time.monotonic_ns()  # a write invoked after this reads the new offset
+        nemesis.wall_awaited = {wf for name, wf in targets.items() if name not in nemesis.stalled}
         nemesis._line(ev, "start", offset=nemesis.wall_offset)
     return True
 
