@@ -70,8 +70,8 @@ class Probe:
         sequences = [self.lapse, self.discard, self.cancel]
         if isinstance(self.rec.sch, AnswersAndTakes):
             sequences.append(self.answer)
-        if self.holds is not None:
-            sequences.append(self.landing)
+        if self.holds is not None:  # first: a short storm still sees it every run
+            sequences.insert(0, self.landing)
         for sequence in sequences:
             with contextlib.suppress(Exception, Fenced, Contended):
                 await sequence(self._wf(sequence.__name__))
