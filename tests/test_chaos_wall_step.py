@@ -81,11 +81,14 @@ def test_the_step_back_lands_between_two_writes_of_one_workflow(tmp_path: Path) 
     nemesis.tick(5.65)
     back = nemesis.wall_stepped_ns
     assert _offset(tmp_path) == 27.0 and back > forward
+    assert nemesis.spared == {"worker-0"}, "a stall could fence the write the step back awaits"
     nemesis.tick(5.7)
     assert _offset(tmp_path) == 27.0, "stepped again before the write the step back was placed before"
     writes.written["a"] = time.monotonic_ns()
     nemesis.tick(5.8)
     assert _offset(tmp_path) == 57.0
+    nemesis.heal()
+    assert nemesis.spared == set()
 
 
 def test_without_a_watch_of_writes_a_step_back_takes_any_pass_mid_step(tmp_path: Path) -> None:
@@ -95,3 +98,12 @@ def test_without_a_watch_of_writes_a_step_back_takes_any_pass_mid_step(tmp_path:
         nemesis.tick(elapsed)
         offsets.append(_offset(tmp_path))
     assert offsets == [30.0, 27.0, 57.0]
+
+
+def test_a_stall_leaves_alone_a_worker_whose_write_a_step_awaits(tmp_path: Path) -> None:
+    events = [e for e in plan(find("lease-stall"), 1, 4, 8.0) if e["fault"] == "stall"][:1]
+    hist = HistoryWriter(tmp_path / "controller.jsonl", "controller")
+    nemesis = Nemesis(events, hist, tmp_path, pids=dict, busy=lambda _: {"worker-0"}, seed=1)
+    nemesis.spared.add("worker-0")
+    nemesis.tick(float(events[0]["at"]) + 0.1)  # pids() is empty: stopping anyone would raise
+    assert nemesis.pending == events, "stalled the worker a step back was placed before"

@@ -73,6 +73,9 @@ class Nemesis:
         """When the last ``wall-step`` was in place (monotonic ns; 0: none yet)."""
         self.wall_awaited: set[str] = set()
         """Workflows whose next write the last ``wall-step`` was placed before (``after_write``)."""
+        self.spared: set[str] = set()
+        """Workers no stall may stop for now: a ``wall-step`` waits on the write they are about to
+        make."""
         self.rng = random.Random(f"{seed}:targets")
         self.toxi = toxi
         self.proxies = proxies or {}

@@ -13,6 +13,11 @@ from pydantic import Field
 
 from ..stores import WALL_OFFSET
 from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec
+from .nemesis import Active
+
+SPARE_SECONDS = 2.0
+"""How long an ``after_write`` step keeps stalls off the workers whose next write it awaits (a
+step's effect, then its record)."""
 
 if TYPE_CHECKING:
     from .nemesis import Nemesis
@@ -80,7 +85,16 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
         aside.write_text(repr(nemesis.wall_offset))
         aside.replace(nemesis.run_dir / WALL_OFFSET)
         nemesis.wall_stepped_ns = time.monotonic_ns()  # a write invoked after this reads the new offset
-        nemesis.wall_awaited = {wf for name, wf in targets.items() if name not in nemesis.stalled}
+        chosen = {name: wf for name, wf in targets.items() if name not in nemesis.stalled}
+        nemesis.wall_awaited = set(chosen.values())
+        if chosen:  # a stall now would fence the very write this step was placed before
+            names = set(chosen)
+            nemesis.spared |= names
+
+            def unspare(names: set[str] = names) -> None:
+                nemesis.spared -= names
+
+            nemesis.active.append(Active(time.monotonic() + SPARE_SECONDS, ev, unspare))
         nemesis._line(ev, "start", offset=nemesis.wall_offset)
     return True
 
