@@ -143,6 +143,10 @@ class Cluster:
         self.log.close()
 
 
+READY_WAIT = 30.0
+"""How long a run waits for its workers' first calls before the fault schedule's clock starts."""
+
+
 class Watch:
     """Tails every process's history file: who is inside an effect, and running counts."""
 
@@ -158,12 +162,16 @@ class Watch:
         self._writes: dict[str, tuple[str, int]] = {}
         self.last_write: dict[str, tuple[int, int]] = {}
         """Per workflow, its latest write that took (won, or an append): (invoke, complete) mono ns."""
+        self.began: set[str] = set()
+        """Processes that have invoked their first store call."""
 
     def poll(self) -> None:
         for path in self.folder.glob("*.jsonl"):
             tail = self.tails.setdefault(path, Tail(path))
             for line in tail.read():
                 name = str(line.get("process"))
+                if line["type"] == "invoke":
+                    self.began.add(name)
                 if line["type"] == "invoke" and line["f"] == "record":
                     key = str(line.get("key"))
                     if key == "wd/finished" or key.startswith("wd/failed/"):
@@ -357,6 +365,13 @@ def _workload(
         cluster.start("writer", f"writer-{i}")
     for i in range(readers):
         cluster.start("reader", f"reader-{i}")
+    # the schedule's clock starts once every worker has made its first call: on a loaded machine
+    # a worker can spend seconds importing, and faults timed against it would land on nothing
+    ready_by = time.monotonic() + READY_WAIT
+    while not set(names) <= watch.began and time.monotonic() < ready_by:
+        watch.poll()
+        cluster.supervise()
+        time.sleep(0.05)
     mono0 = time.monotonic()
     while (elapsed := time.monotonic() - mono0) < limit:
         watch.poll()
