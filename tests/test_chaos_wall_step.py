@@ -107,3 +107,42 @@ def test_a_stall_leaves_alone_a_worker_whose_write_a_step_awaits(tmp_path: Path)
     nemesis.spared.add("worker-0")
     nemesis.tick(float(events[0]["at"]) + 0.1)  # pids() is empty: stopping anyone would raise
     assert nemesis.pending == events, "stalled the worker a step back was placed before"
+
+
+def test_the_schedule_starts_once_every_worker_has_made_a_call(tmp_path: Path) -> None:
+    """A worker still importing is not under test yet: no fault is timed before its first call."""
+    import threading
+
+    from wd_chaos.runner import _workload
+
+    class Cluster:
+        restarts = 0
+
+        def start(self, role: str, name: str) -> None:
+            pass
+
+        def supervise(self) -> None:
+            pass
+
+    class Ticks:
+        def __init__(self) -> None:
+            self.first: int | None = None
+            self.count = 0
+            self.stalled: set[str] = set()
+
+        def tick(self, elapsed: float) -> None:
+            if self.first is None:
+                self.first = time.monotonic_ns()
+
+    def first_call() -> None:
+        time.sleep(0.5)
+        hist = HistoryWriter(tmp_path / "worker-0.jsonl", "worker-0")
+        hist.invoke("take", visibility=1.0)
+
+    ticks = Ticks()
+    writer = threading.Thread(target=first_call)
+    writer.start()
+    began = time.monotonic_ns()
+    _workload(["worker-0"], 0, 0, 0.2, Cluster(), Watch(tmp_path), ticks, lambda **_: None)  # type: ignore[arg-type]
+    writer.join()
+    assert ticks.first is not None and ticks.first - began >= 0.5e9, "the schedule began before the worker's first call"
