@@ -144,7 +144,7 @@ class Cluster:
 
 
 READY_WAIT = 30.0
-"""How long a run waits for its workers' first calls before the fault schedule's clock starts."""
+"""The most a run's fault phase is stretched for workers slow to make their first calls."""
 
 
 class Watch:
@@ -159,6 +159,7 @@ class Watch:
         """Workflows with an acknowledged ``wd/finished`` or ``wd/failed/`` record (lifecycle)."""
         self._terminal_ops: dict[str, str] = {}
         self.effect_workflow: dict[str, str | None] = {}
+        self.effect_began: dict[str, int] = {}
         self._writes: dict[str, tuple[str, int]] = {}
         self.last_write: dict[str, tuple[int, int]] = {}
         """Per workflow, its latest write that took (won, or an append): (invoke, complete) mono ns."""
@@ -191,6 +192,7 @@ class Watch:
                 if line["type"] == "invoke" and line["f"] == "effect":
                     self.in_effect[name] = str(line.get("key"))
                     self.effect_workflow[name] = str(line.get("workflow"))
+                    self.effect_began[name] = int(line["mono"])
                 elif line["type"] == "complete":
                     if line["f"] == "effect":
                         self.in_effect[name] = None
@@ -210,16 +212,18 @@ class Watch:
         }  # fmt: skip
 
     def busy_after_write(self, since_ns: int, within: float) -> dict[str, str]:
-        """Workers inside a step's effect (with its workflow) whose workflow took a write invoked
-        after ``since_ns`` (monotonic) and acknowledged less than ``within`` seconds ago: the
-        record ending the step is that workflow's next write, so a clock moved now lands between
-        the two."""
+        """Workers inside a step's effect (with its workflow), begun less than ``within`` seconds
+        ago, whose workflow took a write invoked after ``since_ns`` (monotonic) and acknowledged
+        less than ``within`` seconds ago: the record ending the step is that workflow's next write,
+        so a clock moved now lands between the two. (An older effect may have been stalled, its
+        pass superseded: its record would be refused.)"""
         now = time.monotonic_ns()
         fresh = {}
         for name in self.busy("step"):
             wf = str(self.effect_workflow.get(name))
             invoked, acked = self.last_write.get(wf, (0, 0))
-            if invoked > since_ns and now - acked < within * 1e9:
+            began = self.effect_began.get(name, 0)
+            if invoked > since_ns and now - acked < within * 1e9 and now - began < within * 1e9:
                 fresh[name] = wf
         return fresh
 
@@ -365,16 +369,18 @@ def _workload(
         cluster.start("writer", f"writer-{i}")
     for i in range(readers):
         cluster.start("reader", f"reader-{i}")
-    # the schedule's clock starts once every worker has made its first call: on a loaded machine
-    # a worker can spend seconds importing, and faults timed against it would land on nothing
-    ready_by = time.monotonic() + READY_WAIT
-    while not set(names) <= watch.began and time.monotonic() < ready_by:
-        watch.poll()
-        cluster.supervise()
-        time.sleep(0.05)
     mono0 = time.monotonic()
-    while (elapsed := time.monotonic() - mono0) < limit:
+    late: float | None = None
+    while True:
+        elapsed = time.monotonic() - mono0
         watch.poll()
+        if late is None and set(names) <= watch.began:
+            late = elapsed
+        # on a loaded machine workers can spend seconds importing before their first call: faults
+        # still waiting for a worker to act on get that long again past the limit, no longer
+        grace = late if late is not None else min(elapsed, READY_WAIT)
+        if elapsed >= limit and not (nemesis.waiting(elapsed) and elapsed < limit + grace):
+            break
         nemesis.tick(elapsed)
         cluster.supervise()
         report(

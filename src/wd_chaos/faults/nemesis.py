@@ -98,6 +98,10 @@ class Nemesis:
                 still.append(ev)
         self.pending = still
 
+    def waiting(self, elapsed: float) -> bool:
+        """Whether an event already due is still waiting (for a worker inside an effect, say)."""
+        return any(float(ev["at"]) <= elapsed for ev in self.pending)
+
     def _line(self, ev: dict[str, Any], phase: str, **more: Any) -> None:
         self.hist.event(
             "fault",
