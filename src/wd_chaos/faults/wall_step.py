@@ -55,6 +55,9 @@ def plan(fault: WallStepFault, scenario: Any) -> dict[str, object]:
 
 def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     """Move the offset (once a pass is mid-step, or ``TARGET_WAIT`` seconds late)."""
+    if nemesis.server is not None:
+        nemesis._line(ev, "skipped", why="the store decides by its server's clock, which a run cannot step")
+        return True
     waited_out = elapsed - float(ev["at"]) > TARGET_WAIT
     writes = nemesis.writes
     awaited = nemesis.wall_awaited
@@ -76,26 +79,23 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
         ready = nemesis.busy("step")
     if not ready - nemesis.stalled and not waited_out:
         return False
-    if nemesis.server is not None:
-        nemesis._line(ev, "skipped", why="the store decides by its server's clock, which a run cannot step")
-    else:
-        nemesis.wall_offset += float(ev["seconds"])
-        # written aside and renamed, so no process reads a half-written offset
-        aside = nemesis.run_dir / f"{WALL_OFFSET}.new"
-        aside.write_text(repr(nemesis.wall_offset))
-        aside.replace(nemesis.run_dir / WALL_OFFSET)
-        nemesis.wall_stepped_ns = time.monotonic_ns()  # a write invoked after this reads the new offset
-        chosen = {name: wf for name, wf in targets.items() if name not in nemesis.stalled}
-        nemesis.wall_awaited = set(chosen.values())
-        if chosen:  # a stall now would fence the very write this step was placed before
-            names = set(chosen)
-            nemesis.spared |= names
+    nemesis.wall_offset += float(ev["seconds"])
+    # written aside and renamed, so no process reads a half-written offset
+    aside = nemesis.run_dir / f"{WALL_OFFSET}.new"
+    aside.write_text(repr(nemesis.wall_offset))
+    aside.replace(nemesis.run_dir / WALL_OFFSET)
+    nemesis.wall_stepped_ns = time.monotonic_ns()  # a write invoked after this reads the new offset
+    chosen = {name: wf for name, wf in targets.items() if name not in nemesis.stalled}
+    nemesis.wall_awaited = set(chosen.values())
+    if chosen:  # a stall now would fence the very write this step was placed before
+        names = set(chosen)
+        nemesis.spared |= names
 
-            def unspare(names: set[str] = names) -> None:
-                nemesis.spared -= names
+        def unspare(names: set[str] = names) -> None:
+            nemesis.spared -= names
 
-            nemesis.active.append(Active(time.monotonic() + SPARE_SECONDS, ev, unspare))
-        nemesis._line(ev, "start", offset=nemesis.wall_offset)
+        nemesis.active.append(Active(time.monotonic() + SPARE_SECONDS, ev, unspare))
+    nemesis._line(ev, "start", offset=nemesis.wall_offset)
     return True
 
 
