@@ -143,7 +143,7 @@ class Cluster:
         self.log.close()
 
 
-READY_WAIT = 30.0
+READY_WAIT = 10.0
 """The most a run's fault phase is stretched for workers slow to make their first calls."""
 
 
@@ -378,7 +378,7 @@ def _workload(
             late = elapsed
         # on a loaded machine workers can spend seconds importing before their first call: faults
         # still waiting for a worker to act on get that long again past the limit, no longer
-        grace = late if late is not None else min(elapsed, READY_WAIT)
+        grace = min(late if late is not None else elapsed, READY_WAIT)
         if elapsed >= limit and not (nemesis.waiting(elapsed) and elapsed < limit + grace):
             break
         nemesis.tick(elapsed)
