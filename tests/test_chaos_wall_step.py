@@ -111,7 +111,8 @@ def test_a_stall_leaves_alone_a_worker_whose_write_a_step_awaits(tmp_path: Path)
 
 def _phase(tmp_path: Path, waiting: bool) -> float:
     """How long ``_workload``'s fault phase (limit 0.2 s) lasts when the one worker makes its first
-    call 0.5 s in and an event is (or is not) still waiting for a worker to act on."""
+    call 0.5 s in and an event is (or is not) still waiting for a worker to act on (it starts at
+    0.3 s and runs on)."""
     import threading
 
     from wd_chaos.runner import _workload
@@ -129,12 +130,14 @@ def _phase(tmp_path: Path, waiting: bool) -> float:
         def __init__(self) -> None:
             self.count = 0
             self.stalled: set[str] = set()
+            self.active: list[object] = []
 
         def waiting(self, elapsed: float) -> bool:
-            return waiting
+            return waiting and not self.active
 
         def tick(self, elapsed: float) -> None:
-            pass
+            if waiting and elapsed > 0.3 and not self.active:
+                self.active.append(object())  # a fault begun past the limit, never undone here
 
     def first_call() -> None:
         time.sleep(0.5)
@@ -150,7 +153,8 @@ def _phase(tmp_path: Path, waiting: bool) -> float:
 
 
 def test_a_late_worker_stretches_the_phase_for_faults_still_waiting(tmp_path: Path) -> None:
-    """Workers importing for seconds on a loaded machine: a fault waiting for one to act gets as
-    long again past the limit (here 0.2 s + 0.5 s), and no more; nothing waiting, no stretch."""
+    """Workers importing for seconds on a loaded machine: a fault waiting for one to act, then
+    running, gets as long again past the limit (here 0.2 s + 0.5 s), and no more; nothing
+    waiting, no stretch."""
     assert 0.65 <= _phase(tmp_path / "waiting", True) < 1.5
     assert _phase(tmp_path / "idle", False) < 0.45

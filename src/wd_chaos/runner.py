@@ -371,16 +371,22 @@ def _workload(
         cluster.start("reader", f"reader-{i}")
     mono0 = time.monotonic()
     late: float | None = None
+    at_limit: set[int] | None = None
     while True:
         elapsed = time.monotonic() - mono0
         watch.poll()
         if late is None and set(names) <= watch.began:
             late = elapsed
-        # on a loaded machine workers can spend seconds importing before their first call: faults
-        # still waiting for a worker to act on get that long again past the limit, no longer
-        grace = min(late if late is not None else elapsed, READY_WAIT)
-        if elapsed >= limit and not (nemesis.waiting(elapsed) and elapsed < limit + grace):
-            break
+        if elapsed >= limit:
+            # on a loaded machine workers can spend seconds importing before their first call:
+            # faults still waiting for a worker, or begun only past the limit, get that long
+            # again past it to start and run their course, no longer
+            grace = min(late if late is not None else elapsed, READY_WAIT)
+            if at_limit is None:
+                at_limit = {id(a) for a in nemesis.active}
+            begun_late = any(id(a) not in at_limit for a in nemesis.active)
+            if not ((nemesis.waiting(elapsed) or begun_late) and elapsed < limit + grace):
+                break
         nemesis.tick(elapsed)
         cluster.supervise()
         report(
