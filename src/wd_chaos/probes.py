@@ -13,7 +13,9 @@ what it expected:
 - ``answer`` (a scheduler with ``answer_and_take``): the same workflow taken twice (the first
   receipt let run out), the stale receipt answered due now through ``answer_and_take`` (which must
   not act), and the hidden workflow must not be handed out again (``answer-receipts``); a pass
-  answered through ``answer_and_take`` never gets its own workflow back.
+  answered through ``answer_and_take`` never gets its own workflow back;
+- ``landing`` (a store whose ``Opened`` has ``holds``): a superseded pass's record meets a newer
+  claim mid-commit, in one order every run (``wd_chaos/landing.py``; ``stale-landing``).
 
 The probe's scheduler uses a namespace of its own (``<namespace>-probe-<user>``), so the storm's
 takers never take a probe's workflow and the probe's takes see only its own.
@@ -29,6 +31,7 @@ from typing import Any
 
 from without_durability import AnswersAndTakes, Contended, Delivery, Fenced
 
+from .landing import HoldsOpener, landing
 from .workload import Recorder, classify
 
 SHORT = timedelta(seconds=0.3)
@@ -51,9 +54,10 @@ def probe_namespace(spec: dict[str, Any], user: str) -> dict[str, Any]:
 class Probe:
     """One user's probe sequences (see the module docstring); ``round`` runs each once."""
 
-    def __init__(self, rec: Recorder, name: str) -> None:
+    def __init__(self, rec: Recorder, name: str, holds: HoldsOpener | None = None) -> None:
         self.rec = rec
         self.name = name
+        self.holds = holds
         self.rounds = 0
         self.calls = 0
 
@@ -66,6 +70,8 @@ class Probe:
         sequences = [self.lapse, self.discard, self.cancel]
         if isinstance(self.rec.sch, AnswersAndTakes):
             sequences.append(self.answer)
+        if self.holds is not None:  # first: a short storm still sees it every run
+            sequences.insert(0, self.landing)
         for sequence in sequences:
             with contextlib.suppress(Exception, Fenced, Contended):
                 await sequence(self._wf(sequence.__name__))
@@ -86,6 +92,12 @@ class Probe:
         last = await self.rec.claim(wf, SHORT, BUDGET)
         await self.rec.release(last)
         del new  # silent on purpose: its own liveness is what lapsed
+
+    async def landing(self, wf: str) -> None:
+        """A superseded pass's record started while a newer claim waits to commit (see
+        ``wd_chaos.landing``): it must be refused, never land after that claim."""
+        assert self.holds is not None
+        await landing(self.rec, self.holds, wf)
 
     async def discard(self, wf: str) -> None:
         """Claim, release, discard, claim again: the new token is higher, so the old pass's late

@@ -164,7 +164,8 @@ class TakeUser(_StoreUser):
         super().on_start()
         if self.n == 0:  # one user per locust process also runs the lifecycle probes (see probes.py)
             self.probe_opened = self._run(open_store(probe_namespace(dict(self.cfg.store), self.name)))
-            self.probe = Probe(Recorder(self.probe_opened.durable, self.hist), self.name)
+            opened = self.probe_opened
+            self.probe = Probe(Recorder(opened.durable, self.hist), self.name, opened.holds)
             self.probe_next = time.monotonic() + 0.5
 
     @task

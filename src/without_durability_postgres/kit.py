@@ -153,6 +153,7 @@ async def open_postgres_worker(spec: Spec) -> Opened:
     from psycopg_pool import AsyncConnectionPool
 
     from . import PostgresCheckpointer, PostgresDurable, PostgresScheduler, migrate, sweep
+    from .holds import holds_opener
 
     schema = spec["schema"]
     if spec.get("prepare"):
@@ -212,7 +213,8 @@ async def open_postgres_worker(spec: Spec) -> Opened:
     async def sweep_older(older_than: timedelta) -> int:
         return int(await sweep(pool, older_than))
 
-    opened = Opened(durable, close, ledger_effect, read_ledger, sweep=sweep_older)
+    holds = holds_opener(spec["url"], schema)
+    opened = Opened(durable, close, ledger_effect, read_ledger, sweep=sweep_older, holds=holds)
     return opened
 
 

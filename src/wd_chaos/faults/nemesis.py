@@ -10,12 +10,25 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .base import kind, kinds
 
 if TYPE_CHECKING:
     from ..history import HistoryWriter
+
+
+class Writes(Protocol):
+    """What the run's watch knows of writes (``runner.Watch`` is one)."""
+
+    def busy_after_write(self, since_ns: int, within: float) -> dict[str, str]:
+        """Workers mid-step (with their workflow) whose workflow took a write invoked after
+        ``since_ns`` (monotonic ns) and acknowledged less than ``within`` s ago."""
+        ...
+
+    def written_since(self, workflow: str, since_ns: int) -> bool:
+        """Whether ``workflow`` took an acknowledged write invoked after ``since_ns``."""
+        ...
 
 
 @dataclass
@@ -39,6 +52,7 @@ class Nemesis:
         pids: Callable[[], dict[str, int]],
         busy: Callable[[str], set[str]],
         seed: int,
+        writes: Writes | None = None,
         toxi: Any = None,
         proxies: dict[str, str] | None = None,
         server: Any = None,
@@ -53,6 +67,15 @@ class Nemesis:
         (self.armed / "taken").mkdir(parents=True, exist_ok=True)
         self.pids = pids
         self.busy = busy
+        self.writes = writes
+        """Who wrote what, for faults that want to land between two writes (``runner.Watch``)."""
+        self.wall_stepped_ns = 0
+        """When the last ``wall-step`` was in place (monotonic ns; 0: none yet)."""
+        self.wall_awaited: set[str] = set()
+        """Workflows whose next write the last ``wall-step`` was placed before (``after_write``)."""
+        self.spared: set[str] = set()
+        """Workers no stall may stop for now: a ``wall-step`` waits on the write they are about to
+        make."""
         self.rng = random.Random(f"{seed}:targets")
         self.toxi = toxi
         self.proxies = proxies or {}
@@ -74,6 +97,10 @@ class Nemesis:
             if float(ev["at"]) > elapsed or not self._start(ev, elapsed):
                 still.append(ev)
         self.pending = still
+
+    def waiting(self, elapsed: float) -> bool:
+        """Whether an event already due is still waiting (for a worker inside an effect, say)."""
+        return any(float(ev["at"]) <= elapsed for ev in self.pending)
 
     def _line(self, ev: dict[str, Any], phase: str, **more: Any) -> None:
         self.hist.event(

@@ -79,7 +79,7 @@ def plan(fault: StallFault, scenario: Any) -> dict[str, object]:
 def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     """Stop a worker inside an effect (the event's target if it is one); skip the event when none
     has been for ``TARGET_WAIT`` seconds past its time."""
-    candidates = sorted(nemesis.busy(ev.get("inside", "step")) - nemesis.stalled)
+    candidates = sorted(nemesis.busy(ev.get("inside", "step")) - nemesis.stalled - nemesis.spared)
     if not candidates:
         if elapsed - float(ev["at"]) > TARGET_WAIT:
             nemesis.skipped += 1

@@ -6,12 +6,18 @@ store, whose clock a run cannot step (``clock-step`` does that)."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
 
 from ..stores import WALL_OFFSET
 from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec
+from .nemesis import Active
+
+SPARE_SECONDS = 2.0
+"""How long an ``after_write`` step keeps stalls off the workers whose next write it awaits (a
+step's effect, then its record)."""
 
 if TYPE_CHECKING:
     from .nemesis import Nemesis
@@ -25,6 +31,10 @@ class WallStepFault(FaultSpec):
 
     kind: Literal["wall-step"]
     seconds: float
+    after_write: bool = False
+    """Wait (up to ``TARGET_WAIT`` s) for a pass mid-step whose workflow took a write since the
+    previous step, acknowledged less than ``|seconds|`` s ago, so that workflow's next record lands
+    across this step: a step back then certainly comes between two writes of one workflow."""
 
 
 class WallStepEvent(EventSpec):
@@ -33,27 +43,59 @@ class WallStepEvent(EventSpec):
     NEEDS = ("seconds",)
     fault: Literal["wall-step"]
     seconds: Annotated[float | None, Field(allow_inf_nan=False)] = None
+    after_write: bool | None = None
 
 
 def plan(fault: WallStepFault, scenario: Any) -> dict[str, object]:
     """The step, on the store."""
+    if fault.after_write:
+        return {"seconds": fault.seconds, "target": "store", "after_write": True}
     return {"seconds": fault.seconds, "target": "store"}
 
 
 def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     """Move the offset (once a pass is mid-step, or ``TARGET_WAIT`` seconds late)."""
-    # a step proves most when it lands on a pass mid-step, whose lease it must not lapse
-    if not nemesis.busy("step") - nemesis.stalled and elapsed - float(ev["at"]) <= TARGET_WAIT:
-        return False
     if nemesis.server is not None:
         nemesis._line(ev, "skipped", why="the store decides by its server's clock, which a run cannot step")
+        return True
+    waited_out = elapsed - float(ev["at"]) > TARGET_WAIT
+    writes = nemesis.writes
+    awaited = nemesis.wall_awaited
+    # steps keep their order: a step forward overtaking a step back still waiting for its target
+    # would leave the step back nothing to land between
+    if not waited_out and any(e["fault"] == "wall-step" and float(e["at"]) < float(ev["at"]) for e in nemesis.pending):
+        return False
+    # the last step was placed before a write: no other step until that write has read the clock
+    pending = awaited and writes and not any(writes.written_since(w, nemesis.wall_stepped_ns) for w in awaited)
+    if pending and not waited_out:
+        return False
+    # a step proves most when it lands on a pass mid-step, whose lease it must not lapse
+    targets: dict[str, str] = {}
+    if ev.get("after_write") and writes is not None:
+        # minus a second: the step's own record must still come within the step's size
+        targets = writes.busy_after_write(nemesis.wall_stepped_ns, max(0.5, abs(float(ev["seconds"])) - 1.0))
+        ready = set(targets)
     else:
-        nemesis.wall_offset += float(ev["seconds"])
-        # written aside and renamed, so no process reads a half-written offset
-        aside = nemesis.run_dir / f"{WALL_OFFSET}.new"
-        aside.write_text(repr(nemesis.wall_offset))
-        aside.replace(nemesis.run_dir / WALL_OFFSET)
-        nemesis._line(ev, "start", offset=nemesis.wall_offset)
+        ready = nemesis.busy("step")
+    if not ready - nemesis.stalled and not waited_out:
+        return False
+    nemesis.wall_offset += float(ev["seconds"])
+    # written aside and renamed, so no process reads a half-written offset
+    aside = nemesis.run_dir / f"{WALL_OFFSET}.new"
+    aside.write_text(repr(nemesis.wall_offset))
+    aside.replace(nemesis.run_dir / WALL_OFFSET)
+    nemesis.wall_stepped_ns = time.monotonic_ns()  # a write invoked after this reads the new offset
+    chosen = {name: wf for name, wf in targets.items() if name not in nemesis.stalled}
+    nemesis.wall_awaited = set(chosen.values())
+    if chosen:  # a stall now would fence the very write this step was placed before
+        names = set(chosen)
+        nemesis.spared |= names
+
+        def unspare(names: set[str] = names) -> None:
+            nemesis.spared -= names
+
+        nemesis.active.append(Active(time.monotonic() + SPARE_SECONDS, ev, unspare))
+    nemesis._line(ev, "start", offset=nemesis.wall_offset)
     return True
 
 

@@ -95,6 +95,10 @@ class Opened:
     sweep: Callable[[Any], Awaitable[int]] | None = None
     """For a store whose retention is a process: delete terminal workflows older than the given
     ``timedelta``, returning how many (the ``long-wait`` scenario's sweeper calls it)."""
+    holds: Callable[[], AbstractAsyncContextManager[Any]] | None = None
+    """For a store whose fence is a row lock: sessions of the store's own that hold a workflow's
+    claim, or an uncommitted write of one key, so a probe can order a claim and a record for
+    certain (``wd_chaos.landing.Holds`` says what it yields; None: the probe is skipped)."""
 
 
 def local_clocks(spec: Spec, checkpointer: Any) -> dict[str, str]:
