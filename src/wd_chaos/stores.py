@@ -40,7 +40,8 @@ def find_mutant(name: str, store: str) -> Any:
     ``WD_MUTANT_MODULES`` names), checked to break ``store`` (a kit name or alias)."""
     from .mutants import catalogue, modules_from_env
 
-    found = {m.name: m for m in catalogue(modules_from_env())}
+    # A run needs the mutant, not its killers checked (that imports the conformance suite).
+    found = {m.name: m for m in catalogue(modules_from_env(), check=False)}
     if name not in found:
         raise ValueError(f"no mutant {name!r}; the catalogue has {sorted(found)}")
     mutant = found[name]
