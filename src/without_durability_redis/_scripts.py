@@ -102,7 +102,9 @@ class Scripts:
         self._direct = (
             self._coalesce
             and _hiredis_pack is not None
-            and getattr(client, "connection", None) is None  # a single-connection client has its own lock
+            # a single-connection client (its connection made on first use) serializes on its own lock
+            and not getattr(client, "single_connection_client", False)
+            and getattr(client, "connection", None) is None
             and _utf8_strict(client)
         )
         self._sending: set[asyncio.Task[None]] = set()
