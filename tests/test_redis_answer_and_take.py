@@ -304,6 +304,38 @@ async def test_both_ways_of_sending_calls_together_give_each_call_its_own_reply(
         await client.aclose()
 
 
+async def test_a_server_that_stops_answering_fails_the_batch_within_the_socket_timeout(wd_store: Store) -> None:
+    """The batch's replies are read under one timer, the connection's socket timeout: a server busy
+    for longer than that fails the calls as unreachable rather than holding them until it answers."""
+    from redis.asyncio import Redis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    from without_durability.errors import StoreUnavailable
+
+    url = wd_store.extra["server"].url
+    sched = scheduler(wd_store)
+    client = Redis.from_url(url, socket_timeout=0.3, retry=Retry(NoBackoff(), 0))
+    other = Redis.from_url(url)
+    spin = ("local s = redis.call('TIME') local t0 = s[1] * 1e6 + s[2] "
+            "while true do local n = redis.call('TIME') if n[1] * 1e6 + n[2] - t0 > 2e6 then break end end")
+    try:
+        mine: Sched = type(sched)(client, namespace=sched.namespace, prefix=sched.prefix)
+        await sched.schedule("late")
+        assert await mine.take(LONG) is not None  # the pooled connection is made and ready
+        await sched.schedule("late-2")
+        busy = asyncio.create_task(other.eval(spin, 0))
+        await asyncio.sleep(0.2)  # the server is inside the script now
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match=r"(?i)timeout"):
+            await asyncio.gather(mine.take(LONG), mine.take(LONG))
+        assert time.monotonic() - started < 1.5
+        await busy
+    finally:
+        await client.aclose()
+        await other.aclose()
+
+
 async def test_only_a_pooled_utf8_client_gets_hiredis_packed_batches(wd_store: Store) -> None:
     """hiredis packs text as strict UTF-8, so a client encoding otherwise keeps redis-py's own
     packing; a single-connection client keeps its own lock (redis-py's path)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -189,7 +190,8 @@ class Scripts:
     async def _exchange(self, packed: bytes, count: int) -> list[Any]:
         """Write ``packed`` (``count`` commands) on one of the client's pooled connections and read
         ``count`` replies, an error reply kept in its place; a dropped connection is retried under
-        the connection's retry policy, as redis-py's own pipeline does."""
+        the connection's retry policy, as redis-py's own pipeline does. The connection's socket
+        timeout bounds the whole read, one timer per batch rather than one per reply."""
         assert isinstance(self._client, redis.asyncio.Redis)
         pool = self._client.connection_pool
         conn = await pool.get_connection()  # type: ignore[no-untyped-call]
@@ -197,11 +199,15 @@ class Scripts:
         async def attempt() -> list[Any]:
             await conn.send_packed_command(packed)
             replies: list[Any] = []
-            for _ in range(count):
-                try:
-                    replies.append(await conn.read_response())
-                except redis.exceptions.ResponseError as exc:
-                    replies.append(exc)
+            try:
+                async with asyncio.timeout(getattr(conn, "socket_timeout", None)):
+                    for _ in range(count):
+                        try:  # math.inf: no timer of its own, the batch's bounds it
+                            replies.append(await conn.read_response(timeout=math.inf))
+                        except redis.exceptions.ResponseError as exc:
+                            replies.append(exc)
+            except TimeoutError as exc:  # the read was cancelled, so redis-py dropped the connection
+                raise redis.exceptions.TimeoutError(f"no reply within the socket timeout ({exc!r})") from exc
             return replies
 
         async def dropped(error: Exception) -> None:
