@@ -124,7 +124,8 @@ class Scripts:
     ) -> Any:
         """Run script ``name`` with ``keys`` and ``args`` (on ``client``, one connection of this
         client's pool, when given)."""
-        await self.ready()
+        if not self._ready:
+            await self.ready()
         script = self._named.get(name)
         if script is None:
             body = self.source(name)
@@ -135,7 +136,7 @@ class Scripts:
         reply: asyncio.Future[Any] = loop.create_future()
         if not self._waiting:
             loop.call_soon(self._send)  # after every call made in this turn has joined
-        call: list[object] = [len(keys), *keys, *(_arg(a) for a in args)]
+        call: list[object] = [len(keys), *keys, *[a if type(a) in _PLAIN else _arg(a) for a in args]]
         if self._direct:
             assert _hiredis_pack is not None
             # hiredis's stub types the tuple as one element; any number of str/bytes/int is meant
@@ -266,6 +267,9 @@ def _utf8_strict(client: Client) -> bool:
     return name == "utf8" and encoder.encoding_errors == "strict"
 
 
+_PLAIN = frozenset({str, bytes, int, float})  # passed as they are (``_arg`` keeps their subclasses too)
+
+
 def _arg(value: object) -> str | bytes | int | float:
     if isinstance(value, str | bytes | int | float):
         return value
@@ -294,18 +298,28 @@ _UNREACHABLE = (
 )
 
 
+DRIVER_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+"""What ``translated`` turns into this library's errors."""
+
+
+def translated(client: Client, what: str, exc: BaseException) -> StoreError:
+    """The driver's error ``exc`` as this library's: unreachable server -> ``StoreUnavailable``,
+    any other -> ``StoreError`` (raise it ``from exc``)."""
+    if isinstance(exc, _UNREACHABLE):
+        return StoreUnavailable(
+            f"{where(client)}: {what}: the server could not be reached ({type(exc).__name__}: {exc})"
+        )
+    return StoreError(f"{where(client)}: {what} failed ({type(exc).__name__}: {exc})")
+
+
 @contextlib.contextmanager
 def boundary(client: Client, what: str) -> Iterator[None]:
     """Wrap the driver's errors: unreachable server -> ``StoreUnavailable``, any other driver error
     -> ``StoreError``; the driver's error stays as ``__cause__``."""
     try:
         yield
-    except _UNREACHABLE as exc:
-        raise StoreUnavailable(
-            f"{where(client)}: {what}: the server could not be reached ({type(exc).__name__}: {exc})"
-        ) from exc
-    except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
-        raise StoreError(f"{where(client)}: {what} failed ({type(exc).__name__}: {exc})") from exc
+    except DRIVER_ERRORS as exc:
+        raise translated(client, what, exc) from exc
 
 
 def text(value: object) -> str:
