@@ -132,15 +132,18 @@ class Scripts:
             script = self._named[name] = self._client.register_script(body)
         if not self._coalesce or client is not None:  # one connection asked for: no batching
             return await script(keys=list(keys), args=[_arg(a) for a in args], client=client)
+        call: list[object] = [len(keys), *keys, *[a if type(a) in _PLAIN else _arg(a) for a in args]]
+        packed = b""
+        if self._direct:  # packed before joining, so a call that cannot be packed joins nothing
+            assert _hiredis_pack is not None
+            # hiredis's stub types the tuple as one element; any number of str/bytes/int is meant
+            packed = _hiredis_pack(("EVALSHA", script.sha, *call))  # type: ignore[arg-type]
         loop = asyncio.get_running_loop()
         reply: asyncio.Future[Any] = loop.create_future()
         if not self._waiting:
             loop.call_soon(self._send)  # after every call made in this turn has joined
-        call: list[object] = [len(keys), *keys, *[a if type(a) in _PLAIN else _arg(a) for a in args]]
         if self._direct:
-            assert _hiredis_pack is not None
-            # hiredis's stub types the tuple as one element; any number of str/bytes/int is meant
-            self._packed.append(_hiredis_pack(("EVALSHA", script.sha, *call)))  # type: ignore[arg-type]
+            self._packed.append(packed)
         self._waiting.append((script, call, reply))
         return await reply
 
