@@ -440,13 +440,16 @@ async def redis_runs(url: str, n: int, counts: Sequence[int]) -> list[dict[str, 
                 for chained in (True, False):
                     sched, ids = await redis_prefill(client, kind, n)
                     await client.config_resetstat()
+                    cpu = time.process_time()
                     if chained:
                         r = await drain_chained(sched, n, w)
                     else:
                         r = await drain(lambda s=sched: s.take(VISIBILITY), None, n, w)
+                    cpu = time.process_time() - cpu
                     check = check_exactly_once(kind, ids, r.pop("taken"))
                     rows.append({"system": kind if chained else f"{kind}-take-only", "workers": w,
-                                 "n": n, **r, **check, "server_usec_per_call": await server_usec_per_call(client)})
+                                 "n": n, **r, **check, "server_usec_per_call": await server_usec_per_call(client),
+                                 "client_cpu_usec_per_call": cpu / n * 1e6})
     finally:
         await client.aclose()
     return rows
@@ -482,16 +485,25 @@ async def redis_py_raw(url: str, n: int, counts: Sequence[int]) -> list[dict[str
                         answered = (parts[0], parts[1], parts[2] if len(parts) > 2 else "0")
 
                 await client.config_resetstat()
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.process_time()
                 await asyncio.gather(*(one() for _ in range(w)))
-                seconds = time.perf_counter() - start
+                seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
                 check = check_exactly_once("redis-py", ids, got)
                 rows.append({"system": f"redis-py-raw-{kind}", "workers": w, "n": n, "seconds": seconds,
                              "rate": len(got) / seconds, "hiredis": redis.utils.HIREDIS_AVAILABLE,
-                             **check, "server_usec_per_call": await server_usec_per_call(client)})
+                             **check, "server_usec_per_call": await server_usec_per_call(client),
+                             "client_cpu_usec_per_call": cpu / len(got) * 1e6})
     finally:
         await client.aclose()
     return rows
+
+
+def children_cpu() -> float:
+    """CPU seconds (user and system) of this process's finished children: redis-benchmark's own."""
+    import resource
+
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 async def redis_benchmark(url: str, port: int, n: int, counts: Sequence[int]) -> list[dict[str, Any]]:
@@ -513,7 +525,9 @@ async def redis_benchmark(url: str, port: int, n: int, counts: Sequence[int]) ->
                 cmd = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-c", str(w), "-n", str(n),
                        "--csv", "EVALSHA", sha, str(len(keys)), *keys, *[str(a) for a in args]]
                 await client.config_resetstat()
+                cpu = children_cpu()
                 out = await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, timeout=600)
+                cpu = children_cpu() - cpu
                 rps = None
                 for rec in csv.reader(io.StringIO(out.stdout)):
                     if rec and rec[0] != "test":
@@ -524,6 +538,7 @@ async def redis_benchmark(url: str, port: int, n: int, counts: Sequence[int]) ->
                     hidden = await client.zcard(sched.timers_key)
                 rows.append({"system": f"redis-benchmark-{name}", "workers": w, "n": n, "rate": rps,
                              "server_usec_per_call": await server_usec_per_call(client),
+                             "client_cpu_usec_per_call": cpu / n * 1e6,
                              "taken_exactly_n": hidden == n, "hidden_after": hidden})
     finally:
         await client.aclose()
@@ -586,9 +601,10 @@ def aggregate(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 row[k] = sum(int(g.get(k) or 0) for g in group)
         if any("taken_exactly_n" in g for g in group):
             row["taken_exactly_n"] = all(g.get("taken_exactly_n") for g in group)
-        server = [g["server_usec_per_call"] for g in group if g.get("server_usec_per_call") is not None]
-        if server:
-            row["server_usec_per_call"] = statistics.median(server)
+        for k in ("server_usec_per_call", "client_cpu_usec_per_call"):
+            got = [g[k] for g in group if g.get(k) is not None]
+            if got:
+                row[k] = statistics.median(got)
         row.pop("round", None)
         out.append(row)
     return out
@@ -672,8 +688,10 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS,
                          sum(r.get("lost", 0) for r in rows if r["system"] == s),
                          sum(r.get("duplicated", 0) for r in rows if r["system"] == s)] for s in systems])
     ratio_table = table(list(ratios[0]), [list(r.values()) for r in ratios])
-    server_rows = [[r["system"], r["workers"], r["server_usec_per_call"]] for r in rows if "server_usec_per_call" in r]
-    server_table = table(["system", "workers", "Redis server us per EVALSHA (median)"], server_rows)
+    server_rows = [[r["system"], r["workers"], r["server_usec_per_call"], r.get("client_cpu_usec_per_call")]
+                   for r in rows if "server_usec_per_call" in r]
+    server_table = table(["system", "workers", "Redis server us per EVALSHA (median)",
+                          "client CPU us per call (median)"], server_rows)
     errors = [r for r in rows if "error" in r]
     text = (f"# Take throughput\n\n{n} pre-filled deliveries per point ({nr} on Redis); the paired systems (ours and "
             f"pgbench both ways, psycopg alone, PgQueuer batch 10, Redis and redis-benchmark) are the "
@@ -686,8 +704,11 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS,
             f"- `psycopg-raw*`: those statements through psycopg alone (no pool, none of our code).\n\n"
             f"{rate_table}\n\n"
             f"## Ratios\n\n{ratio_table}\n\n"
-            + (f"## What each call costs Redis\n\nINFO commandstats after each run: redis-benchmark answers "
-               f"nothing, so its calls cost the server less than ours.\n\n{server_table}\n\n" if server_rows else "")
+            + (f"## What each call costs Redis and the client\n\nINFO commandstats after each run: redis-benchmark "
+               f"answers nothing, so its calls cost the server less than ours. Client CPU: this process's "
+               f"(user + system) for ours and redis-py alone, redis-benchmark's own for it; on a machine "
+               f"whose cores are all busy, server plus client CPU per call is what sets each side's rate."
+               f"\n\n{server_table}\n\n" if server_rows else "")
             + f"Postgres settings: {settings}\n\n"
             f"Machine: {result['machine']}\n")
     if errors:

@@ -274,6 +274,94 @@ async def test_concurrent_calls_share_one_pipeline_and_each_gets_its_own_reply(w
         await client.aclose()
 
 
+@pytest.mark.parametrize("direct", [True, False], ids=["hiredis-packed", "redis-py-pipeline"])
+async def test_both_ways_of_sending_calls_together_give_each_call_its_own_reply(
+    wd_store: Store, direct: bool
+) -> None:
+    """The batch goes out packed by hiredis on a pooled connection (``direct``) or, where that is
+    not offered, through redis-py's pipeline: each call its own reply or error, in either order of
+    sending, and a script the server lost (NOSCRIPT) loaded again."""
+    from redis.asyncio import Redis
+    from redis.exceptions import ResponseError
+
+    from without_durability_redis._scripts import Scripts
+
+    script = "if ARGV[1] == 'bad' then return redis.error_reply('refused ' .. ARGV[1]) end return ARGV[1]"
+    client = Redis.from_url(wd_store.extra["server"].url)
+    try:
+        scripts = Scripts(client, {"now": script}, coalesce=True)
+        assert scripts._direct, "a pooled UTF-8 client with hiredis installed sends packed batches"
+        scripts._direct = direct
+        key = f"{wd_store.extra['prefix']}replies"
+        args = [f"a-{i}" for i in range(10)] + ["bad"] + [f"b-{i}" for i in range(10)]
+        for flushed in (True, False):
+            if flushed:  # every call of this batch meets NOSCRIPT first
+                await client.script_flush()
+            got = await asyncio.gather(*(scripts.run("now", [key], [a]) for a in args), return_exceptions=True)
+            assert isinstance(got[10], ResponseError) and "refused bad" in str(got[10]), got
+            assert [text(g) for g in got[:10] + got[11:]] == args[:10] + args[11:], got
+    finally:
+        await client.aclose()
+
+
+async def test_a_server_that_stops_answering_fails_the_batch_within_the_socket_timeout(wd_store: Store) -> None:
+    """The batch's replies are read under one timer, the connection's socket timeout: a server busy
+    for longer than that fails the calls as unreachable rather than holding them until it answers."""
+    from redis.asyncio import Redis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    from without_durability.errors import StoreUnavailable
+
+    url = wd_store.extra["server"].url
+    sched = scheduler(wd_store)
+    client = Redis.from_url(url, socket_timeout=0.3, retry=Retry(NoBackoff(), 0))
+    other = Redis.from_url(url)
+    spin = ("local s = redis.call('TIME') local t0 = s[1] * 1e6 + s[2] "
+            "while true do local n = redis.call('TIME') if n[1] * 1e6 + n[2] - t0 > 2e6 then break end end")
+    try:
+        mine: Sched = type(sched)(client, namespace=sched.namespace, prefix=sched.prefix)
+        await sched.schedule("late")
+        assert await mine.take(LONG) is not None  # the pooled connection is made and ready
+        await sched.schedule("late-2")
+        busy = asyncio.create_task(other.eval(spin, 0))
+        await asyncio.sleep(0.2)  # the server is inside the script now
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match=r"(?i)timeout"):
+            await asyncio.gather(mine.take(LONG), mine.take(LONG))
+        assert time.monotonic() - started < 1.5
+        await busy
+    finally:
+        await client.aclose()
+        await other.aclose()
+
+
+async def test_only_a_pooled_utf8_client_gets_hiredis_packed_batches(wd_store: Store) -> None:
+    """hiredis packs text as strict UTF-8, so a client encoding otherwise keeps redis-py's own
+    packing; a single-connection client keeps its own lock (redis-py's path)."""
+    from redis.asyncio import Redis
+
+    url = wd_store.extra["server"].url
+    sched = scheduler(wd_store)
+    clients = {
+        "pooled": Redis.from_url(url),
+        "latin-1": Redis.from_url(url, encoding="latin-1"),
+        "lenient": Redis.from_url(url, encoding_errors="replace"),
+        "single": Redis.from_url(url, single_connection_client=True),
+    }
+    try:
+        direct = {k: type(sched)(c, namespace=sched.namespace, prefix=sched.prefix)._scripts._direct
+                  for k, c in clients.items()}
+        assert direct == {"pooled": True, "latin-1": False, "lenient": False, "single": False}, direct
+        single = type(sched)(clients["single"], namespace=sched.namespace, prefix=sched.prefix)
+        await single.schedule("s")
+        got = await asyncio.gather(single.take(LONG), single.take(LONG))
+        assert [d.workflow if d else None for d in got] in (["s", None], [None, "s"]), got
+    finally:
+        for c in clients.values():
+            await c.aclose()
+
+
 async def test_a_script_flushed_from_the_server_is_loaded_again_for_calls_sent_together(
     wd_store: Store,
 ) -> None:
