@@ -198,7 +198,10 @@ class Scripts:
         timeout bounds the whole read, one timer per batch rather than one per reply."""
         assert isinstance(self._client, redis.asyncio.Redis)
         pool = self._client.connection_pool
-        conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+        except TypeError:  # redis-py before 5.3 requires the (unused) command name
+            conn = await pool.get_connection("EVALSHA")  # type: ignore[no-untyped-call]
 
         async def attempt() -> list[Any]:
             await conn.send_packed_command(packed)
