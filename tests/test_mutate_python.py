@@ -147,3 +147,19 @@ def test_inert_positions_are_annotations_and_docstrings_not_code() -> None:
     assert module.inert_kind((3, 27), (3, 28)) is None  # the value assigned is code
     assert module.definition((3, 4)) == "f" and module.definition((1, 0)) == "f"
     assert compiles("def f(a, *, b): pass\n") and not compiles("def f(a, <<, b): pass\n")
+
+
+def test_a_failing_test_id_is_read_whole_spaces_included() -> None:
+    from wd_chaos.mutate.runner import _FAILED
+
+    tail = (
+        "FAILED tests/test_sqlite.py::test_ends[sqlite-rollback, return] - AssertionError: a - b\n"
+        "ERROR tests/test_x.py - ImportError: boom\n"
+        "FAILED tests/test_a.py::test_b\n"
+    )
+    # a cut id names no test: the confirming session would fail on it and take back every kill
+    assert _FAILED.findall(tail) == [
+        "tests/test_sqlite.py::test_ends[sqlite-rollback, return]",
+        "tests/test_x.py",
+        "tests/test_a.py::test_b",
+    ]
