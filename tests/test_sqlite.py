@@ -421,6 +421,9 @@ def _ended_by(*statements: str, then_raise: bool = False, swallow: bool = False)
         ("rollback, return", _ended_by("ROLLBACK")),
         ("end swallowed, return", _ended_by("END", swallow=True)),
         ("executescript commit", None),
+        # the guard's own savepoint: releasing or rolling back to it would end what it guards
+        ("release the guard", _ended_by("RELEASE wd_transact_effect")),
+        ("rollback to the guard", _ended_by("ROLLBACK TO wd_transact_effect", swallow=True)),
     ],
 )
 async def test_an_effect_that_ends_the_transaction_lands_nothing(
@@ -443,6 +446,27 @@ async def test_an_effect_that_ends_the_transaction_lands_nothing(
     assert await cp.load("w") == {}, f"{label}: recorded though the effect ended it"
     ok = await cp.transact(held, "k", wd_store.effects.ledger_add("w", 2))
     assert ok == Recorded(2, True), f"{label}: the store was left unusable: {ok!r}"
+
+
+@pytest.mark.wd_store("sqlite")
+async def test_an_effect_may_use_savepoints_of_its_own(wd_store: StoreUnderTest[Any]) -> None:
+    """The guard refuses only what could end its transaction: an effect's own savepoints, rolled
+    back to and released, work, and only what the effect kept is recorded with it."""
+    cp = wd_store.checkpointer
+    await create_ledger(wd_store.durable.conn)  # type: ignore[attr-defined]
+    held = await cp.claim("w", alive=LONG, budget=LONG)
+
+    def effect(cur: sqlite3.Cursor) -> object:
+        cur.execute(LEDGER_ADD, ("w", 1))
+        cur.execute("SAVEPOINT mine")
+        cur.execute(LEDGER_ADD, ("w", 10))
+        cur.execute("ROLLBACK TO mine")  # undoes the 10, keeps the savepoint open
+        cur.execute("RELEASE mine")
+        return "kept"
+
+    assert await cp.transact(held, "k", effect) == Recorded("kept", True)
+    assert await wd_store.effects.ledger_read("w") == 1, "the effect's own rollback was not kept"
+    assert await cp.load("w") == {"k": "kept"}
 
 
 # -- namespaces ----------------------------------------------------------------------------------
