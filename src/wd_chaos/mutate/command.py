@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from ..options import probe_dir
-from .runner import EQUIVALENT_FILE, StorePlan, mutate, plan_for
+from .runner import EQUIVALENT_FILE, StorePlan, mutate, plan_for, servers
 from .targets import mutants
 
 
@@ -148,17 +148,18 @@ def _python(
     probe_dir(report_dir, "--report-dir")
     out = report_dir / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-mutate-{plan.name}-python"
     try:
-        found = mutate_python(
-            plan.python,
-            plan.tests,
-            plan.wd_stores,
-            plan.pytest_args,
-            budget_seconds=budget_minutes * 60,
-            store=plan.name,
-            equivalent_file=equivalent or PYTHON_EQUIVALENT_FILE,
-            resume=resume,
-            progress=lambda line: click.echo(line, err=True),
-        )
+        with servers(plan):  # one server for the job, named in the environment every session inherits
+            found = mutate_python(
+                plan.python,
+                plan.tests,
+                plan.wd_stores,
+                plan.pytest_args,
+                budget_seconds=budget_minutes * 60,
+                store=plan.name,
+                equivalent_file=equivalent or PYTHON_EQUIVALENT_FILE,
+                resume=resume,
+                progress=lambda line: click.echo(line, err=True),
+            )
     except PythonMutateError as exc:
         raise click.UsageError(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
