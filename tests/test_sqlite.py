@@ -449,6 +449,25 @@ async def test_an_effect_that_ends_the_transaction_lands_nothing(
 
 
 @pytest.mark.wd_store("sqlite")
+async def test_an_effect_that_removes_the_guard_and_commits_is_still_refused(
+    wd_store: StoreUnderTest[Any],
+) -> None:
+    """The savepoint is the guard's second check: an effect that replaced the authorizer and then
+    committed gets a ``StoreError`` (the savepoint is gone), and its result is never recorded."""
+    cp = wd_store.checkpointer
+    held = await cp.claim("w", alive=LONG, budget=LONG)
+
+    def effect(cur: sqlite3.Cursor) -> object:
+        cur.connection.set_authorizer(None)  # the first check removed
+        cur.execute("COMMIT")
+        return 1
+
+    with pytest.raises(StoreError, match=r"'w'.*'k'.*savepoint is gone"):
+        await cp.transact(held, "k", effect)
+    assert await cp.load("w") == {}, "recorded though the effect ended the transaction"
+
+
+@pytest.mark.wd_store("sqlite")
 async def test_an_effect_may_use_savepoints_of_its_own(wd_store: StoreUnderTest[Any]) -> None:
     """The guard refuses only what could end its transaction: an effect's own savepoints, rolled
     back to and released, work, and only what the effect kept is recorded with it."""
