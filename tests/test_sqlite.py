@@ -420,6 +420,9 @@ def _ended_by(*statements: str, then_raise: bool = False, swallow: bool = False)
         ("rollback, begin, return", _ended_by("ROLLBACK", "BEGIN IMMEDIATE")),
         ("rollback, return", _ended_by("ROLLBACK")),
         ("end swallowed, return", _ended_by("END", swallow=True)),
+        # two refusals: the error names the first
+        ("commit, begin swallowed, raise", _ended_by("COMMIT", "BEGIN", swallow=True, then_raise=True)),
+        ("commit, begin swallowed, return", _ended_by("COMMIT", "BEGIN", swallow=True)),
         ("executescript commit", None),
         # the guard's own savepoint: releasing or rolling back to it would end what it guards
         ("release the guard", _ended_by("RELEASE wd_transact_effect")),
@@ -439,8 +442,10 @@ async def test_an_effect_that_ends_the_transaction_lands_nothing(
             cur.executescript("SELECT 1;")  # sqlite3 commits a pending transaction first
             return 1
 
-    with pytest.raises(StoreError, match=r"'w'.*'k'.*end"):
+    with pytest.raises(StoreError, match=r"'w'.*'k'.*end") as refused:
         await cp.transact(held, "k", effect)
+    if label.startswith("commit, begin"):
+        assert "(COMMIT)" in str(refused.value), f"{label}: not the first thing refused: {refused.value}"
     total = await wd_store.effects.ledger_read("w")
     assert total == 0, f"{label}: the effect's write landed without its record (ledger {total})"
     assert await cp.load("w") == {}, f"{label}: recorded though the effect ended it"
