@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from without_durability import (
+    Contended,
     Fenced,
     InvalidInput,
     Recorded,
@@ -491,6 +492,29 @@ async def test_an_effect_may_use_savepoints_of_its_own(wd_store: StoreUnderTest[
     assert await cp.transact(held, "k", effect) == Recorded("kept", True)
     assert await wd_store.effects.ledger_read("w") == 1, "the effect's own rollback was not kept"
     assert await cp.load("w") == {"k": "kept"}
+
+
+@pytest.mark.wd_store("sqlite")
+async def test_liveness_and_the_budget_count_exactly_from_an_uneven_instant(
+    wd_store: StoreUnderTest[Any],
+) -> None:
+    """A claim's deadlines are its instant plus its spans to the microsecond. The suite's manual
+    clock starts on a round instant (2030-01-01) whose low bits are zero, where a deadline that
+    or-ed the spans' bits into the instant instead of adding them came out the same; from this
+    uneven instant it comes out 1.6 s (liveness) and 0.64 s (budget) early."""
+    cp, clock = wd_store.checkpointer, wd_store.clock
+    await clock.advance(timedelta(microseconds=1_234_567))
+    held = await cp.claim("w", alive=timedelta(seconds=2), budget=timedelta(seconds=3))
+    await clock.advance(timedelta(seconds=1.5))
+    with pytest.raises(Contended):  # alive until 2 s
+        await cp.claim("w", alive=LONG, budget=LONG)
+    await cp.renew(held)  # alive until 3.5 s, cut to the budget's 3 s
+    await clock.advance(timedelta(seconds=1.2))
+    with pytest.raises(Contended):  # 2.7 s: inside the budget
+        await cp.claim("w", alive=LONG, budget=LONG)
+    await clock.advance(timedelta(seconds=0.5))
+    taken = await cp.claim("w", alive=LONG, budget=LONG)  # 3.2 s: the budget is spent
+    assert taken.token == held.token + 1
 
 
 # -- namespaces ----------------------------------------------------------------------------------
