@@ -517,6 +517,14 @@ async def test_liveness_and_the_budget_count_exactly_from_an_uneven_instant(
     assert taken.token == held.token + 1
 
 
+async def test_the_checkpointers_options_are_keyword_only(durable: SqliteDurable) -> None:
+    """A codec, a clock or a lease's spans passed by position are refused, not taken for another."""
+    with pytest.raises(TypeError):
+        SqliteCheckpointer(durable.conn, None)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        await durable.checkpointer.claim("w", LONG, LONG)  # type: ignore[call-arg]
+
+
 # -- namespaces ----------------------------------------------------------------------------------
 
 
