@@ -483,10 +483,12 @@ async def test_an_effect_may_use_savepoints_of_its_own(wd_store: StoreUnderTest[
 
     def effect(cur: sqlite3.Cursor) -> object:
         cur.execute(LEDGER_ADD, ("w", 1))
-        cur.execute("SAVEPOINT mine")
-        cur.execute(LEDGER_ADD, ("w", 10))
-        cur.execute("ROLLBACK TO mine")  # undoes the 10, keeps the savepoint open
-        cur.execute("RELEASE mine")
+        # names sorting before and after the guard's, so no ordering of names stands in for it
+        for name in ("a_mine", "z_mine"):
+            cur.execute(f"SAVEPOINT {name}")
+            cur.execute(LEDGER_ADD, ("w", 10))
+            cur.execute(f"ROLLBACK TO {name}")  # undoes the 10, keeps the savepoint open
+            cur.execute(f"RELEASE {name}")
         return "kept"
 
     assert await cp.transact(held, "k", effect) == Recorded("kept", True)
