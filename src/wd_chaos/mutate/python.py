@@ -229,6 +229,14 @@ def _earlier(report: Path) -> dict[str, str]:
     }
 
 
+def _timed_out(report: Path) -> set[str]:
+    """The Python mutants an earlier job's ``mutate.json`` records as killed by a timeout."""
+    rows = json.loads(report.read_text())["python"]["mutants"]
+    return {
+        r["mutant"] for r in rows if r.get("verdict") == "killed" and r["killed_by"].startswith("timeout")
+    }
+
+
 @contextlib.contextmanager
 def _written(path: Path, mutated: str, cache: Path) -> Iterator[None]:
     """``mutated`` in ``path`` for the block, the original after; the module's compiled copy in
@@ -388,6 +396,9 @@ def mutate_python(
             if row.mutant in earlier:
                 killers.setdefault(row.definition, []).append(earlier[row.mutant])
         runnable = [(r, m) for r, m in found if r.verdict != "skipped"]
+        # an earlier job's timeouts run again, but last: each may cost the whole timeout once more
+        slow = _timed_out(resume) if resume else set()
+        runnable.sort(key=lambda pair: pair[0].mutant in slow)
         progress(
             f"python: {len(rows)} mutants, {len(rows) - len(runnable)} skipped (cannot change behaviour)"
         )
