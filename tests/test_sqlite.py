@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from without_durability import (
+    Contended,
     Fenced,
     InvalidInput,
     Recorded,
@@ -420,7 +421,13 @@ def _ended_by(*statements: str, then_raise: bool = False, swallow: bool = False)
         ("rollback, begin, return", _ended_by("ROLLBACK", "BEGIN IMMEDIATE")),
         ("rollback, return", _ended_by("ROLLBACK")),
         ("end swallowed, return", _ended_by("END", swallow=True)),
+        # two refusals: the error names the first
+        ("commit, begin swallowed, raise", _ended_by("COMMIT", "BEGIN", swallow=True, then_raise=True)),
+        ("commit, begin swallowed, return", _ended_by("COMMIT", "BEGIN", swallow=True)),
         ("executescript commit", None),
+        # the guard's own savepoint: releasing or rolling back to it would end what it guards
+        ("release the guard", _ended_by("RELEASE wd_transact_effect")),
+        ("rollback to the guard", _ended_by("ROLLBACK TO wd_transact_effect", swallow=True)),
     ],
 )
 async def test_an_effect_that_ends_the_transaction_lands_nothing(
@@ -436,13 +443,88 @@ async def test_an_effect_that_ends_the_transaction_lands_nothing(
             cur.executescript("SELECT 1;")  # sqlite3 commits a pending transaction first
             return 1
 
-    with pytest.raises(StoreError, match=r"'w'.*'k'.*end"):
+    with pytest.raises(StoreError, match=r"'w'.*'k'.*end") as refused:
         await cp.transact(held, "k", effect)
+    if label.startswith("commit, begin"):
+        assert "(COMMIT)" in str(refused.value), f"{label}: not the first thing refused: {refused.value}"
     total = await wd_store.effects.ledger_read("w")
     assert total == 0, f"{label}: the effect's write landed without its record (ledger {total})"
     assert await cp.load("w") == {}, f"{label}: recorded though the effect ended it"
     ok = await cp.transact(held, "k", wd_store.effects.ledger_add("w", 2))
     assert ok == Recorded(2, True), f"{label}: the store was left unusable: {ok!r}"
+
+
+@pytest.mark.wd_store("sqlite")
+async def test_an_effect_that_removes_the_guard_and_commits_is_still_refused(
+    wd_store: StoreUnderTest[Any],
+) -> None:
+    """The savepoint is the guard's second check: an effect that replaced the authorizer and then
+    committed gets a ``StoreError`` (the savepoint is gone), and its result is never recorded."""
+    cp = wd_store.checkpointer
+    held = await cp.claim("w", alive=LONG, budget=LONG)
+
+    def effect(cur: sqlite3.Cursor) -> object:
+        cur.connection.set_authorizer(None)  # the first check removed
+        cur.execute("COMMIT")
+        return 1
+
+    with pytest.raises(StoreError, match=r"'w'.*'k'.*savepoint is gone"):
+        await cp.transact(held, "k", effect)
+    assert await cp.load("w") == {}, "recorded though the effect ended the transaction"
+
+
+@pytest.mark.wd_store("sqlite")
+async def test_an_effect_may_use_savepoints_of_its_own(wd_store: StoreUnderTest[Any]) -> None:
+    """The guard refuses only what could end its transaction: an effect's own savepoints, rolled
+    back to and released, work, and only what the effect kept is recorded with it."""
+    cp = wd_store.checkpointer
+    await create_ledger(wd_store.durable.conn)  # type: ignore[attr-defined]
+    held = await cp.claim("w", alive=LONG, budget=LONG)
+
+    def effect(cur: sqlite3.Cursor) -> object:
+        cur.execute(LEDGER_ADD, ("w", 1))
+        # names sorting before and after the guard's, so no ordering of names stands in for it
+        for name in ("a_mine", "z_mine"):
+            cur.execute(f"SAVEPOINT {name}")
+            cur.execute(LEDGER_ADD, ("w", 10))
+            cur.execute(f"ROLLBACK TO {name}")  # undoes the 10, keeps the savepoint open
+            cur.execute(f"RELEASE {name}")
+        return "kept"
+
+    assert await cp.transact(held, "k", effect) == Recorded("kept", True)
+    assert await wd_store.effects.ledger_read("w") == 1, "the effect's own rollback was not kept"
+    assert await cp.load("w") == {"k": "kept"}
+
+
+@pytest.mark.wd_store("sqlite")
+async def test_liveness_and_the_budget_count_exactly_from_an_uneven_instant(
+    wd_store: StoreUnderTest[Any],
+) -> None:
+    """A claim's deadlines are its instant plus its spans to the microsecond. The suite's manual
+    clock starts on a round instant (2030-01-01) whose low bits are zero, where a deadline that
+    or-ed the spans' bits into the instant instead of adding them came out the same; from this
+    uneven instant it comes out 1.6 s (liveness) and 0.64 s (budget) early."""
+    cp, clock = wd_store.checkpointer, wd_store.clock
+    await clock.advance(timedelta(microseconds=1_234_567))
+    held = await cp.claim("w", alive=timedelta(seconds=2), budget=timedelta(seconds=3))
+    await clock.advance(timedelta(seconds=1.5))
+    with pytest.raises(Contended):  # alive until 2 s
+        await cp.claim("w", alive=LONG, budget=LONG)
+    await cp.renew(held)  # alive until 3.5 s, cut to the budget's 3 s
+    await clock.advance(timedelta(seconds=1.2))
+    with pytest.raises(Contended):  # 2.7 s: inside the budget
+        await cp.claim("w", alive=LONG, budget=LONG)
+    await clock.advance(timedelta(seconds=0.5))
+    taken = await cp.claim("w", alive=LONG, budget=LONG)  # 3.2 s: the budget is spent
+    assert taken.token == held.token + 1
+
+
+async def test_the_checkpointers_options_are_keyword_only(durable: SqliteDurable) -> None:
+    """A codec, a clock or a lease's spans passed by position are refused, not taken for another."""
+    with pytest.raises(TypeError):
+        SqliteCheckpointer(durable.conn, None)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        await durable.checkpointer.claim("w", LONG, LONG)  # type: ignore[call-arg]
 
 
 # -- namespaces ----------------------------------------------------------------------------------

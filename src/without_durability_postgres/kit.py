@@ -236,6 +236,11 @@ class PostgresKit(StoreKit):
         ),
         server_env=POSTGRES_SERVER.env,
         scenarios=("lease-stall", "append-storm", "take-storm"),
+        # the claim, fence, record and take decisions around the SQL (wd-chaos mutate --python)
+        python=(
+            "src/without_durability_postgres/checkpointer.py",
+            "src/without_durability_postgres/scheduler.py",
+        ),
     )
 
     def unavailable(self) -> str | None:

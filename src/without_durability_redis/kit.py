@@ -214,6 +214,8 @@ REDIS_MUTATE_PLAN = MutatePlan(
         ("lua:_stream", ("redis-stream",)),
         ("lua:", ("redis-set",)),
     ),
+    # the decisions around the scripts: replies read, fences raised, takes (wd-chaos mutate --python)
+    python=("src/without_durability_redis/checkpointer.py", "src/without_durability_redis/schedulers.py"),
 )
 """What ``wd-chaos mutate --store redis`` (or either single-server kit's name) mutates and runs."""
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from ..options import probe_dir
-from .runner import EQUIVALENT_FILE, StorePlan, mutate, plan_for
+from .runner import EQUIVALENT_FILE, StorePlan, mutate, plan_for, servers
 from .targets import mutants
 
 
@@ -55,14 +55,16 @@ from .targets import mutants
 @click.option(
     "--equivalent",
     type=click.Path(path_type=Path, exists=True, dir_okay=False),
-    default=EQUIVALENT_FILE,
-    help='TOML file of equivalent mutants ([equivalent] "id" = "why").',
+    default=None,
+    help='TOML file of equivalent mutants ([equivalent] "id" = "why"); default: the built-in list '
+    "(equivalent.toml, or equivalent_python.toml with --python).",
 )
 @click.option(
     "--resume",
     type=click.Path(path_type=Path, exists=True, dir_okay=False),
     default=None,
-    help="An earlier mutate.json: keep its kills, run only the mutants it did not kill.",
+    help="An earlier mutate.json (of the same half: statements, or --python): keep its kills, run "
+    "only the mutants it did not kill, so a long job can run in pieces.",
 )
 @click.option(
     "--python",
@@ -83,7 +85,7 @@ def mutate_command(
     tests: tuple[str, ...],
     wd_stores: tuple[str, ...],
     pytest_args: tuple[str, ...],
-    equivalent: Path,
+    equivalent: Path | None,
     resume: Path | None,
     python: bool,
 ) -> None:
@@ -93,7 +95,7 @@ def mutate_command(
     equivalent and none was left unrun, else 1."""
     plan = _plan(store, statements, tests, wd_stores, pytest_args)
     if python:
-        _python(plan, budget_minutes, report_dir)
+        _python(plan, budget_minutes, report_dir, equivalent, resume)
         return
     if list_only:
         from .runner import targets_of
@@ -120,7 +122,7 @@ def mutate_command(
         jobs=jobs,
         only=only,
         progress=lambda line: click.echo(line, err=True),
-        equivalent_file=equivalent,
+        equivalent_file=equivalent or EQUIVALENT_FILE,
         resume=resume,
     )
     click.echo(
@@ -135,22 +137,29 @@ def mutate_command(
     sys.exit(0 if ok else 1)
 
 
-def _python(plan: StorePlan, budget_minutes: float, report_dir: Path) -> None:
+def _python(
+    plan: StorePlan, budget_minutes: float, report_dir: Path, equivalent: Path | None, resume: Path | None
+) -> None:
     """The Python half: cosmic-ray's mutants of the plan's files, through its tests, into the job's
-    mutate.json (under "python") and mutate.html; exit 0 only when every mutant ran and was killed."""
-    from .python import PythonMutateError, html_section, mutate_python
+    mutate.json (under "python") and mutate.html; exit 0 only when every mutant run was killed or
+    listed as equivalent and none was left unrun."""
+    from .python import PYTHON_EQUIVALENT_FILE, PythonMutateError, html_section, mutate_python
 
     probe_dir(report_dir, "--report-dir")
     out = report_dir / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-mutate-{plan.name}-python"
     try:
-        found = mutate_python(
-            plan.python,
-            plan.tests,
-            plan.wd_stores,
-            plan.pytest_args,
-            budget_seconds=budget_minutes * 60,
-            progress=lambda line: click.echo(line, err=True),
-        )
+        with servers(plan):  # one server for the job, named in the environment every session inherits
+            found = mutate_python(
+                plan.python,
+                plan.tests,
+                plan.wd_stores,
+                plan.pytest_args,
+                budget_seconds=budget_minutes * 60,
+                store=plan.name,
+                equivalent_file=equivalent or PYTHON_EQUIVALENT_FILE,
+                resume=resume,
+                progress=lambda line: click.echo(line, err=True),
+            )
     except PythonMutateError as exc:
         raise click.UsageError(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
@@ -159,13 +168,17 @@ def _python(plan: StorePlan, budget_minutes: float, report_dir: Path) -> None:
         f"<!doctype html><meta charset=utf-8><title>wd-chaos mutate {html.escape(plan.name)} --python</title>"
         f"<h1>wd-chaos mutate: {html.escape(plan.name)}</h1>{html_section(found)}"
     )
+    skipped = ", ".join(f"{n} {why}" for why, n in sorted(found["skipped"].items())) or "0"
     click.echo(
-        f"{plan.name} python: generated {found['generated']}, killed {found['killed']}, survived "
-        f"{len(found['survived'])}, not run {found['not_run']}, errors {found['errors']}; "
-        f"report {out / 'mutate.html'}"
+        f"{plan.name} python: generated {found['generated']}, skipped ({skipped}), killed {found['killed']}, "
+        f"equivalent {len(found['equivalent'])}, survived {len(found['survived'])}, not run "
+        f"{len(found['not_run'])}, errors {len(found['errors'])}; killed or equivalent "
+        f"{found['killed_or_equivalent']}; report {out / 'mutate.html'}"
     )
     for row in found["survived"]:
-        click.echo(f"  survived {row['module']}:{row['line']} {row['operator']}")
+        click.echo(
+            f"  survived {row['mutant']} ({row['module']}:{row['line']}): {row['before']}  =>  {row['after']}"
+        )
     sys.exit(0 if not found["survived"] and not found["not_run"] and not found["errors"] else 1)
 
 

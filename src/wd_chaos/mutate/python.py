@@ -1,14 +1,25 @@
-"""``wd-chaos mutate --python``: mutants of a store's Python decision code, made and run by
-cosmic-ray on a copy of the project, never on the project itself.
+"""``wd-chaos mutate --python``: mutants of a store's Python decision code, made by cosmic-ray's
+operators on a copy of the project (never the project itself) and judged as the statement half
+judges its own: each mutant written into the module on disk, the store's tests run on it failing
+fast, the likely killers first (the tests that killed its function's other mutants, then any
+killer, fastest first), a kill counted only when its test passes on the real code in the same job.
 
-cosmic-ray rather than mutmut: cosmic-ray writes each mutant into the module on disk and runs any
-command, so every process a check starts (a worker, a pytest-xdist node) imports the mutant;
-mutmut drives pytest itself from a tree of its own.
+cosmic-ray rather than mutmut: cosmic-ray writes each mutant into the module on disk, so every
+process a check starts (a worker, a pytest-xdist node) imports the mutant, and its session and
+operators can be driven from here; mutmut drives pytest itself from a tree of its own.
+
+Mutants that cannot change behaviour are skipped, counted by why, never run: a change inside an
+annotation or a docstring (the stores never read their annotations at run time), a change that
+leaves the syntax tree as it was, and one that does not compile (cosmic-ray also rewrites the
+bare ``*`` of keyword-only parameters and the ``**`` of a dict display).
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import difflib
+import hashlib
 import html
 import importlib.util
 import json
@@ -20,11 +31,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from .inert import Module, compiles
+from .plugin import FIRST_ENV, ORDER_ENV
+from .runner import _FAILED, _TIMED_OUT, _first, _timings, equivalents
 
 INSTALL_HINT = "pip install 'without-durability[mutate]' (or: pip install cosmic-ray)"
 
@@ -58,7 +74,9 @@ def copy_project(project: Path, into: Path, files: tuple[str, ...]) -> Path:
                 "relative to the project folder (e.g. 'src/mystore/claims.py')"
             )
         if not (project / path).is_file():
-            raise PythonMutateError(f"MutatePlan.python: no file {project / path}; run from the project folder")
+            raise PythonMutateError(
+                f"MutatePlan.python: no file {project / path}; run from the project folder"
+            )
     copy = into / "project"
     copy.mkdir(parents=True)
     for name in COPIED:
@@ -100,83 +118,206 @@ def check_imports_copy(copy: Path, files: tuple[str, ...], env: dict[str, str]) 
             )
 
 
-def pytest_command(tests: tuple[str, ...], stores: tuple[str, ...], pytest_args: tuple[str, ...]) -> str:
-    """The command cosmic-ray runs on each mutant: the tests, failing fast, on ``stores``."""
-    return shlex.join(
-        [
-            sys.executable, "-m", "pytest", *tests, "-x", "-q", "-p", "no:cacheprovider",
-            *[arg for s in stores for arg in ("--wd-store", s)], *pytest_args,
-        ]
-    )  # fmt: skip
+PYTHON_EQUIVALENT_FILE = Path(__file__).with_name("equivalent_python.toml")
+"""The built-in list of equivalent Python mutants: ``[equivalent]`` of ``"id" = "why"``, as the
+statements' ``equivalent.toml``, keyed by the ids this module gives."""
+
+TEST_TIMEOUT = 300
+"""Seconds one test may take (pytest-timeout), as in the statement half."""
 
 
-def write_config(copy: Path, files: tuple[str, ...], command: str, timeout: float) -> Path:
-    """cosmic-ray's configuration for the job, in the copy (paths relative to it)."""
+@dataclass
+class PyMutant:
+    """One cosmic-ray mutant of a store's Python and what happened to it."""
+
+    mutant: str
+    """A stable id: store, module, enclosing function, operator and a digest of the changed line
+    (with a counter when one line yields the same change twice), so it survives edits elsewhere."""
+    module: str
+    definition: str
+    operator: str
+    occurrence: int
+    line: int
+    before: str
+    after: str
+    diff: str
+    verdict: str = "not run"
+    """killed, survived, equivalent, skipped (see ``why``), not run (the budget ran out) or error."""
+    killed_by: str = ""
+    why: str = ""
+    seconds: float = 0.0
+
+
+def _dotted(file: str) -> str:
+    return ".".join(Path(file).relative_to("src").with_suffix("").parts)
+
+
+def generate(
+    cosmic: list[str], copy: Path, files: tuple[str, ...], store: str, env: dict[str, str], deadline: float
+) -> list[tuple[PyMutant, str]]:
+    """cosmic-ray's mutants of ``files`` (in ``copy``), each with its mutated source; a mutant that
+    cannot change behaviour is marked skipped, with why."""
+    from cosmic_ray.mutating import mutate_code
+    from cosmic_ray.plugins import get_operator
+    from cosmic_ray.work_db import WorkDB, use_db
+
     config = copy / "cosmic-ray.toml"
     config.write_text(
         "[cosmic-ray]\n"
         f"module-path = {json.dumps(list(files))}\n"
-        f"timeout = {timeout:.1f}\n"
-        "excluded-modules = []\n"
-        f"test-command = {json.dumps(command)}\n\n"
+        'timeout = 60.0\nexcluded-modules = []\ntest-command = "true"\n\n'
         '[cosmic-ray.distributor]\nname = "local"\n',
         encoding="utf-8",
     )
-    return config
-
-
-def _run_until(command: list[str], cwd: Path, env: dict[str, str], deadline: float) -> bool:
-    """Run ``command`` until it ends (True) or ``deadline`` (monotonic) passes (False: its whole
-    process group is stopped; cosmic-ray keeps each finished mutant's result in its session)."""
-    proc = subprocess.Popen(
-        command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-    )
-    try:
-        _, err = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        # cosmic-ray starts each test run in a process group of its own: stop those too
-        children = psutil.Process(proc.pid).children(recursive=True)
-        os.killpg(proc.pid, signal.SIGKILL)
-        for child in children:
-            with contextlib.suppress(psutil.Error):
-                child.kill()
-        proc.communicate()
-        return False
-    if proc.returncode != 0:
-        raise PythonMutateError(f"{shlex.join(command[2:])} failed (exit {proc.returncode}): {err.decode()[-600:]}")
-    return True
-
-
-def read_session(cosmic: list[str], session: Path, cwd: Path) -> dict[str, Any]:
-    """The job's figures from ``cosmic-ray dump``: one line per mutant, its work item and result."""
-    done = subprocess.run(
-        [*cosmic, "dump", str(session)], cwd=cwd, capture_output=True, text=True, check=True
-    )
-    generated = killed = not_run = errors = 0
-    survived: list[dict[str, Any]] = []
-    for line in done.stdout.splitlines():
-        if not line.strip():
-            continue
-        item, result = json.loads(line)
-        generated += 1
-        outcome = (result or {}).get("test_outcome")
-        if outcome == "killed":
-            killed += 1
-        elif outcome == "survived":
-            mutation = item["mutations"][0]
-            survived.append(
-                {
-                    "module": mutation["module_path"],
-                    "operator": mutation["operator_name"],
-                    "line": mutation["start_pos"][0],
-                    "diff": result.get("diff") or "",
-                }
+    session = copy / "session.sqlite"
+    _run_until([*cosmic, "init", str(config), str(session)], copy, env, deadline)
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        specs = [m for item in db.work_items for m in item.mutations]
+    specs.sort(key=lambda m: (str(m.module_path), m.operator_name, m.occurrence))
+    modules = {f: Module((copy / f).read_text(encoding="utf-8")) for f in files}
+    seen: dict[str, int] = {}
+    found: list[tuple[PyMutant, str]] = []
+    for spec in specs:
+        file = Path(spec.module_path).as_posix()
+        module = modules[file]
+        start, end = tuple(spec.start_pos), tuple(spec.end_pos)
+        operator = spec.operator_name.removeprefix("core/")
+        definition = module.definition(start)
+        line = int(start[0])
+        key = f"{file}|{definition}|{operator}|{module.line(line)}"
+        count = seen[key] = seen.get(key, -1) + 1
+        digest = hashlib.sha1(f"{key}|{count}".encode()).hexdigest()[:8]
+        op = get_operator(spec.operator_name)(**(spec.operator_args or {}))
+        mutated = mutate_code(module.source, op, spec.occurrence) or module.source
+        after = mutated.splitlines()
+        diff = "\n".join(
+            difflib.unified_diff(
+                module.source.split("\n"), mutated.split("\n"), f"a/{file}", f"b/{file}", lineterm="", n=1
             )
-        elif result is None or result.get("worker_outcome") == "skipped":
-            not_run += 1
-        else:
-            errors += 1  # incompetent, or the worker itself failed: neither killed nor survived
-    return {"generated": generated, "killed": killed, "survived": survived, "not_run": not_run, "errors": errors}
+        )
+        row = PyMutant(
+            f"{store}:py:{_dotted(file)}:{definition}:{operator}:{digest}",
+            file, definition, operator, spec.occurrence, line, module.line(line),
+            " ".join(after[line - 1].split()) if line <= len(after) else "", diff,
+        )  # fmt: skip
+        kind = module.inert_kind(start, end)
+        if kind is None and not compiles(mutated):
+            kind = "does not compile"
+        if kind is None and ast.dump(ast.parse(mutated)) == ast.dump(ast.parse(module.source)):
+            kind = "same syntax tree"
+        if kind is not None:
+            row.verdict, row.why = "skipped", kind
+        found.append((row, mutated))
+    return found
+
+
+def _earlier(report: Path) -> dict[str, str]:
+    """Python mutant id -> the test that killed it, in an earlier job's ``mutate.json``; kills by
+    timeout run again (a loaded machine times out too)."""
+    try:
+        rows = json.loads(report.read_text())["python"]["mutants"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PythonMutateError(
+            f"--resume {report}: not a mutate.json written by 'wd-chaos mutate --python' ({exc!r})"
+        ) from None
+    return {
+        r["mutant"]: r["killed_by"]
+        for r in rows
+        if r.get("verdict") == "killed"
+        and "::" in r.get("killed_by", "")
+        and not r["killed_by"].startswith("timeout")
+    }
+
+
+def _timed_out(report: Path) -> set[str]:
+    """The Python mutants an earlier job's ``mutate.json`` records as killed by a timeout."""
+    rows = json.loads(report.read_text())["python"]["mutants"]
+    return {
+        r["mutant"] for r in rows if r.get("verdict") == "killed" and r["killed_by"].startswith("timeout")
+    }
+
+
+@contextlib.contextmanager
+def _written(path: Path, mutated: str, cache: Path) -> Iterator[None]:
+    """``mutated`` in ``path`` for the block, the original after; the module's compiled copy in
+    ``cache`` removed each time, so no process runs a stale one (a mutant may have the size and
+    second of the one before)."""
+    original = path.read_text(encoding="utf-8")
+
+    def forget() -> None:
+        folder = cache / path.resolve().parent.relative_to(path.resolve().anchor)
+        for compiled in folder.glob(f"{path.stem}.*.pyc"):
+            compiled.unlink(missing_ok=True)
+
+    path.write_text(mutated, encoding="utf-8")
+    forget()
+    try:
+        yield
+    finally:
+        path.write_text(original, encoding="utf-8")
+        forget()
+
+
+def _pytest(
+    copy: Path,
+    env: dict[str, str],
+    tests: tuple[str, ...],
+    stores: tuple[str, ...],
+    pytest_args: tuple[str, ...],
+    *,
+    timeout: float,
+    fail_fast: bool = True,
+    first: tuple[str, ...] = (),
+    junit: Path | None = None,
+) -> tuple[int, str, float, str]:
+    """One pytest session in ``copy``: (exit code, first failing test, seconds, output tail); exit
+    -1 when ``timeout`` passed (the session's whole process group is stopped)."""
+    command = [
+        sys.executable, "-m", "pytest", *tests, "-q", "--no-header", "-rfE", "-p", "no:cacheprovider",
+        "-p", "wd_chaos.mutate.plugin", "-o", f"timeout={TEST_TIMEOUT}", *(["-x"] if fail_fast else []),
+        *([f"--junitxml={junit}"] if junit else []),
+        *[arg for s in stores for arg in ("--wd-store", s)], *pytest_args,
+    ]  # fmt: skip
+    env = {**env, FIRST_ENV: json.dumps(first)}
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        command, cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _stop(proc)
+        return -1, f"timeout after {timeout:.0f}s", time.monotonic() - started, ""
+    failed = _FAILED.findall(out)
+    if failed and _TIMED_OUT.search(out):
+        failed = [f"timeout in {failed[0]}"]
+    return proc.returncode, failed[0] if failed else "", time.monotonic() - started, out[-2000:]
+
+
+def _stop(proc: subprocess.Popen[Any]) -> None:
+    """Stop ``proc``, its process group and anything it started outside it."""
+    children: list[psutil.Process] = []
+    with contextlib.suppress(psutil.Error):
+        children = psutil.Process(proc.pid).children(recursive=True)
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    proc.communicate()
+
+
+def _run_until(command: list[str], cwd: Path, env: dict[str, str], deadline: float) -> None:
+    """Run a cosmic-ray command; a clear error when it fails."""
+    done = subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, check=False,
+        timeout=max(60.0, deadline - time.monotonic()),
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise PythonMutateError(
+            f"{shlex.join(command[2:])} failed (exit {done.returncode}): {done.stderr[-600:]}"
+        )
 
 
 def mutate_python(
@@ -186,13 +327,17 @@ def mutate_python(
     pytest_args: tuple[str, ...] = (),
     *,
     budget_seconds: float,
+    store: str = "store",
     project: Path | None = None,
+    equivalent_file: Path | None = None,
+    resume: Path | None = None,
     progress: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Mutate ``files`` (paths under ``project``'s src) with cosmic-ray in a temporary copy of the
-    project, run ``tests`` on ``stores`` against each mutant until ``budget_seconds`` run out, and
-    return ``{"tool", "generated", "killed", "survived": [{"module", "operator", "line", "diff"}],
-    "not_run", "errors", "seconds"}``. The project itself is only read."""
+    """Mutate ``files`` (paths under ``project``'s src) with cosmic-ray's operators in a temporary
+    copy of the project, run ``tests`` on ``stores`` against each mutant until ``budget_seconds``
+    run out, and return the report (see ``report``). Mutants listed in ``equivalent_file`` are not
+    run; with ``resume`` (an earlier job's ``mutate.json``) its kills are kept and only the rest
+    run. The project itself is only read."""
     if not files:
         raise PythonMutateError(
             "this store's MutatePlan names no Python files (its 'python' field): name the modules "
@@ -202,48 +347,173 @@ def mutate_python(
     started = time.monotonic()
     deadline = started + budget_seconds
     project = (project or Path.cwd()).resolve()
+    known = equivalents(equivalent_file) if equivalent_file else {}
+    earlier = _earlier(resume) if resume else {}
     with tempfile.TemporaryDirectory(prefix="wd-mutate-python-") as folder:
         copy = copy_project(project, Path(folder), files)
-        env = _environment(copy)
+        cache = Path(folder) / "pycache"
+        env = {**_environment(copy), "PYTHONPYCACHEPREFIX": str(cache)}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # compiled modules kept, the mutated one's removed
         check_imports_copy(copy, files, env)
-        command = pytest_command(tests, stores, pytest_args)
-        began = time.monotonic()
-        base = subprocess.run(
-            shlex.split(command), cwd=copy, env=env, capture_output=True, text=True, check=False,
-            timeout=max(60.0, budget_seconds),
-        )  # fmt: skip
-        base_seconds = time.monotonic() - began
-        if base.returncode != 0:
-            raise PythonMutateError(
-                f"the unmutated copy fails its tests (exit {base.returncode}); fix that first:\n{base.stdout[-1500:]}"
+        junit = Path(folder) / "real.xml"
+        code, failed, base_seconds, tail = _pytest(
+            copy,
+            env,
+            tests,
+            stores,
+            pytest_args,
+            timeout=max(600.0, budget_seconds),
+            fail_fast=False,
+            junit=junit,
+        )
+        if code == 1 and (flaky := tuple(_FAILED.findall(tail))):
+            again = _pytest(copy, env, flaky, stores, pytest_args, timeout=600.0, fail_fast=False)
+            progress(
+                f"python: {', '.join(flaky)} failed on the real code, then {'passed' if again[0] == 0 else 'failed'} once more"
             )
-        timeout = max(30.0, 3 * base_seconds)
-        progress(f"python: tests pass on the copy in {base_seconds:.0f}s; a mutant gets at most {timeout:.0f}s")
-        config = write_config(copy, files, command, timeout)
-        session = copy / "session.sqlite"
-        _run_until([*cosmic, "init", str(config), str(session)], copy, env, deadline + 60)
-        finished = _run_until([*cosmic, "exec", str(config), str(session)], copy, env, deadline)
-        found = read_session(cosmic, session, copy)
+            code = again[0]
+        if code != 0:
+            raise PythonMutateError(
+                f"the unmutated copy fails its tests (exit {code}); fix that first:\n{tail[-1500:]}"
+            )
+        timings = _timings(junit)
+        order = Path(folder) / "order.json"
+        order.write_text(json.dumps(timings))
+        env[ORDER_ENV] = str(order)
+        timeout = max(60.0, 3 * base_seconds)
+        progress(
+            f"python: tests pass on the copy in {base_seconds:.0f}s; a mutant gets at most {timeout:.0f}s"
+        )
+        found = generate(cosmic, copy, files, store, env, deadline)
+        rows = [row for row, _ in found]
+        stale = sorted(k for k in known if k.startswith(f"{store}:py:") and k not in {r.mutant for r in rows})
+        if stale:
+            progress(
+                f"python: equivalent entries matching no mutant (the code moved on?): {', '.join(stale)}"
+            )
+        killers: dict[str, list[str]] = {}
+        for row in rows:
+            if row.mutant in earlier:
+                killers.setdefault(row.definition, []).append(earlier[row.mutant])
+        runnable = [(r, m) for r, m in found if r.verdict != "skipped"]
+        # an earlier job's timeouts run again, but last: each may cost the whole timeout once more
+        slow = _timed_out(resume) if resume else set()
+        runnable.sort(key=lambda pair: pair[0].mutant in slow)
+        progress(
+            f"python: {len(rows)} mutants, {len(rows) - len(runnable)} skipped (cannot change behaviour)"
+        )
+        for n, (row, mutated) in enumerate(runnable, 1):
+            if row.mutant in known:
+                row.verdict, row.why = "equivalent", known[row.mutant]
+                continue
+            if row.mutant in earlier:
+                row.verdict, row.killed_by, row.why = "killed", earlier[row.mutant], f"killed in {resume}"
+                continue
+            if time.monotonic() + min(timeout, base_seconds) > deadline:
+                continue
+            with _written(copy / row.module, mutated, cache):
+                code, failed, row.seconds, tail = _pytest(
+                    copy, env, tests, stores, pytest_args, timeout=timeout,
+                    first=_first(row.definition, killers, timings),
+                )  # fmt: skip
+            if code in (0, 5):
+                row.verdict = "survived"
+            elif code in (1, -1) or (code == 2 and failed):
+                # exit 2 with a named error: the mutant broke collection (an import), a kill
+                row.verdict, row.killed_by = "killed", failed or f"pytest exit {code}"
+                if "::" in failed and not failed.startswith("timeout"):
+                    own = killers.setdefault(row.definition, [])
+                    if failed not in own:
+                        own.append(failed)
+            else:
+                row.verdict, row.why = "error", f"pytest exit {code}: {tail[-300:]}"
+            progress(
+                f"[{n}/{len(runnable)}] {row.mutant} line {row.line}: {row.verdict} {row.killed_by} ({row.seconds:.0f}s)"
+            )
+        _confirm(copy, env, tests, stores, pytest_args, rows, progress)
+    result = report(rows, time.monotonic() - started)
     progress(
-        f"python: generated {found['generated']}, killed {found['killed']}, survived "
-        f"{len(found['survived'])}, not run {found['not_run']}, errors {found['errors']}"
-        + ("" if finished else " (budget spent)")
+        f"python: generated {result['generated']}, skipped {sum(result['skipped'].values())}, killed "
+        f"{result['killed']}, equivalent {len(result['equivalent'])}, survived {len(result['survived'])}, "
+        f"not run {len(result['not_run'])}, errors {len(result['errors'])}"
     )
-    return {"tool": "cosmic-ray", **found, "seconds": round(time.monotonic() - started, 1)}
+    return result
+
+
+def _confirm(
+    copy: Path,
+    env: dict[str, str],
+    tests: tuple[str, ...],
+    stores: tuple[str, ...],
+    pytest_args: tuple[str, ...],
+    rows: list[PyMutant],
+    progress: Callable[[str], None],
+) -> None:
+    """A kill counts only when its test passes on the real code: run each killing test of this
+    job once more on the restored copy, and take back the kills of any that fail there."""
+    fresh = sorted({r.killed_by for r in rows if r.verdict == "killed" and "::" in r.killed_by and not r.why})
+    if not fresh:
+        return
+    code, _, _, tail = _pytest(copy, env, tuple(fresh), stores, pytest_args, timeout=900.0, fail_fast=False)
+    failing = set(_FAILED.findall(tail)) if code == 1 else (set() if code == 0 else set(fresh))
+    for r in rows:
+        if r.verdict == "killed" and r.killed_by in failing:
+            r.verdict, r.why = (
+                "survived",
+                f"{r.killed_by} failed on the real code too; the kill is not counted",
+            )
+    progress(f"python: {len(fresh) - len(failing)}/{len(fresh)} killing tests pass on the real code")
+
+
+def report(rows: list[PyMutant], seconds: float) -> dict[str, Any]:
+    """The ``"python"`` part of ``mutate.json``: ``tool``, ``generated``, ``skipped`` (a count per
+    reason), ``killed``, ``equivalent`` ([{mutant, why}]), ``survived`` (rows), ``not_run`` (ids),
+    ``errors`` (rows), ``killed_or_equivalent``, ``seconds``, ``seconds_per_mutant`` (mean over the
+    mutants run) and ``mutants`` (every row)."""
+    skipped: dict[str, int] = {}
+    for r in rows:
+        if r.verdict == "skipped":
+            skipped[r.why] = skipped.get(r.why, 0) + 1
+    killed = [r for r in rows if r.verdict == "killed"]
+    equivalent = [{"mutant": r.mutant, "why": r.why} for r in rows if r.verdict == "equivalent"]
+    survived = [asdict(r) for r in rows if r.verdict == "survived"]
+    judged = len(killed) + len(equivalent) + len(survived)
+    ran = [r.seconds for r in rows if r.seconds > 0]
+    return {
+        "tool": "cosmic-ray",
+        "generated": len(rows),
+        "skipped": skipped,
+        "killed": len(killed),
+        "equivalent": equivalent,
+        "survived": survived,
+        "not_run": [r.mutant for r in rows if r.verdict == "not run"],
+        "errors": [asdict(r) for r in rows if r.verdict == "error"],
+        "killed_or_equivalent": (
+            f"{(len(killed) + len(equivalent)) / judged:.1%} of {judged} judged" if judged else "none judged"
+        ),
+        "seconds": round(seconds, 1),
+        "seconds_per_mutant": round(sum(ran) / len(ran), 1) if ran else 0.0,
+        "mutants": [asdict(r) for r in rows],
+    }
 
 
 def html_section(python: dict[str, Any]) -> str:
-    """mutate.html's section for the Python mutants: the figures, then each survivor's diff."""
+    """mutate.html's section for the Python mutants: the figures, then every mutant judged."""
+    colours = {"killed": "#d4edda", "equivalent": "#e2e3e5", "survived": "#f8d7da", "not run": "#fff3cd"}
     rows = "\n".join(
-        f"<tr><td>{html.escape(s['module'])}:{s['line']}</td><td>{html.escape(s['operator'])}</td>"
-        f"<td><pre>{html.escape(s['diff'])}</pre></td></tr>"
-        for s in python["survived"]
+        f'<tr style="background:{colours.get(m["verdict"], "#fff")}"><td>{html.escape(m["mutant"])}</td>'
+        f"<td>{html.escape(m['module'])}:{m['line']}</td><td>{html.escape(m['verdict'])}</td>"
+        f"<td><pre>{html.escape(m['diff'])}</pre></td><td>{html.escape(m['killed_by'] or m['why'])}</td></tr>"
+        for m in python["mutants"]
+        if m["verdict"] != "skipped"
     )
+    skipped = ", ".join(f"{n} ({html.escape(why)})" for why, n in sorted(python["skipped"].items())) or "none"
     return (
         "<h2>Python decision code (cosmic-ray)</h2>"
-        f"<p>generated {python['generated']}, killed {python['killed']}, survived "
-        f"{len(python['survived'])}, not run {python['not_run']}, errors {python['errors']}; "
+        f"<p>generated {python['generated']}, skipped {skipped}, killed {python['killed']}, equivalent "
+        f"{len(python['equivalent'])}, survived {len(python['survived'])}, not run {len(python['not_run'])}, "
+        f"errors {len(python['errors'])}; killed or equivalent: {html.escape(python['killed_or_equivalent'])}; "
         f"{python['seconds']}s</p>"
-        "<table border=1 cellpadding=4><tr><th>where</th><th>operator</th><th>diff</th></tr>\n"
-        f"{rows}</table>\n"
+        "<table border=1 cellpadding=4><tr><th>mutant</th><th>where</th><th>verdict</th><th>diff</th>"
+        f"<th>killed by / why</th></tr>\n{rows}</table>\n"
     )

@@ -142,7 +142,8 @@ TEST_TIMEOUT = 300
 test cut off by it is reported as a timeout, not as the test's failure."""
 
 _TIMED_OUT = re.compile(r"Timeout \(?>?\s*[0-9.]+s")
-_FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
+# the whole test id, spaces included (a parameter id may hold some), up to pytest's " - reason"
+_FAILED = re.compile(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", re.M)
 _XDIST_STOPPED = re.compile(r"Interrupted: stopping after \d+ failures?")
 
 
