@@ -428,6 +428,9 @@ def _ended_by(*statements: str, then_raise: bool = False, swallow: bool = False)
         # the guard's own savepoint: releasing or rolling back to it would end what it guards
         ("release the guard", _ended_by("RELEASE wd_transact_effect")),
         ("rollback to the guard", _ended_by("ROLLBACK TO wd_transact_effect", swallow=True)),
+        # the guard's name is reserved: a savepoint so named would be the one the guard releases
+        ("a savepoint named as the guard", _ended_by("SAVEPOINT wd_transact_effect")),
+        ("a table named as the guard", _ended_by("CREATE TABLE wd_transact_effect (x)")),
     ],
 )
 async def test_an_effect_that_ends_the_transaction_lands_nothing(

@@ -44,7 +44,8 @@ SqliteEffect = Callable[[sqlite3.Cursor], object]
 """A SQLite transact effect: a plain function handed a cursor inside the open write transaction.
 Whatever it writes commits with the record, or rolls back with it. It must not commit, roll back or
 begin a transaction itself: SQLite refuses those statements while it runs, and ``transact`` then
-raises ``StoreError`` with nothing kept (savepoints of its own are fine)."""
+raises ``StoreError`` with nothing kept (savepoints of its own are fine, under any name but
+``wd_transact_effect``, which the guard reserves)."""
 
 
 _EFFECT_SAVEPOINT = "wd_transact_effect"
@@ -53,8 +54,9 @@ _EFFECT_SAVEPOINT = "wd_transact_effect"
 def _guarded(cur: sqlite3.Cursor, effect: SqliteEffect, workflow: str, key: str) -> object:
     """Run a transact ``effect`` so that it cannot end the write transaction it shares with the
     record: while it runs, SQLite itself refuses to prepare BEGIN, COMMIT, END or ROLLBACK (and
-    any release or rollback of the savepoint set around it), through any cursor of the connection,
-    ``executescript``'s implicit COMMIT and ``Connection.commit()`` included. An effect that tried
+    anything using the name of the savepoint set around it, which the guard reserves), through any
+    cursor of the connection, ``executescript``'s implicit COMMIT and ``Connection.commit()``
+    included. An effect that tried
     gets a ``StoreError`` naming the workflow and key, whatever it did with the refusal, and the
     whole transaction rolls back. The savepoint, released after the effect, is the second check:
     if the transaction ended anyway (the authorizer replaced), the release fails."""
@@ -62,9 +64,10 @@ def _guarded(cur: sqlite3.Cursor, effect: SqliteEffect, workflow: str, key: str)
     refused: list[str] = []
 
     def authorize(action: int, arg1: str | None, arg2: str | None, *_: str | None) -> int:
-        if action == sqlite3.SQLITE_TRANSACTION or (
-            action == sqlite3.SQLITE_SAVEPOINT and arg1 != "BEGIN" and arg2 == _EFFECT_SAVEPOINT
-        ):
+        # The guard's savepoint name is reserved outright: an effect's savepoint of that name
+        # would be what the guard's RELEASE releases, and a table or column so named is refused
+        # too, so no reading of the name can be turned against the guard.
+        if action == sqlite3.SQLITE_TRANSACTION or _EFFECT_SAVEPOINT in (arg1, arg2):
             refused.append(f"{arg1 or ''} {arg2 or ''}".strip())
             return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK
@@ -72,8 +75,9 @@ def _guarded(cur: sqlite3.Cursor, effect: SqliteEffect, workflow: str, key: str)
     def ended(what: str) -> StoreError:
         return StoreError(
             f"workflow {workflow!r}, key {key!r}: the transact effect tried to end the "
-            f"transaction it shares with the record ({what}); an effect must not COMMIT, ROLLBACK, "
-            "BEGIN or END. Nothing it wrote was kept and nothing was recorded"
+            f"transaction it shares with the record, or to use the name {_EFFECT_SAVEPOINT} the "
+            f"guard reserves ({what}); an effect must not COMMIT, ROLLBACK, BEGIN or END, nor name "
+            f"anything {_EFFECT_SAVEPOINT}. Nothing it wrote was kept and nothing was recorded"
         )
 
     cur.execute(f"SAVEPOINT {_EFFECT_SAVEPOINT}")
