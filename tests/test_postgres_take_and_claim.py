@@ -7,13 +7,15 @@ Run with ``--wd-store postgres``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import pq
 
 from without_durability import Run, TakesAndClaims, Worker
 from without_durability.errors import Contended
@@ -67,41 +69,86 @@ async def test_a_contended_claim_leaves_the_take_standing(wd_store: StoreUnderTe
         await durable.checkpointer.renew(held)  # the holder keeps its claim: token unchanged
 
 
-async def test_load_sees_a_record_committed_while_the_claim_waited(wd_store: StoreUnderTest[Any]) -> None:
-    """A pass past its budget writes a record (holding its claim row) just as a new claim arrives:
-    the claim waits for that row, then wins; the load must see the record committed meanwhile."""
+async def test_a_busy_claim_row_is_contended_at_once_and_a_discard_does_not_deadlock(
+    wd_store: StoreUnderTest[Any],
+) -> None:
+    """A discard locks the claim row, then deletes the queue row; a take that held the queue row
+    while waiting for the claim row would deadlock with it. The claim row busy: contended at once."""
     async with durable_in_schema(wd_store) as (durable, schema):
-        await durable.checkpointer.claim("w", alive=LONG, budget=LONG)
+        await durable.checkpointer.claim("w", alive=timedelta(milliseconds=1), budget=LONG)
+        await asyncio.sleep(0.01)  # that claim has lapsed: a claim that waited would win
         await durable.arrive("w", "k", 1)
-        old = await psycopg.AsyncConnection.connect(
+        discard = await psycopg.AsyncConnection.connect(
             wd_store.extra["url"], options=f"-c search_path={schema}"
         )
         try:
-            # the old pass: its fence lapses and its record is written, not yet committed
-            await old.execute("UPDATE workflow_claim SET held_until = now(), alive_until = now()")
-            await old.execute("""INSERT INTO workflow_checkpoint (workflow, key, value) VALUES ('w', 'late', '2')""")
-            task = asyncio.create_task(durable.take_and_claim(LONG, alive=LONG, budget=LONG))
-            for _ in range(500):  # until the claim waits on the old pass's row lock
-                async with durable.pool.connection() as conn:
-                    row = await (
-                        await conn.execute(
-                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                            "AND query LIKE '%%workflow_claim%%'"
-                        )
-                    ).fetchone()
-                if row is not None and row[0] > 0:
-                    break
-                await asyncio.sleep(0.01)
-            else:
-                pytest.fail("the claim never waited on the old pass's row")
-            await old.commit()
-            taken = await task
+            await discard.execute("UPDATE workflow_claim SET token = token + 1")  # the fence, held
+            async with asyncio.timeout(5):
+                taken = await durable.take_and_claim(LONG, alive=LONG, budget=LONG)
+            assert taken is not None
+            delivery, pass_, records = taken
+            assert delivery.workflow == "w" and pass_ is None and records == {}
+            async with asyncio.timeout(5):  # the take committed: nothing holds the queue row now
+                await discard.execute("DELETE FROM workflow_queue WHERE workflow = 'w'")
+            await discard.commit()
         finally:
-            await old.close()
-        assert taken is not None
-        _, pass_, records = taken
-        assert pass_ is not None and pass_.token == 2
-        assert records == {"k": 1, "late": 2}, "the load missed a record committed before the claim won"
+            await discard.close()
+
+
+async def test_the_claimed_workflow_is_loaded_not_another(wd_store: StoreUnderTest[Any]) -> None:
+    async with durable_in_schema(wd_store) as (durable, _):
+        await durable.arrive("a", "k", "a's")
+        await durable.checkpointer.supply("b", "k", "b's")  # recorded, not queued
+        first = await durable.take_and_claim(LONG, alive=LONG, budget=LONG)
+        assert first is not None and first[2] == {"k": "a's"}
+        assert await durable.take_and_claim(LONG, alive=LONG, budget=LONG) is None
+        await durable.scheduler.schedule("b")
+        second = await durable.take_and_claim(LONG, alive=LONG, budget=LONG)
+        assert second is not None and second[0].workflow == "b" and second[2] == {"k": "b's"}
+
+
+async def test_a_variant_scheduler_gets_the_three_calls(wd_store: StoreUnderTest[Any]) -> None:
+    """Halves running other statements than the ones joined are not bypassed."""
+
+    class Never(PostgresScheduler):
+        TAKE = PostgresScheduler.TAKE.replace("visibility <= now()", "false")
+
+    async with fresh_schema(wd_store.extra["url"], min_size=1, max_size=2) as (pool, _):
+        durable = PostgresDurable(PostgresCheckpointer(pool=pool), Never(pool))
+        await durable.arrive("w", "k", 1)
+        assert await durable.take_and_claim(LONG, alive=LONG, budget=LONG) is None
+
+
+async def test_one_round_trip_whether_or_not_anything_is_due(wd_store: StoreUnderTest[Any]) -> None:
+    async with fresh_schema(wd_store.extra["url"], min_size=1, max_size=1) as (pool, _):
+        durable = PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool))
+        for i in range(7):  # psycopg prepares a statement on its sixth use: both shapes counted
+            assert await round_trips(pool, lambda: durable.take_and_claim(LONG, alive=LONG, budget=LONG)) == 1
+            await durable.arrive(f"w{i}", "k", i)
+            assert await round_trips(pool, lambda: durable.take_and_claim(LONG, alive=LONG, budget=LONG)) == 1
+
+
+async def round_trips(pool: Any, operation: Callable[[], Awaitable[object]]) -> int:
+    """How many times the pool's only connection waited for the server while ``operation`` ran
+    (libpq's protocol trace: each switch from the client sending to the server answering)."""
+    with tempfile.TemporaryFile("w+") as out:
+        async with pool.connection() as conn:
+            conn.pgconn.trace(out.fileno())
+            conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            await operation()
+        finally:
+            async with pool.connection() as conn:
+                conn.pgconn.untrace()
+        out.seek(0)
+        waits, last = 0, ""
+        for line in out.read().splitlines():
+            direction = line.split("\t", 1)[0]
+            if direction == "B" and last == "F":
+                waits += 1
+            if direction in ("F", "B"):
+                last = direction
+        return waits
 
 
 async def test_worker_answers_a_contended_delivery_later(wd_store: StoreUnderTest[Any]) -> None:

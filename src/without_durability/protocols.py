@@ -148,7 +148,8 @@ class TakesAndClaims(Protocol):
         budget=)`` and, if that claimed, ``checkpointer.load(its workflow)``, with every guarantee
         of those calls made in that order (the load sees every record committed before the claim
         succeeded). None when nothing was due; else the delivery, its pass (None where ``claim``
-        would raise ``Contended``; the take stands) and the records (empty without a pass). If
+        would raise ``Contended``, or would have to wait for a transaction in flight on the
+        workflow's claim; the take stands) and the records (empty without a pass). If
         it raises, the take and the claim may or may not have happened, as when those calls
         raise: the delivery reappears once ``visibility`` lapses, a claim frees after ``alive``."""
         ...

@@ -10,19 +10,72 @@ from typing import Any
 import psycopg
 
 from without_durability._values import Delivery, Pass, Recorded
-from without_durability.errors import InvalidInput, StoreError, StoreUnavailable
+from without_durability.errors import Contended, InvalidInput, StoreError, StoreUnavailable
 from without_durability.protocols import Durable, TakesAndClaims
 from without_durability.rules import INBOX_PREFIX, check_lease, check_visibility
 
 from ._boundary import Flight, Pool, one_flight
-from .checkpointer import PostgresCheckpointer, PostgresEffect
-from .scheduler import PostgresScheduler, _Receipt
-
-# The load must be a statement of its own with a snapshot taken after the claim got its row: a
-# pass whose claim expired may commit a record while this claim waits on that row's lock.
-_READ_COMMITTED = "BEGIN ISOLATION LEVEL READ COMMITTED"
+from .checkpointer import CLAIM, LOAD, PostgresCheckpointer, PostgresEffect
+from .scheduler import TAKE, PostgresScheduler, _Receipt
 
 Connection = psycopg.AsyncConnection[Any]
+
+# take_and_claim's transaction: the take and the claim in one statement, then the load in a second
+# one, whose snapshot is taken after the claim got its row (a pass whose claim expired may commit a
+# record just before). READ COMMITTED whatever the pool's default, for that fresh snapshot.
+_READ_COMMITTED = "BEGIN ISOLATION LEVEL READ COMMITTED"
+
+# TAKE, then CLAIM of the workflow taken, in one statement. The claim never waits for a lock: the
+# take holds its queue row to commit, and a discard locks the claim row and then the queue row, so
+# waiting here could deadlock. A claim row that a transaction in flight holds (a discard, a
+# renewal, a record) is reported as contended (token NULL, busy true) and the take stands. The
+# workflow claimed is left in a transaction-local setting for TAKE_CLAIMED_LOAD.
+TAKE_AND_CLAIM = """
+WITH next AS (
+    SELECT workflow FROM workflow_queue
+     WHERE namespace = %(namespace)s AND visibility <= now()
+     ORDER BY visibility, workflow
+     LIMIT 1
+     FOR UPDATE SKIP LOCKED
+), taken AS (
+    UPDATE workflow_queue AS q
+       SET visibility = now() + %(visibility)s
+      FROM next
+     WHERE q.namespace = %(namespace)s AND q.workflow = next.workflow
+    RETURNING q.workflow, q.visibility
+), free AS (
+    SELECT c.workflow FROM workflow_claim c JOIN taken ON c.workflow = taken.workflow
+       FOR UPDATE OF c SKIP LOCKED
+), claimed AS (
+    INSERT INTO workflow_claim AS held (workflow, token, held_until, alive_until, alive_for)
+    SELECT taken.workflow, 1,
+           now() + %(budget)s, LEAST(now() + %(alive)s, now() + %(budget)s), %(alive)s
+      FROM taken
+     WHERE EXISTS (SELECT 1 FROM free)
+        OR NOT EXISTS (SELECT 1 FROM workflow_claim c WHERE c.workflow = taken.workflow)
+    ON CONFLICT (workflow) DO UPDATE
+        SET token = held.token + 1,
+            held_until = now() + %(budget)s,
+            alive_until = LEAST(now() + %(alive)s, now() + %(budget)s),
+            alive_for = %(alive)s
+        WHERE held.alive_until <= now()
+    RETURNING held.workflow, held.token
+)
+SELECT taken.workflow, taken.visibility, claimed.token,
+       set_config('without_durability.claimed', COALESCE(claimed.workflow, ''), true)
+  FROM taken LEFT JOIN claimed ON true
+"""
+
+# LOAD of the workflow TAKE_AND_CLAIM claimed in this transaction (none: no rows).
+TAKE_CLAIMED_LOAD = """
+SELECT key, value::text, written_at FROM workflow_checkpoint
+ WHERE workflow = current_setting('without_durability.claimed', true)
+ ORDER BY seq
+"""
+
+# The joined statements are these three's semantics written out; a store whose halves run other
+# statements (a subclass, a variant) gets the three calls instead.
+_JOINED = (TAKE, CLAIM, LOAD)
 
 
 class PostgresDurable:
@@ -101,36 +154,47 @@ class PostgresDurable:
     async def take_and_claim(
         self, visibility: timedelta, *, alive: timedelta, budget: timedelta
     ) -> tuple[Delivery, Pass | None, dict[str, object]] | None:
-        """See ``TakesAndClaims``: the take, the claim and the load in one READ COMMITTED
-        transaction, committed once (one WAL flush instead of two). Two round trips when something
-        is due: BEGIN and the take, then the claim, the load and COMMIT together; the statements
-        are the scheduler's ``TAKE`` and the checkpointer's ``CLAIM`` and ``LOAD``, each its own
-        statement as when called apart. Nothing due: the (empty) transaction commits, the second
-        round trip."""
+        """See ``TakesAndClaims``: one READ COMMITTED transaction, committed once (one WAL flush
+        where the three calls make two) and sent in one round trip: the take and the claim as one
+        statement, the load as a second, with a snapshot taken after the claim got its row.
+
+        One difference from the three calls: where the workflow's claim row is held by a
+        transaction in flight (a renewal, a record, a discard, a release), the pass is None at
+        once, as for ``Contended``, instead of waiting for it: the take holds its queue row until
+        the commit, and a discard locks the two rows the other way round. The Worker then answers
+        the delivery for ``retry_contended`` later, as for any contended claim."""
         check_visibility(visibility)
         check_lease("", alive, budget)
         sched, cp = self._scheduler, self._checkpointer
+        if (sched.TAKE, cp.CLAIM, cp.LOAD) != _JOINED:
+            return await self._take_then_claim(visibility, alive=alive, budget=budget)
         where = f"taking from namespace {sched.namespace!r} and claiming"
-        taken: tuple[Any, ...] | None = None
-        claimed: psycopg.AsyncCursor[Any] | None = None
-        loaded: psycopg.AsyncCursor[Any] | None = None
+        params = {"namespace": sched.namespace, "visibility": visibility, "alive": alive, "budget": budget}
         async with one_flight(self.pool, where, begin=_READ_COMMITTED) as flight:
-            conn = flight.conn
-            take = {"namespace": sched.namespace, "visibility": visibility}
-            taken = await (await conn.execute(sched.TAKE, take)).fetchone()  # the first round trip
-            if taken is not None:
-                workflow = str(taken[0])
-                claim = {"workflow": workflow, "alive": alive, "budget": budget}
-                claimed = await conn.execute(cp.CLAIM, claim)
-                loaded = await conn.execute(cp.LOAD, {"workflow": workflow})
-        if taken is None or claimed is None or loaded is None:
+            taking = await flight.conn.execute(TAKE_AND_CLAIM, params)  # queued: read after the flight
+            loading = await flight.conn.execute(TAKE_CLAIMED_LOAD)
+        taken = await taking.fetchone()
+        if taken is None:
             return None
         delivery = Delivery(str(taken[0]), _Receipt(sched.namespace, taken[1]))
-        token = await claimed.fetchone()
-        if token is None:  # Contended: the take stands, answered by the caller
+        if taken[2] is None:  # contended, or its claim row busy: the take stands
             return delivery, None, {}
-        records = {str(k): cp.codec.decode(v) for k, v, _ in await loaded.fetchall()}
-        return delivery, Pass(delivery.workflow, int(token[0])), records
+        records = {str(k): cp.codec.decode(v) for k, v, _ in await loading.fetchall()}
+        return delivery, Pass(delivery.workflow, int(taken[2])), records
+
+    async def _take_then_claim(
+        self, visibility: timedelta, *, alive: timedelta, budget: timedelta
+    ) -> tuple[Delivery, Pass | None, dict[str, object]] | None:
+        """``take_and_claim`` as the three calls, for halves whose statements are not the ones
+        joined."""
+        delivery = await self._scheduler.take(visibility)
+        if delivery is None:
+            return None
+        try:
+            pass_ = await self._checkpointer.claim(delivery.workflow, alive=alive, budget=budget)
+        except Contended:
+            return delivery, None, {}
+        return delivery, pass_, await self._checkpointer.load(delivery.workflow)
 
     @asynccontextmanager
     async def _making_due(self, where: str, workflow: str, key: str) -> AsyncIterator[Connection]:
