@@ -15,8 +15,8 @@ from without_durability.protocols import Durable, TakesAndClaims
 from without_durability.rules import INBOX_PREFIX, check_lease, check_visibility
 
 from ._boundary import Flight, Pool, one_flight
-from .checkpointer import CLAIM, LOAD, PostgresCheckpointer, PostgresEffect
-from .scheduler import TAKE, PostgresScheduler, _Receipt
+from .checkpointer import PostgresCheckpointer, PostgresEffect
+from .scheduler import PostgresScheduler, _Receipt
 
 Connection = psycopg.AsyncConnection[Any]
 
@@ -75,7 +75,8 @@ SELECT key, value::text, written_at FROM workflow_checkpoint
 
 # The joined statements are these three's semantics written out; a store whose halves run other
 # statements (a subclass, a variant) gets the three calls instead.
-_JOINED = (TAKE, CLAIM, LOAD)
+# (A tuple, not module names: `wd-chaos mutate` finds each statement under the module defining it.)
+_JOINED = (PostgresScheduler.TAKE, PostgresCheckpointer.CLAIM, PostgresCheckpointer.LOAD)
 
 
 class PostgresDurable:
