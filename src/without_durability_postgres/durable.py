@@ -20,16 +20,16 @@ from .scheduler import PostgresScheduler, _Receipt
 
 Connection = psycopg.AsyncConnection[Any]
 
-# take_and_claim's transaction: the take and the claim in one statement, then the load in a second
-# one, whose snapshot is taken after the claim got its row (a pass whose claim expired may commit a
-# record just before). READ COMMITTED whatever the pool's default, for that fresh snapshot.
+# take_and_claim's transaction: READ COMMITTED whatever the pool's default, so that its second
+# statement, the load, reads a snapshot of its own, taken after the claim got its row.
 _READ_COMMITTED = "BEGIN ISOLATION LEVEL READ COMMITTED"
 
-# TAKE, then CLAIM of the workflow taken, in one statement. The claim never waits for a lock: the
-# take holds its queue row to commit, and a discard locks the claim row and then the queue row, so
-# waiting here could deadlock. A claim row that a transaction in flight holds (a discard, a
-# renewal, a record) is reported as contended (token NULL, busy true) and the take stands. The
-# workflow claimed is left in a transaction-local setting for TAKE_CLAIMED_LOAD.
+# TAKE, then CLAIM of the workflow taken, in one statement. The claim never waits for
+# a lock: the take holds its queue row to the commit, and a discard locks the claim row and then
+# the queue row, so waiting here could deadlock. A claim row that a transaction in flight holds (a
+# discard, a renewal, a record) is reported as contended (token NULL) and the take stands. Always
+# one row (all NULL when nothing was due), setting for TAKE_CLAIMED_LOAD, for the rest of the
+# transaction, the workflow claimed or '' (no workflow has that id).
 TAKE_AND_CLAIM = """
 WITH next AS (
     SELECT workflow FROM workflow_queue
@@ -63,10 +63,12 @@ WITH next AS (
 )
 SELECT taken.workflow, taken.visibility, claimed.token,
        set_config('without_durability.claimed', COALESCE(claimed.workflow, ''), true)
-  FROM taken LEFT JOIN claimed ON true
+  FROM (VALUES (1)) AS one (row) LEFT JOIN taken ON true LEFT JOIN claimed ON true
 """
 
-# LOAD of the workflow TAKE_AND_CLAIM claimed in this transaction (none: no rows).
+# LOAD of the workflow TAKE_AND_CLAIM claimed in this transaction (none: no rows). A statement of
+# its own, so its snapshot is taken after the claim got its row: a pass whose claim had expired may
+# have committed a record after TAKE_AND_CLAIM's snapshot was taken, and this load sees it.
 TAKE_CLAIMED_LOAD = """
 SELECT key, value::text, written_at FROM workflow_checkpoint
  WHERE workflow = current_setting('without_durability.claimed', true)
@@ -155,9 +157,10 @@ class PostgresDurable:
     async def take_and_claim(
         self, visibility: timedelta, *, alive: timedelta, budget: timedelta
     ) -> tuple[Delivery, Pass | None, dict[str, object]] | None:
-        """See ``TakesAndClaims``: one READ COMMITTED transaction, committed once (one WAL flush
-        where the three calls make two) and sent in one round trip: the take and the claim as one
-        statement, the load as a second, with a snapshot taken after the claim got its row.
+        """See ``TakesAndClaims``: one READ COMMITTED transaction, so one commit (one WAL flush
+        where the calls make two): the take and the claim as one statement, the load as a second,
+        with a snapshot taken after the claim got its row; sent in one round trip (pipeline mode),
+        whether or not anything was due.
 
         One difference from the three calls: where the workflow's claim row is held by a
         transaction in flight (a renewal, a record, a discard, a release), the pass is None at
@@ -175,7 +178,7 @@ class PostgresDurable:
             taking = await flight.conn.execute(TAKE_AND_CLAIM, params)  # queued: read after the flight
             loading = await flight.conn.execute(TAKE_CLAIMED_LOAD)
         taken = await taking.fetchone()
-        if taken is None:
+        if taken is None or taken[0] is None:
             return None
         delivery = Delivery(str(taken[0]), _Receipt(sched.namespace, taken[1]))
         if taken[2] is None:  # contended, or its claim row busy: the take stands
