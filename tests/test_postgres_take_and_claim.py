@@ -18,9 +18,10 @@ import pytest
 from psycopg import pq
 
 from without_durability import Run, TakesAndClaims, Worker
-from without_durability.errors import Contended
+from without_durability.errors import Contended, Fenced
 from without_durability.testing.harness import StoreUnderTest
 from without_durability_postgres import PostgresCheckpointer, PostgresDurable, PostgresScheduler
+from without_durability_postgres.durable import TAKE_AND_CLAIM, TAKE_CLAIMED_LOAD
 from without_durability_postgres.kit import fresh_schema
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.wd_store("postgres")]
@@ -55,6 +56,43 @@ async def test_takes_claims_and_loads_in_one_commit(wd_store: StoreUnderTest[Any
             await durable.checkpointer.claim("w", alive=LONG, budget=LONG)
         await durable.scheduler.wake_at(delivery, None)  # the receipt the take set is the real one
         assert await durable.scheduler.take(timedelta(seconds=1)) is None
+
+
+def _words(statement: str) -> str:
+    return " ".join(statement.split())
+
+
+async def test_its_halves_are_take_claim_and_load_as_written(wd_store: StoreUnderTest[Any]) -> None:
+    """TAKE, CLAIM and LOAD are what the conformance suite judges; the joined statements must be
+    them, word for word, apart from the glue joining them (which the tests below judge)."""
+    joined = _words(TAKE_AND_CLAIM)
+    take = _words(PostgresScheduler.TAKE).replace(") UPDATE", "), taken AS ( UPDATE", 1)
+    assert joined.startswith(take + " ), free AS ("), "the take half drifted from TAKE"
+    claim = _words(PostgresCheckpointer.CLAIM)
+    head, rest = claim.split(" VALUES ( %(workflow)s, 1, ", 1)
+    values, conflict = rest.split(" ) ON CONFLICT ", 1)
+    conflict = "ON CONFLICT " + conflict.replace("RETURNING token", "RETURNING held.workflow, held.token")
+    insert = f"claimed AS ( {head} SELECT taken.workflow, 1, {values} FROM taken "
+    assert insert in joined, "CLAIM's insert drifted"
+    assert f" {conflict} )" in joined, "CLAIM's takeover drifted"
+    load = _words(PostgresCheckpointer.LOAD)
+    assert load.replace("%(workflow)s", "current_setting('without_durability.claimed', true)") == _words(
+        TAKE_CLAIMED_LOAD
+    ), "the load drifted from LOAD"
+
+
+async def test_a_lapsed_claim_is_taken_over_with_a_higher_token(wd_store: StoreUnderTest[Any]) -> None:
+    async with durable_in_schema(wd_store) as (durable, _):
+        old = await durable.checkpointer.claim("w", alive=timedelta(milliseconds=1), budget=LONG)
+        await durable.arrive("w", "k", 1)
+        await asyncio.sleep(0.05)  # the old pass has lapsed
+        taken = await durable.take_and_claim(LONG, alive=LONG, budget=LONG)
+        assert taken is not None
+        delivery, pass_, records = taken
+        assert delivery.workflow == "w" and pass_ is not None, "a lapsed claim must be taken over"
+        assert pass_.token > old.token and records == {"k": 1}
+        with pytest.raises(Fenced):
+            await durable.checkpointer.record(old, "late", 1)
 
 
 async def test_a_contended_claim_leaves_the_take_standing(wd_store: StoreUnderTest[Any]) -> None:
