@@ -18,7 +18,8 @@ Two clients run it. ``harness`` (the default) is the harness's own loop, deliber
 explicit (take, claim, load, one step at a time, renew between steps, wake_at, release), so a fault
 lands on a known call and a stalled pass's first call on waking is its record. ``worker`` runs the
 same workflow as a ``Run`` body under the library's own ``Worker`` (renewal tick, resume, waits),
-its Durable wrapped in ``RecordingDurable``, so the library's worker loop is under the faults too.
+its Durable wrapped in ``RecordingDurable``, so the library's worker loop is under the faults too
+(with ``take_and_claim`` where the store offers it, recorded as the take, claim and load it joins).
 Failpoints (``after-effect-before-record``, ``inside-transact``, ``after-claim``) are armed by the
 nemesis through files in the run's ``armed/`` folder; the first worker to reach an armed point
 takes the file and SIGKILLs itself there.
