@@ -270,6 +270,153 @@ def floor_summary(rows: list[dict[str, Any]]) -> str:
             "first is the part of it that is only waking up.\n\n" + "\n".join(lines) + "\n")
 
 
+HOPS = ("arrive returned", "NOTIFY heard", "worker woken", "take sent", "take returned", "claim sent",
+        "claim returned", "load sent", "load returned", "take_and_claim sent", "take_and_claim returned",
+        "pass started")
+
+
+class Timeline:
+    """Monotonic timestamps at each hop of one pickup at a time, recorded by wrapping the calls the
+    Worker makes (the wrappers cost a few microseconds, the same in every variant)."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.marks: dict[str, float] = {}
+        self.rows: list[dict[str, float]] = []
+        self.done = asyncio.Event()
+
+    def mark(self, hop: str, at: float | None = None) -> None:
+        if self.on and hop not in self.marks:
+            self.marks[hop] = time.perf_counter() if at is None else at
+
+    def timed(self, obj: Any, method: str, hop: str) -> None:
+        """Wrap ``obj.method`` to mark ``hop sent`` / ``hop returned`` for the call that found work."""
+        call = getattr(obj, method)
+
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            sent = time.perf_counter()
+            out = await call(*args, **kwargs)
+            if out is not None or method not in ("take", "take_and_claim"):  # not an empty poll's
+                self.mark(f"{hop} sent", sent)
+                self.mark(f"{hop} returned")
+            return out
+
+        setattr(obj, method, wrapper)
+
+
+async def side_by_side(poll: timedelta, samples: int, url: str, rng: random.Random) -> list[dict[str, Any]]:
+    """Postgres + wakeup, the Worker's take, claim and load as three calls ("separate") and as
+    one ``take_and_claim`` ("together"), on two schemas with a Worker each, arrivals alternating
+    between them, each arrival after its own idle gap and the floor probed before each: what every
+    hop of a pickup costs, and what joining the three saves, measured in one run."""
+    from without_durability import Run, Worker
+    from without_durability_postgres import PostgresDurable
+
+    class Separate(PostgresDurable):
+        take_and_claim = None  # type: ignore[assignment]  # the Worker makes the three calls
+
+    variants: list[tuple[str, Timeline, Any, list[float]]] = []
+    async with contextlib.AsyncExitStack() as stack:
+        probe = await stack.enter_async_context(prober("postgres", {"postgres": url}))
+        assert probe is not None
+        workers = []
+        for name in ("separate", "together"):
+            line = Timeline()
+            durable, listener = await stack.enter_async_context(store("postgres", True, {"postgres": url}))
+            if name == "separate":
+                durable.__class__ = Separate
+            else:
+                line.timed(durable, "take_and_claim", "take_and_claim")
+            line.timed(durable.scheduler, "take", "take")
+            line.timed(durable.checkpointer, "claim", "claim")
+            line.timed(durable.checkpointer, "load", "load")
+            wake_all = listener._wake_all
+
+            def heard(line: Timeline = line, wake_all: Callable[[], None] = wake_all) -> None:
+                line.mark("NOTIFY heard")
+                wake_all()
+
+            listener._wake_all = heard
+
+            class Woken:
+                async def wait(self, at_most: timedelta, line: Timeline = line, listener: Any = listener) -> None:
+                    await listener.wait(at_most)
+                    line.mark("worker woken")
+
+            async def body(run: Run[Any], line: Timeline = line) -> object:
+                line.mark("pass started")
+                line.done.set()
+                return None
+
+            worker = Worker(durable, body, alive=LONG, budget=LONG, visibility=LONG, poll_interval=poll,
+                            wakeup=Woken())
+            workers.append((worker, asyncio.create_task(worker.run())))
+            variants.append((name, line, durable, []))
+        try:
+            for i in range(samples):
+                for _name, line, durable, floors in variants if i % 2 == 0 else variants[::-1]:
+                    await asyncio.sleep(rng.uniform(0.0, poll.total_seconds()) + 0.005)
+                    floors.append(await probe.commit() * 1000)
+                    await asyncio.sleep(rng.uniform(0.0, poll.total_seconds()) + 0.005)
+                    line.marks, line.on = {}, True
+                    line.done.clear()
+                    t0 = time.perf_counter()
+                    await durable.arrive(f"pickup-{i}", "go", i)
+                    line.mark("arrive returned")
+                    async with asyncio.timeout(poll.total_seconds() + 30):
+                        await line.done.wait()
+                    line.on = False
+                    line.rows.append({hop: (at - t0) * 1000 for hop, at in line.marks.items()})
+        finally:
+            for worker, _task in workers:
+                worker.stop()
+            await asyncio.gather(*(task for _, task in workers), return_exceptions=True)
+    out = []
+    for name, line, _, floors in variants:
+        p50, floor = statistics.median(r["pass started"] for r in line.rows), statistics.median(floors)
+        hops = {}
+        for hop in HOPS:
+            at = [r[hop] for r in line.rows if hop in r]
+            if at:
+                hops[hop] = {"at_p50_ms": statistics.median(at), "n": len(at)}
+        out.append({"variant": name, "poll_ms": poll.total_seconds() * 1000, "samples": len(line.rows),
+                    "p50_ms": p50, "p99_ms": quantile([r["pass started"] for r in line.rows], 0.99),
+                    "idle_commit_p50_ms": floor, "p50_beyond_idle_commit_ms": p50 - floor, "hops": hops})
+    return out
+
+
+def timeline_table(rows: list[dict[str, Any]]) -> str:
+    """Each hop's median time since the arrive call began, per variant and poll interval."""
+    head = ["hop (ms since the arrive call began, p50)"] + [f"{r['variant']} {fmt(r['poll_ms'])} ms" for r in rows]
+    body = [[hop] + [r["hops"].get(hop, {}).get("at_p50_ms") for r in rows] for hop in HOPS
+            if any(hop in r["hops"] for r in rows)]
+    body += [["pickup p50", *(r["p50_ms"] for r in rows)], ["floor: idle commit p50", *(r["idle_commit_p50_ms"] for r in rows)],
+             ["p50 - floor", *(r["p50_beyond_idle_commit_ms"] for r in rows)]]
+    return table(head, body)
+
+
+async def timeline_main(folder: Path, quick: bool) -> dict[str, Any]:
+    rng = random.Random(20261202)
+    rows: list[dict[str, Any]] = []
+    with servers("postgres") as srv:
+        url = srv["postgres"].url
+        settings = await postgres_settings(url)
+        for poll in POLLS:
+            t0 = time.perf_counter()
+            rows.extend(await side_by_side(poll, samples_for(poll, quick), url, rng))
+            print(f"  poll={poll.total_seconds() * 1000:g}ms: {time.perf_counter() - t0:.1f}s", flush=True)
+    text = timeline_table(rows)
+    result = {"benchmark": "pickup_timeline", "machine": machine(), "postgres_settings": settings, "rows": rows}
+    save_json(folder, "pickup_timeline", result)
+    write_summary(folder, "pickup_timeline", "# Pickup timeline (Postgres + wakeup)\n\nMedian time of each "
+                  "hop since the arrive call began; \"separate\": take, claim and load as three calls; "
+                  "\"together\": take_and_claim (one commit). Arrivals alternate between the two; the floor "
+                  "is a bare one-row INSERT committed after an idle gap like the arrivals'.\n\n"
+                  f"{text}\n\nMachine: {result['machine']}\n")
+    print(text)
+    return result
+
+
 def wanted(kind: str, only: list[str] | None) -> bool:
     """Is ``kind`` selected by ``--only`` (a prefix match: ``redis`` takes both Redis schedulers)?"""
     return not only or any(kind.startswith(o) for o in only)
@@ -335,7 +482,13 @@ if __name__ == "__main__":
     p = parser(__doc__ or "")
     p.add_argument("--only", nargs="+", metavar="STORE",
                    help="measure only these stores (prefix match: postgres, redis, redis-stream, sqlite)")
+    p.add_argument("--timeline", action="store_true",
+                   help="Postgres + wakeup only: each hop of a pickup, the Worker's three calls against "
+                        "take_and_claim, interleaved in one run")
     args = p.parse_args()
     out = report_dir(args.out)
-    asyncio.run(main(out, args.quick, args.only))
+    if args.timeline:
+        asyncio.run(timeline_main(out, args.quick))
+    else:
+        asyncio.run(main(out, args.quick, args.only))
     print(f"\nreport: {out}")

@@ -286,7 +286,7 @@ async def test_the_worker_sends_each_answer_with_the_next_take(wd_store: Store) 
     )
     await worker.run(max_passes=len(names))
     assert sorted(finished) == names
-    # The first pass takes alone; each later take carries the previous answer; the last answer
-    # goes out on its own when run returns.
-    assert sched.calls == {"take": 1, "answer_and_take": len(names) - 1, "wake_at": 1}, sched.calls
+    # The first pass takes with its claim (the durable's take_and_claim, no scheduler take); each
+    # later take carries the previous answer; the last answer goes out on its own when run returns.
+    assert sched.calls == {"take": 0, "answer_and_take": len(names) - 1, "wake_at": 1}, sched.calls
     assert await queued(sched) == {}, "every delivery must have been answered by the time run returns"

@@ -18,7 +18,8 @@ Two clients run it. ``harness`` (the default) is the harness's own loop, deliber
 explicit (take, claim, load, one step at a time, renew between steps, wake_at, release), so a fault
 lands on a known call and a stalled pass's first call on waking is its record. ``worker`` runs the
 same workflow as a ``Run`` body under the library's own ``Worker`` (renewal tick, resume, waits),
-its Durable wrapped in ``RecordingDurable``, so the library's worker loop is under the faults too.
+its Durable wrapped in ``RecordingDurable``, so the library's worker loop is under the faults too
+(with ``take_and_claim`` where the store offers it, recorded as the take, claim and load it joins).
 Failpoints (``after-effect-before-record``, ``inside-transact``, ``after-claim``) are armed by the
 nemesis through files in the run's ``armed/`` folder; the first worker to reach an armed point
 takes the file and SIGKILLs itself there.
@@ -311,6 +312,67 @@ class RecordingDurable:
         await self.checkpointer.discard(workflow)
 
 
+class _RecordingTakingDurable(RecordingDurable):
+    """``RecordingDurable`` for a durable that offers ``take_and_claim`` (``TakesAndClaims``), so
+    the library ``Worker`` takes that path under the faults too."""
+
+    def __init__(self, rec: Recorder) -> None:
+        super().__init__(rec)
+        self.calls = 0
+
+    async def take_and_claim(
+        self, visibility: timedelta, *, alive: timedelta, budget: timedelta
+    ) -> tuple[Delivery, Pass | None, dict[str, object]] | None:
+        """Recorded as the three calls it stands for, over the same interval: a ``take``, a
+        ``claim`` and a ``load``, each ``via: take_and_claim`` with a shared ``call`` id, so the
+        checkers judge each as that call (the claim's and the load's workflow, known only after,
+        is on their complete line; a claim never made is left without one, as unknown)."""
+        rec = self.rec
+        hist = rec.hist
+        self.calls += 1
+        tag = {"via": "take_and_claim", "call": f"{os.getpid()}:{self.calls}"}
+        take = hist.invoke("take", visibility=visibility.total_seconds(), **tag)
+        claim = hist.invoke("claim", alive=alive.total_seconds(), budget=budget.total_seconds(), **tag)
+        load = hist.invoke("load", **tag)
+        try:
+            taken: tuple[Delivery, Pass | None, dict[str, object]] | None = await rec.durable.take_and_claim(
+                visibility, alive=alive, budget=budget
+            )
+        except BaseException as exc:
+            error = f"{type(exc).__name__}: {exc}"[:300]
+            for op, f in ((take, "take"), (claim, "claim"), (load, "load")):
+                hist.complete(op, f, classify(exc, f), error=error)
+            raise
+        if taken is None:  # nothing due: no claim and no load were made
+            hist.complete(take, "take", "ok", workflow=None)
+            hist.complete(claim, "claim", "failed", error="not made: nothing was due")
+            hist.complete(load, "load", "failed", error="not made: nothing was due")
+            return None
+        delivery, pass_, records = taken
+        wf = delivery.workflow
+        hist.complete(take, "take", "ok", workflow=wf, receipt=repr(delivery.receipt))
+        if pass_ is None:  # where the claim would raise Contended
+            hist.complete(claim, "claim", "contended", workflow=wf, error="Contended: via take_and_claim")
+            hist.complete(load, "load", "failed", workflow=wf, error="not made: the claim was contended")
+            return taken
+        hist.complete(claim, "claim", "ok", workflow=wf, token=pass_.token)
+        self.checkpointer.tokens[wf] = pass_.token
+        hist.complete(load, "load", "ok", workflow=wf, token=pass_.token, **observation(records.items()))
+        rec.on_claim(pass_)
+        return taken
+
+
+def recording_durable(rec: Recorder) -> RecordingDurable:
+    """``rec``'s durable wrapped for the library ``Worker``: with ``take_and_claim`` exactly when
+    the wrapped durable offers it (otherwise the attribute is absent, so the Worker makes the
+    three calls)."""
+    from without_durability import TakesAndClaims
+
+    if isinstance(rec.durable, TakesAndClaims):
+        return _RecordingTakingDurable(rec)
+    return RecordingDurable(rec)
+
+
 # -- failpoints -----------------------------------------------------------------------------------
 
 
@@ -564,7 +626,7 @@ class LibraryClient:
         w = self.w
         lease = w.cfg.lease
         worker: Any = LibraryWorker(
-            RecordingDurable(w.rec),
+            recording_durable(w.rec),
             self.body(),
             alive=w.alive,
             budget=w.budget,

@@ -28,7 +28,7 @@ from .errors import (
 )
 from .lifecycle import RetryPolicy, Status, WorkflowFailed, rearm, status_of
 from .memory import MemoryCheckpointer, MemoryDurable, MemoryEffect, MemoryScheduler
-from .protocols import AnswersAndTakes, Checkpointer, Durable, Effect, Scheduler
+from .protocols import AnswersAndTakes, Checkpointer, Durable, Effect, Scheduler, TakesAndClaims
 from .run import Blocked, Finished, Outcome, Run, Sleeping, resume
 from .sqlite import (
     SqliteCheckpointer,
@@ -78,6 +78,7 @@ __all__ = [
     "Recorded",
     "Scheduler",
     "SchemaMismatch",
+    "TakesAndClaims",
     "SplitDurable",
     "SqliteCheckpointer",
     "SqliteConnection",

@@ -134,6 +134,27 @@ class AnswersAndTakes(Protocol):
         ...
 
 
+@runtime_checkable
+class TakesAndClaims(Protocol):
+    """An optional ``Durable`` capability: take, claim what was taken and load its records in one
+    call, which a store may do with one commit instead of two (and fewer round trips): what stands
+    between a wakeup and a pass starting. ``Worker`` uses it for a take that carries no answer,
+    when its durable has it; a store without it loses nothing (the worker makes the three calls)."""
+
+    async def take_and_claim(
+        self, visibility: timedelta, *, alive: timedelta, budget: timedelta
+    ) -> tuple[Delivery, Pass | None, dict[str, object]] | None:
+        """``take(visibility)``; then, for a delivery, ``checkpointer.claim(its workflow, alive=,
+        budget=)`` and, if that claimed, ``checkpointer.load(its workflow)``, with every guarantee
+        of those calls made in that order (the load sees every record committed before the claim
+        succeeded). None when nothing was due; else the delivery, its pass (None where ``claim``
+        would raise ``Contended``, or would have to wait for a transaction in flight on the
+        workflow's claim; the take stands) and the records (empty without a pass). If
+        it raises, the take and the claim may or may not have happened, as when those calls
+        raise: the delivery reappears once ``visibility`` lapses, a claim frees after ``alive``."""
+        ...
+
+
 class Durable(Protocol[Effect]):
     """A checkpointer and a scheduler, with the transitions across them named, so a caller cannot
     hold a recorded-but-unqueued workflow."""

@@ -28,7 +28,7 @@ from .lifecycle import (
     failure_record,
     status_of,
 )
-from .protocols import AnswersAndTakes, Durable
+from .protocols import AnswersAndTakes, Durable, TakesAndClaims
 from .rules import lifecycle_writes
 from .run import Blocked, Finished, Outcome, Run, Sleeping, run_loaded
 
@@ -57,7 +57,9 @@ class Worker(Generic[E]):
     deadline for ``Sleeping``, nothing for ``Finished`` or ``Blocked`` (an arrival makes it
     runnable again). The answer travels with the next take: in one call when the scheduler offers
     ``answer_and_take`` (``AnswersAndTakes``; one round trip on Postgres), else as ``wake_at`` just
-    before it; and it is sent on its own when ``run`` returns.
+    before it; and it is sent on its own when ``run`` returns. A take with no answer to carry (the
+    first after idling) is made with the claim and the load in one call when the durable offers
+    ``take_and_claim`` (``TakesAndClaims``; one commit on Postgres).
 
     - A ``Contended`` claim answers its delivery for ``retry_contended`` later.
     - A fenced pass (``Fenced`` from a write or from the renewal tick) stops at once: the body is
@@ -201,18 +203,29 @@ class Worker(Generic[E]):
         """Take (carrying the previous pass's answer along) and handle one delivery, leaving its
         answer in ``_answer`` for the next take or ``_send_answer``."""
         scheduler = self.durable.scheduler
-        delivery = await self._take()
-        if delivery is None:
-            return False
-        self.passes += 1
-        try:
-            pass_ = await self.durable.checkpointer.claim(
-                delivery.workflow, alive=self.alive, budget=self.budget
-            )
-        except Contended:
+        records: dict[str, object] | None = None
+        if self._answer is None and isinstance(self.durable, TakesAndClaims):
+            taken = await self.durable.take_and_claim(self.visibility, alive=self.alive, budget=self.budget)
+            if taken is None:
+                return False
+            delivery, claimed, records = taken
+            self.passes += 1
+        else:
+            took = await self._take()
+            if took is None:
+                return False
+            delivery = took
+            self.passes += 1
+            try:
+                claimed = await self.durable.checkpointer.claim(
+                    delivery.workflow, alive=self.alive, budget=self.budget
+                )
+            except Contended:
+                claimed = None
+        if claimed is None:
             self._answer = (delivery, await scheduler.now() + self.retry_contended)
             return True
-        await self._drive(delivery, pass_)
+        await self._drive(delivery, claimed, records)
         return True
 
     async def _take(self) -> Delivery | None:
@@ -238,13 +251,15 @@ class Worker(Generic[E]):
             await self.durable.scheduler.wake_at(delivery, at)
             self._answer = None
 
-    async def _drive(self, delivery: Delivery, pass_: Pass) -> None:
+    async def _drive(self, delivery: Delivery, pass_: Pass, records: dict[str, object] | None) -> None:
+        """Run one claimed pass on ``records`` (loaded here when None) and leave its answer."""
         checkpointer = self.durable.checkpointer
-        try:
-            records = await checkpointer.load(pass_.workflow)
-        except StoreError as exc:
-            await self._store_failed(pass_, exc)
-            return
+        if records is None:
+            try:
+                records = await checkpointer.load(pass_.workflow)
+            except StoreError as exc:
+                await self._store_failed(pass_, exc)
+                return
         status = status_of(records)
         if status.state != "open":  # finished or failed: the body never runs again
             await checkpointer.release(pass_)

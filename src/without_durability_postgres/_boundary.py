@@ -154,6 +154,7 @@ async def one_flight(
     key: str = "",
     *,
     after: After | None = None,
+    begin: str | None = None,
 ) -> AsyncIterator[Flight]:
     """``connect``'s transaction, sent in pipeline mode: BEGIN, the statements the block executes
     on ``flight.conn`` and COMMIT leave together, behind one Sync, and their results come back
@@ -172,6 +173,8 @@ async def one_flight(
     COMMIT in the same flight, as a transaction of its own: the server runs it only once the
     COMMIT has succeeded, and its failure does not fail the caller (the transaction has committed
     by then). ``after_queued`` and ``after_ran`` say what became of it.
+
+    ``begin``, if given, replaces the BEGIN (for a transaction that needs its own isolation level).
     """
     # psycopg syncs the pipeline (a round trip apiece) for conn.transaction(), conn.commit() and
     # the BEGIN it sends by itself outside autocommit; so the connection is put in autocommit (no
@@ -190,7 +193,7 @@ async def one_flight(
             try:
                 async with conn.pipeline():
                     try:
-                        await conn.execute(begin_statement(conn))
+                        await conn.execute(begin or begin_statement(conn))
                         yield flight
                         commit = await conn.execute("COMMIT")
                         then = after() if after is not None else None

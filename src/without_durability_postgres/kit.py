@@ -233,6 +233,7 @@ class PostgresKit(StoreKit):
             "tests/test_postgres_answer_and_take.py",
             "tests/test_postgres_batch.py",
             "tests/test_postgres_flight.py",
+            "tests/test_postgres_take_and_claim.py",
         ),
         server_env=POSTGRES_SERVER.env,
         scenarios=("lease-stall", "append-storm", "take-storm"),

@@ -1,0 +1,83 @@
+"""The ``worker`` client's recording durable and ``take_and_claim``: offered exactly when the wrapped
+durable offers it, and written to the history as the take, claim and load it stands for, so the
+checkers judge it as those calls.
+
+Run with ``--wd-store postgres``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wd_chaos.history import HistoryWriter, pair, read_lines
+from wd_chaos.workload import Recorder, recording_durable
+from without_durability import MemoryCheckpointer, MemoryDurable, MemoryScheduler, Pass, TakesAndClaims
+from without_durability.testing.harness import StoreUnderTest
+from without_durability_postgres import PostgresCheckpointer, PostgresDurable, PostgresScheduler
+from without_durability_postgres.kit import fresh_schema
+
+LONG = timedelta(hours=1)
+
+
+def _ops(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
+    """(f, outcome, invoke and complete fields merged) of each take_and_claim operation, in order."""
+    out = []
+    for p in pair(read_lines(path)):
+        if p["invoke"].get("via") == "take_and_claim":
+            done = p["complete"] or {}
+            out.append((p["invoke"]["f"], done.get("outcome", "unknown"), {**p["invoke"], **done}))
+    return out
+
+
+def test_a_durable_without_it_gets_a_recording_without_it(tmp_path: Path) -> None:
+    durable = MemoryDurable(MemoryCheckpointer(), MemoryScheduler())
+    assert not isinstance(durable, TakesAndClaims)
+    recorded = recording_durable(Recorder(durable, HistoryWriter(tmp_path / "h.jsonl", "worker-0")))
+    assert not hasattr(recorded, "take_and_claim"), "the Worker would call a capability the store lacks"
+    assert not isinstance(recorded, TakesAndClaims)
+
+
+@pytest.mark.asyncio
+@pytest.mark.wd_store("postgres")
+async def test_it_is_recorded_as_the_take_claim_and_load_it_stands_for(
+    wd_store: StoreUnderTest[Any], tmp_path: Path
+) -> None:
+    async with fresh_schema(wd_store.extra["url"], min_size=2, max_size=4) as (pool, _):
+        durable = PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool))
+        path = tmp_path / "h.jsonl"
+        hist = HistoryWriter(path, "worker-0")
+        rec = Recorder(durable, hist)
+        granted: list[Pass] = []
+        rec.on_claim = granted.append  # the after-claim failpoint's hook
+        recorded = recording_durable(rec)
+        assert isinstance(recorded, TakesAndClaims)
+
+        await durable.arrive("w", "k", 1)
+        taken = await recorded.take_and_claim(LONG, alive=LONG, budget=LONG)
+        assert taken is not None and taken[1] is not None
+        assert granted == [taken[1]], "the after-claim failpoint must fire for a pass granted"
+        assert await recorded.take_and_claim(LONG, alive=LONG, budget=LONG) is None  # nothing due
+        await durable.scheduler.schedule("w")  # due again, its claim still held
+        contended = await recorded.take_and_claim(LONG, alive=LONG, budget=LONG)
+        assert contended is not None and contended[1] is None and len(granted) == 1
+        hist.close()
+
+    ops = _ops(path)
+    assert [(f, outcome) for f, outcome, _ in ops] == [
+        ("take", "ok"), ("claim", "ok"), ("load", "ok"),
+        ("take", "ok"), ("claim", "failed"), ("load", "failed"),  # nothing due: neither was made
+        ("take", "ok"), ("claim", "contended"), ("load", "failed"),
+    ]  # fmt: skip
+    take, claim, load = (fields for _, _, fields in ops[:3])
+    assert take["workflow"] == "w" and take["visibility"] == LONG.total_seconds() and take["receipt"]
+    assert claim["workflow"] == "w" and claim["token"] == taken[1].token
+    assert claim["alive"] == LONG.total_seconds() and claim["budget"] == LONG.total_seconds()
+    assert load["workflow"] == "w" and load["token"] == taken[1].token and load["keys"] == ["k"]
+    assert ops[3][2]["workflow"] is None
+    assert ops[7][2]["workflow"] == "w"
+    assert len({fields["call"] for _, _, fields in ops}) == 3, "each call's three share one call id"
+    assert all(fields["type"] == "complete" for _, _, fields in ops), "every operation completed"

@@ -1,0 +1,208 @@
+"""PostgresDurable.take_and_claim: the Worker's take after idling, its claim and its load, committed
+together, with every guarantee of the three calls made apart.
+
+Run with ``--wd-store postgres``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import pq
+
+from without_durability import Run, TakesAndClaims, Worker
+from without_durability.errors import Contended, Fenced
+from without_durability.testing.harness import StoreUnderTest
+from without_durability_postgres import PostgresCheckpointer, PostgresDurable, PostgresScheduler
+from without_durability_postgres.durable import TAKE_AND_CLAIM, TAKE_CLAIMED_LOAD
+from without_durability_postgres.kit import fresh_schema
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.wd_store("postgres")]
+
+LONG = timedelta(hours=1)
+
+
+@asynccontextmanager
+async def durable_in_schema(wd_store: StoreUnderTest[Any]) -> AsyncIterator[tuple[PostgresDurable, str]]:
+    async with fresh_schema(wd_store.extra["url"], min_size=2, max_size=4) as (pool, schema):
+        yield PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool)), schema
+
+
+async def test_nothing_due_is_none_and_leaves_no_transaction(wd_store: StoreUnderTest[Any]) -> None:
+    async with durable_in_schema(wd_store) as (durable, _):
+        assert isinstance(durable, TakesAndClaims)
+        assert await durable.take_and_claim(LONG, alive=LONG, budget=LONG) is None
+        async with durable.pool.connection() as conn:
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+async def test_takes_claims_and_loads_in_one_commit(wd_store: StoreUnderTest[Any]) -> None:
+    async with durable_in_schema(wd_store) as (durable, _):
+        await durable.arrive("w", "k", {"v": 1})
+        taken = await durable.take_and_claim(LONG, alive=LONG, budget=LONG)
+        assert taken is not None
+        delivery, pass_, records = taken
+        assert delivery.workflow == "w" and pass_ is not None and pass_.token == 1
+        assert records == {"k": {"v": 1}}
+        assert await durable.scheduler.take(LONG) is None, "the take did not hide the delivery"
+        with pytest.raises(Contended):  # the claim committed: a second claim is refused
+            await durable.checkpointer.claim("w", alive=LONG, budget=LONG)
+        await durable.scheduler.wake_at(delivery, None)  # the receipt the take set is the real one
+        assert await durable.scheduler.take(timedelta(seconds=1)) is None
+
+
+def _words(statement: str) -> str:
+    return " ".join(statement.split())
+
+
+async def test_its_halves_are_take_claim_and_load_as_written(wd_store: StoreUnderTest[Any]) -> None:
+    """TAKE, CLAIM and LOAD are what the conformance suite judges; the joined statements must be
+    them, word for word, apart from the glue joining them (which the tests below judge)."""
+    joined = _words(TAKE_AND_CLAIM)
+    take = _words(PostgresScheduler.TAKE).replace(") UPDATE", "), taken AS ( UPDATE", 1)
+    assert joined.startswith(take + " ), free AS ("), "the take half drifted from TAKE"
+    claim = _words(PostgresCheckpointer.CLAIM)
+    head, rest = claim.split(" VALUES ( %(workflow)s, 1, ", 1)
+    values, conflict = rest.split(" ) ON CONFLICT ", 1)
+    conflict = "ON CONFLICT " + conflict.replace("RETURNING token", "RETURNING held.workflow, held.token")
+    insert = f"claimed AS ( {head} SELECT taken.workflow, 1, {values} FROM taken "
+    assert insert in joined, "CLAIM's insert drifted"
+    assert f" {conflict} )" in joined, "CLAIM's takeover drifted"
+    load = _words(PostgresCheckpointer.LOAD)
+    assert load.replace("%(workflow)s", "current_setting('without_durability.claimed', true)") == _words(
+        TAKE_CLAIMED_LOAD
+    ), "the load drifted from LOAD"
+
+
+async def test_a_lapsed_claim_is_taken_over_with_a_higher_token(wd_store: StoreUnderTest[Any]) -> None:
+    async with durable_in_schema(wd_store) as (durable, _):
+        old = await durable.checkpointer.claim("w", alive=timedelta(milliseconds=1), budget=LONG)
+        await durable.arrive("w", "k", 1)
+        await asyncio.sleep(0.05)  # the old pass has lapsed
+        taken = await durable.take_and_claim(LONG, alive=LONG, budget=LONG)
+        assert taken is not None
+        delivery, pass_, records = taken
+        assert delivery.workflow == "w" and pass_ is not None, "a lapsed claim must be taken over"
+        assert pass_.token > old.token and records == {"k": 1}
+        with pytest.raises(Fenced):
+            await durable.checkpointer.record(old, "late", 1)
+
+
+async def test_a_contended_claim_leaves_the_take_standing(wd_store: StoreUnderTest[Any]) -> None:
+    async with durable_in_schema(wd_store) as (durable, _):
+        held = await durable.checkpointer.claim("w", alive=LONG, budget=LONG)
+        await durable.arrive("w", "k", 1)
+        taken = await durable.take_and_claim(LONG, alive=LONG, budget=LONG)
+        assert taken is not None
+        delivery, pass_, records = taken
+        assert delivery.workflow == "w" and pass_ is None and records == {}
+        assert await durable.scheduler.take(LONG) is None, "the take was rolled back with the claim"
+        await durable.checkpointer.renew(held)  # the holder keeps its claim: token unchanged
+
+
+async def test_a_busy_claim_row_is_contended_at_once_and_a_discard_does_not_deadlock(
+    wd_store: StoreUnderTest[Any],
+) -> None:
+    """A discard locks the claim row, then deletes the queue row; a take that held the queue row
+    while waiting for the claim row would deadlock with it. The claim row busy: contended at once."""
+    async with durable_in_schema(wd_store) as (durable, schema):
+        await durable.checkpointer.claim("w", alive=timedelta(milliseconds=1), budget=LONG)
+        await asyncio.sleep(0.01)  # that claim has lapsed: a claim that waited would win
+        await durable.arrive("w", "k", 1)
+        discard = await psycopg.AsyncConnection.connect(
+            wd_store.extra["url"], options=f"-c search_path={schema}"
+        )
+        try:
+            await discard.execute("UPDATE workflow_claim SET token = token + 1")  # the fence, held
+            async with asyncio.timeout(5):
+                taken = await durable.take_and_claim(LONG, alive=LONG, budget=LONG)
+            assert taken is not None
+            delivery, pass_, records = taken
+            assert delivery.workflow == "w" and pass_ is None and records == {}
+            async with asyncio.timeout(5):  # the take committed: nothing holds the queue row now
+                await discard.execute("DELETE FROM workflow_queue WHERE workflow = 'w'")
+            await discard.commit()
+        finally:
+            await discard.close()
+
+
+async def test_the_claimed_workflow_is_loaded_not_another(wd_store: StoreUnderTest[Any]) -> None:
+    async with durable_in_schema(wd_store) as (durable, _):
+        await durable.arrive("a", "k", "a's")
+        await durable.checkpointer.supply("b", "k", "b's")  # recorded, not queued
+        first = await durable.take_and_claim(LONG, alive=LONG, budget=LONG)
+        assert first is not None and first[2] == {"k": "a's"}
+        assert await durable.take_and_claim(LONG, alive=LONG, budget=LONG) is None
+        await durable.scheduler.schedule("b")
+        second = await durable.take_and_claim(LONG, alive=LONG, budget=LONG)
+        assert second is not None and second[0].workflow == "b" and second[2] == {"k": "b's"}
+
+
+async def test_a_variant_scheduler_gets_the_three_calls(wd_store: StoreUnderTest[Any]) -> None:
+    """Halves running other statements than the ones joined are not bypassed."""
+
+    class Never(PostgresScheduler):
+        TAKE = PostgresScheduler.TAKE.replace("visibility <= now()", "false")
+
+    async with fresh_schema(wd_store.extra["url"], min_size=1, max_size=2) as (pool, _):
+        durable = PostgresDurable(PostgresCheckpointer(pool=pool), Never(pool))
+        await durable.arrive("w", "k", 1)
+        assert await durable.take_and_claim(LONG, alive=LONG, budget=LONG) is None
+
+
+async def test_one_round_trip_whether_or_not_anything_is_due(wd_store: StoreUnderTest[Any]) -> None:
+    async with fresh_schema(wd_store.extra["url"], min_size=1, max_size=1) as (pool, _):
+        durable = PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool))
+        for i in range(7):  # psycopg prepares a statement on its sixth use: both shapes counted
+            assert await round_trips(pool, lambda: durable.take_and_claim(LONG, alive=LONG, budget=LONG)) == 1
+            await durable.arrive(f"w{i}", "k", i)
+            assert await round_trips(pool, lambda: durable.take_and_claim(LONG, alive=LONG, budget=LONG)) == 1
+
+
+async def round_trips(pool: Any, operation: Callable[[], Awaitable[object]]) -> int:
+    """How many times the pool's only connection waited for the server while ``operation`` ran
+    (libpq's protocol trace: each switch from the client sending to the server answering)."""
+    with tempfile.TemporaryFile("w+") as out:
+        async with pool.connection() as conn:
+            conn.pgconn.trace(out.fileno())
+            conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            await operation()
+        finally:
+            async with pool.connection() as conn:
+                conn.pgconn.untrace()
+        out.seek(0)
+        waits, last = 0, ""
+        for line in out.read().splitlines():
+            direction = line.split("\t", 1)[0]
+            if direction == "B" and last == "F":
+                waits += 1
+            if direction in ("F", "B"):
+                last = direction
+        return waits
+
+
+async def test_worker_answers_a_contended_delivery_later(wd_store: StoreUnderTest[Any]) -> None:
+    async with durable_in_schema(wd_store) as (durable, _):
+        ran: list[str] = []
+
+        async def body(run: Run[Any]) -> object:
+            ran.append(run.workflow)
+            return None
+
+        await durable.checkpointer.claim("w", alive=LONG, budget=LONG)
+        await durable.arrive("w", "k", 1)
+        worker = Worker(durable, body, alive=LONG, budget=LONG, visibility=LONG,
+                        poll_interval=timedelta(milliseconds=10), retry_contended=LONG)
+        assert await worker.run_once() is True
+        assert ran == [] and worker.passes == 1
+        async with durable.pool.connection() as conn:
+            row = await (await conn.execute("SELECT visibility > now() + interval '50 minutes' FROM workflow_queue")).fetchone()
+        assert row == (True,), "the contended delivery was not answered for retry_contended later"
