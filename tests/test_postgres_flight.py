@@ -27,7 +27,7 @@ from psycopg_pool import AsyncConnectionPool
 from without_durability.errors import InvalidValue, StoreError
 from without_durability.testing.harness import StoreUnderTest
 from without_durability_postgres import PostgresCheckpointer, PostgresDurable, PostgresScheduler
-from without_durability_postgres.kit import fresh_schema
+from without_durability_postgres.kit import fresh_schema, server_waits
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.wd_store("postgres")]
 
@@ -66,14 +66,7 @@ class Trace:
                 async with self.pool.connection() as conn:
                     conn.pgconn.untrace()  # flushes what libpq buffered
         self.texts.append(path.read_text())
-        waits, last = 0, ""
-        for line in self.texts[-1].splitlines():
-            direction = line.split("\t", 1)[0]
-            if direction == "B" and last == "F":
-                waits += 1
-            if direction in ("F", "B"):
-                last = direction
-        return waits
+        return server_waits(self.texts[-1])
 
 
 def durable_on(pool: Pool, schema: str, *, notify: bool = False, scheduler: type[PostgresScheduler] =

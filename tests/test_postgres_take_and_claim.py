@@ -22,7 +22,7 @@ from without_durability.errors import Contended, Fenced
 from without_durability.testing.harness import StoreUnderTest
 from without_durability_postgres import PostgresCheckpointer, PostgresDurable, PostgresScheduler
 from without_durability_postgres.durable import TAKE_AND_CLAIM, TAKE_CLAIMED_LOAD
-from without_durability_postgres.kit import fresh_schema
+from without_durability_postgres.kit import fresh_schema, server_waits
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.wd_store("postgres")]
 
@@ -179,14 +179,7 @@ async def round_trips(pool: Any, operation: Callable[[], Awaitable[object]]) -> 
             async with pool.connection() as conn:
                 conn.pgconn.untrace()
         out.seek(0)
-        waits, last = 0, ""
-        for line in out.read().splitlines():
-            direction = line.split("\t", 1)[0]
-            if direction == "B" and last == "F":
-                waits += 1
-            if direction in ("F", "B"):
-                last = direction
-        return waits
+        return server_waits(out.read())
 
 
 async def test_worker_answers_a_contended_delivery_later(wd_store: StoreUnderTest[Any]) -> None:

@@ -91,6 +91,20 @@ def postgres_effects(pool: AsyncConnectionPool[Any]) -> EffectKit[PostgresEffect
     return EffectKit(ledger_add, ledger_read, superseding, failing)
 
 
+def server_waits(trace: str) -> int:
+    """How many times the client waited for the server in ``trace``, a libpq protocol trace
+    (``pgconn.trace`` with ``REGRESS_MODE``): each switch from lines the client sent (``F``) to
+    lines the server sent (``B``). Tests count round trips with it."""
+    waits, last = 0, ""
+    for line in trace.splitlines():
+        direction = line.split("\t", 1)[0]
+        if direction == "B" and last == "F":
+            waits += 1
+        if direction in ("F", "B"):
+            last = direction
+    return waits
+
+
 @asynccontextmanager
 async def fresh_schema(
     url: str, *, min_size: int = 1, max_size: int = 20
