@@ -1,6 +1,7 @@
 """PostgresDurable's transitions travel in one network flight (pipeline mode) and lose nothing for it:
 a failure anywhere still rolls the whole transaction back and surfaces as before, and the wakeup
-NOTIFY goes out on the committing connection, after the commit, still coalesced.
+NOTIFY goes out on the committing connection, as the transaction's last statement, still coalesced,
+and a NOTIFY that fails never fails the write.
 
 The round trips are counted from libpq's own protocol trace of the one pooled connection: every
 switch from the client sending to the server answering is one wait for the network.
@@ -90,7 +91,7 @@ async def test_arrive_deliver_and_discard_each_wait_for_one_round_trip(wd_store:
         assert loaded["go"] == 1 and [v for k, v in loaded.items() if k != "go"] == [{"n": 1}, {"n": 3}, {"n": 5}]
 
 
-async def test_with_notify_the_notify_rides_behind_the_commit_in_the_same_flight(
+async def test_with_notify_the_notify_rides_inside_the_transaction_in_the_same_flight(
     wd_store: Store, tmp_path: Path
 ) -> None:
     async with one_connection(wd_store) as (pool, schema):
@@ -109,17 +110,29 @@ async def test_with_notify_the_notify_rides_behind_the_commit_in_the_same_flight
             sent_notify = next(i for i, x in enumerate(lines) if x.startswith("F") and "pg_notify" in x)
             done_commit = next(i for i, x in enumerate(lines) if x.startswith("B") and '"COMMIT"' in x)
             notified = next(i for i, x in enumerate(lines) if x.startswith("B") and '"pg_notify"' in x)
-            assert sent_commit < sent_notify and done_commit < notified, "the NOTIFY ran before the COMMIT"
+            assert sent_notify < sent_commit and notified < done_commit, "the NOTIFY was not inside the transaction"
 
 
-async def test_a_notify_that_fails_after_the_commit_does_not_fail_the_arrive(wd_store: Store) -> None:
+async def test_a_notify_that_fails_does_not_fail_the_arrive_which_is_sent_again_without_it(
+    wd_store: Store, tmp_path: Path
+) -> None:
     async with one_connection(wd_store) as (pool, schema):
         # pg_notify refuses a payload of 8000 bytes or more: the namespace is the payload
         durable = durable_on(pool, schema, notify=True)
         notifier = durable.scheduler.notifier
         assert notifier is not None
         notifier.namespace = "n" * 9000
-        assert (await durable.arrive("wf", "go", 1)).won is True
+        trace = Trace(pool, tmp_path)
+        won: list[bool] = []
+
+        async def arrive() -> None:
+            won.append((await durable.arrive("wf", "go", 1)).won)
+
+        # the refused flight, the ROLLBACK that closes it, the flight sent again
+        assert await trace.flights(arrive) == 3, "the refused flight was not sent once more without its NOTIFY"
+        assert won == [True]
+        sent = [x for x in trace.texts[0].splitlines() if x.startswith("F") and "pg_notify" in x]
+        assert len(sent) == 1, f"the second flight carried the NOTIFY again: {sent}"
         assert await durable.checkpointer.load("wf") == {"go": 1}
         assert await durable.scheduler.take(timedelta(seconds=60)) is not None
         assert notifier.sent == 0 and notifier._task is not None  # handed to the background
@@ -223,14 +236,27 @@ async def test_concurrent_arrives_coalesce_their_notifies_and_leave_none_owed(wd
         assert 1 <= notifier.sent <= 6 and not notifier._busy and not notifier._pending
 
 
-async def test_a_refused_arrive_owes_no_notify(wd_store: Store) -> None:
+async def test_a_refused_arrive_owes_no_notify(wd_store: Store, tmp_path: Path) -> None:
     async with one_connection(wd_store) as (pool, schema):
         broken = durable_on(pool, schema, notify=True, scheduler=FailingSchedule)
         notifier = broken.scheduler.notifier
         assert notifier is not None
-        with pytest.raises(StoreError):
-            await broken.arrive("wf", "go", 1)
+        trace = Trace(pool, tmp_path)
+
+        async def refused() -> None:
+            with pytest.raises(StoreError) as caught:
+                await broken.arrive("wf", "go", 1)
+            assert isinstance(caught.value.__cause__, psycopg.errors.DivisionByZero)
+
+        # carrying the NOTIFY, the refusal could be the NOTIFY's: sent once more without it, and
+        # refused again for its own reason
+        assert await trace.flights(refused) == 4  # each refused flight is closed by a ROLLBACK
         assert notifier.sent == 0 and notifier._task is None and not notifier._busy
+        # with a NOTIFY in flight elsewhere this one carried none: one flight, no second attempt
+        assert notifier.claim() is True
+        assert await trace.flights(refused) == 2
+        notifier.settle(True, notified=True, owed=False)
+        assert notifier._task is None and not notifier._busy
 
 
 async def test_the_flight_begins_as_the_pool_is_configured_and_hands_the_connection_back_as_it_came(

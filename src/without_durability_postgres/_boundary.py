@@ -130,20 +130,19 @@ async def autocommit(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
             await conn.set_autocommit(False)
 
 
-After = Callable[[], "tuple[Query, Mapping[str, Any]] | None"]
+Last = Callable[[], "tuple[Query, Mapping[str, Any]] | None"]
 
 
 class Flight:
     """What ``one_flight`` yields: ``conn``, to queue the transaction's statements on; once the
-    block has been left, ``committed`` (the server acknowledged the COMMIT), ``after_queued``
-    (``after`` gave a statement, which was queued behind the COMMIT) and ``after_ran`` (it ran and
-    committed too)."""
+    block has been left, ``committed`` (the server acknowledged the COMMIT) and ``last_queued``
+    (``last`` gave a statement, which was queued as the transaction's last, so it committed
+    exactly when the rest did)."""
 
     def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self.conn = conn
         self.committed = False
-        self.after_queued = False
-        self.after_ran = False
+        self.last_queued = False
 
 
 @asynccontextmanager
@@ -153,7 +152,7 @@ async def one_flight(
     workflow: str = "",
     key: str = "",
     *,
-    after: After | None = None,
+    last: Last | None = None,
     begin: str | None = None,
 ) -> AsyncIterator[Flight]:
     """``connect``'s transaction, sent in pipeline mode: BEGIN, the statements the block executes
@@ -168,11 +167,10 @@ async def one_flight(
     ``connect`` raises, with the driver's first error (not the "pipeline aborted" that follows
     it) as ``__cause__``.
 
-    ``after`` is called once the block's statements and the COMMIT are queued, on a connection
-    already held; the statement it returns (with its parameters), if any, is queued behind the
-    COMMIT in the same flight, as a transaction of its own: the server runs it only once the
-    COMMIT has succeeded, and its failure does not fail the caller (the transaction has committed
-    by then). ``after_queued`` and ``after_ran`` say what became of it.
+    ``last`` is called once the block's statements are queued, on a connection already held; the
+    statement it returns (with its parameters), if any, is queued after them and before the
+    COMMIT, as part of the same transaction: it commits, or fails and rolls back, with the rest.
+    ``last_queued`` says whether it was.
 
     ``begin``, if given, replaces the BEGIN (for a transaction that needs its own isolation level).
     """
@@ -181,7 +179,7 @@ async def one_flight(
     # round trip) and BEGIN and COMMIT are queued as plain statements: the pipeline's closing
     # Sync is the only wait. COMMIT's own result says whether it committed: after an error the
     # server skips everything up to the Sync, so an acknowledged COMMIT means every statement
-    # before it succeeded, and an error seen anyway belongs to ``after``.
+    # before it succeeded.
     try:
         async with pool.connection() as conn:
             flight = Flight(conn)
@@ -195,18 +193,17 @@ async def one_flight(
                     try:
                         await conn.execute(begin or begin_statement(conn))
                         yield flight
+                        closing = last() if last is not None else None
+                        if closing is not None:
+                            flight.last_queued = True
+                            await conn.execute(*closing)
                         commit = await conn.execute("COMMIT")
-                        then = after() if after is not None else None
-                        if then is not None:
-                            flight.after_queued = True
-                            await conn.execute(*then)
                     except psycopg.Error as exc:  # seen while queuing: what follows it is skipped
                         failed = exc
             except psycopg.Error as exc:  # seen at the Sync; after an earlier error, only its echo
                 failed = failed or exc
             finally:
                 flight.committed = commit is not None and commit.pgresult is not None
-                flight.after_ran = flight.committed and flight.after_queued and failed is None
                 try:
                     if not conn.closed and conn.info.transaction_status != pq.TransactionStatus.IDLE:
                         await conn.rollback()  # a failed block stays open (aborted) past the Sync
@@ -216,8 +213,8 @@ async def one_flight(
                     await conn.close()
             if failed is not None and not flight.committed:
                 raise failed
-            if failed is not None:
-                log.debug("the statement after the commit failed while %s", what, exc_info=failed)
+            if failed is not None:  # the server acknowledged the COMMIT: what failed came after it
+                log.debug("an error after the commit while %s", what, exc_info=failed)
     except PoolTimeout as exc:
         raise (await _timed_out(exc, pool, what)) from exc
     except psycopg.Error as exc:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -19,6 +18,7 @@ from .checkpointer import PostgresCheckpointer, PostgresEffect
 from .scheduler import PostgresScheduler, _Receipt
 
 Connection = psycopg.AsyncConnection[Any]
+Cursor = psycopg.AsyncCursor[Any]
 
 # take_and_claim's transaction: READ COMMITTED whatever the pool's default, so that its second
 # statement, the load, reads a snapshot of its own, taken after the claim got its row.
@@ -86,7 +86,8 @@ class PostgresDurable:
     tables in one transaction, so no crash leaves a recorded-but-unqueued workflow, and a
     ``deliver`` that failed appended nothing (asking again cannot leave two messages). Each
     transaction goes out in pipeline mode, BEGIN to COMMIT in one network round trip; with
-    ``notify=True`` the wakeup NOTIFY rides in the same flight, right behind the COMMIT.
+    ``notify=True`` the wakeup NOTIFY rides inside the same transaction, so listeners hear it
+    the moment it commits.
 
     Both halves must share one pool (checked here): that is what lets one commit cover both.
     """
@@ -126,9 +127,13 @@ class PostgresDurable:
         encoded = cp._encode(workflow, key, value)
         supply = {"workflow": workflow, "key": key, "value": encoded}
         where = f"arriving at {workflow!r}/{key!r}"
-        async with self._making_due(where, workflow, key) as conn:
+
+        async def queue(conn: Connection) -> Cursor:
             supplied = await conn.execute(cp.SUPPLY, supply)
             await self._scheduler._schedule_on(conn, workflow)  # queues; reads nothing back
+            return supplied
+
+        supplied = await self._making_due(where, workflow, key, queue)
         row = await supplied.fetchone()  # read after the commit: the pipeline sent it all at once
         assert row is not None  # an upsert with DO UPDATE always returns its row
         return cp._recorded(row)
@@ -139,9 +144,13 @@ class PostgresDurable:
         cp._workflow(workflow)
         encoded = cp._encode(workflow, INBOX_PREFIX, message)
         where = f"delivering to {workflow!r}"
-        async with self._making_due(where, workflow, INBOX_PREFIX) as conn:
+
+        async def queue(conn: Connection) -> Cursor:
             appended = await conn.execute(cp.APPEND, {"workflow": workflow, "value": encoded})
             await self._scheduler._schedule_on(conn, workflow)
+            return appended
+
+        appended = await self._making_due(where, workflow, INBOX_PREFIX, queue)
         row = await appended.fetchone()
         assert row is not None  # an INSERT ... SELECT of one drawn row returns it
         return str(row[0])
@@ -200,35 +209,49 @@ class PostgresDurable:
             return delivery, None, {}
         return delivery, pass_, await self._checkpointer.load(delivery.workflow)
 
-    @asynccontextmanager
-    async def _making_due(self, where: str, workflow: str, key: str) -> AsyncIterator[Connection]:
-        """``one_flight`` for a transaction that makes ``workflow`` due now. With ``notify=True``
-        the NOTIFY rides in the same flight, right behind the COMMIT, unless one is in flight
-        already; then (or if it failed) one is sent after the commit from the background. The
-        NOTIFY is claimed only once the connection is held and the COMMIT queued, so a caller
-        waiting for a pooled connection holds up nobody else's notification."""
+    async def _making_due(
+        self, where: str, workflow: str, key: str, queue: Callable[[Connection], Awaitable[Cursor]]
+    ) -> Cursor:
+        """``one_flight`` for a transaction that makes ``workflow`` due now: ``queue`` queues its
+        statements (it may be called twice) and the cursor it returns is read after the flight.
+
+        With ``notify=True`` the NOTIFY is the transaction's last statement, unless one is in
+        flight already; then one is sent after the commit from the background. Inside the
+        transaction it costs no commit of its own, and listeners hear it as the transaction
+        commits. The NOTIFY is claimed only once the connection is held and the statements queued,
+        so a caller waiting for a pooled connection holds up nobody else's notification; and since
+        at most one claimed NOTIFY is in flight, at most one of these transactions at a time takes
+        the database-wide lock a notifying commit takes. A transaction the server refused while
+        it carried the NOTIFY (which may be the NOTIFY's own failure: a full notification queue)
+        is sent once more without it, so a broken wakeup path never fails a write."""
         notifier = self._scheduler.notifier
         if notifier is None:
             async with one_flight(self.pool, where, workflow, key) as flight:
-                yield flight.conn
-            return
-        started: Flight | None = None
-        refused = False  # the server refused the transaction: certainly nothing committed
+                cursor = await queue(flight.conn)
+            return cursor
 
-        def claim() -> tuple[str, dict[str, str]] | None:  # with the connection held, COMMIT queued
+        def claim() -> tuple[str, dict[str, str]] | None:  # with the connection held, statements queued
             return notifier.statement() if notifier.claim() else None
 
-        try:
-            async with one_flight(self.pool, where, workflow, key, after=claim) as started:
-                yield started.conn
-        except (StoreError, InvalidInput) as exc:
-            refused = not isinstance(exc, StoreUnavailable)  # unavailable: it may have committed
-            raise
-        finally:
-            claimed = started is not None and started.after_queued
-            notified = started is not None and started.after_ran
-            committed = started is not None and started.committed
-            notifier.settle(claimed, notified=notified, owed=not notified and (committed or not refused))
+        for notifying in (True, False):
+            started: Flight | None = None
+            refused = False  # the server refused the transaction: certainly nothing committed
+            try:
+                async with one_flight(
+                    self.pool, where, workflow, key, last=claim if notifying else None
+                ) as started:
+                    cursor = await queue(started.conn)
+                return cursor
+            except (StoreError, InvalidInput) as exc:
+                refused = not isinstance(exc, StoreUnavailable)  # unavailable: it may have committed
+                if not (refused and started is not None and started.last_queued):
+                    raise
+            finally:
+                claimed = started is not None and started.last_queued
+                notified = claimed and started is not None and started.committed
+                committed = started is not None and started.committed
+                notifier.settle(claimed, notified=notified, owed=not notified and (committed or not refused))
+        raise AssertionError("unreachable: the second attempt carries no NOTIFY")  # pragma: no cover
 
 
 def _typecheck(d: PostgresDurable) -> None:  # pragma: no cover - mypy proves it meets the protocol

@@ -1,14 +1,16 @@
 """An optional wakeup path for PostgresScheduler: LISTEN/NOTIFY, with polling kept as the safety net.
 
-Two halves. The writer side is ``PostgresScheduler(pool, notify=True)``: after a commit that made a
+Two halves. The writer side is ``PostgresScheduler(pool, notify=True)``: for a commit that makes a
 workflow due now (``schedule``, ``PostgresDurable.arrive`` and ``deliver``), it sends one
-``pg_notify`` in its own tiny transaction, coalesced so that at most one is in flight per scheduler
-and any number of commits meanwhile cost one more. ``arrive`` and ``deliver`` queue it right behind
-their COMMIT, in the same round trip on the same connection (no pooled connection that sat idle
-to wake, which costs a slow first round trip on some machines); ``schedule`` sends it from a
-background task. The NOTIFY is deliberately not inside the hot
-transaction: a transaction that notified takes a database-wide lock at commit, which would
-serialize every arrive behind every other.
+``pg_notify``, coalesced so that at most one is in flight per scheduler and any number of commits
+meanwhile cost one more. ``arrive`` and ``deliver`` make it the last statement of their own
+transaction, in the same round trip on the same connection: listeners hear it as that
+transaction commits, with no second transaction to run first. ``schedule`` sends it from a
+background task. Only the transaction that claimed the one NOTIFY in flight carries it, so only that one
+takes the database-wide lock a notifying commit takes: arrives are not serialized behind each
+other. If the server refuses a transaction that carried the NOTIFY (a full notification queue
+refuses it), the transaction is sent again without it and the NOTIFY follows from the
+background, so a broken wakeup path costs latency, never a write.
 
 The reader side is ``PostgresWakeup``: one dedicated connection (not borrowed from the pool) that
 LISTENs and wakes whoever waits in ``wait(at_most)``. A notification can be lost (the listener was
@@ -44,8 +46,8 @@ log = logging.getLogger("without_durability_postgres.wakeup")
 class Notifier:
     """The writer half. After a commit that made work due now, ``poke``: a background task sends
     the NOTIFY on a pooled connection. Or, before the commit, ``claim``: the committer queues the
-    NOTIFY right behind its own COMMIT, in the same network flight (the server runs it only once
-    the COMMIT succeeded), then ``settle``. Either way sends coalesce: at most one NOTIFY is in
+    NOTIFY as its transaction's last statement, before its COMMIT, in the same network flight (it
+    is delivered only if the transaction commits), then ``settle``. Either way sends coalesce: at most one NOTIFY is in
     flight, and any number of commits while it is cost one more after it. Failures are logged,
     not raised: a lost notification costs a waiter at most its poll interval.
     """
@@ -69,7 +71,7 @@ class Notifier:
 
     def claim(self) -> bool:
         """Before sending a commit that will make work due now: True if this caller is to send the
-        NOTIFY itself, right behind its COMMIT (nothing is in flight, so it is now); False if one
+        NOTIFY itself, inside its transaction (nothing is in flight, so it is now); False if one
         is in flight already. Every claim is answered by one ``settle``."""
         if self._busy:
             return False
@@ -82,9 +84,10 @@ class Notifier:
         return NOTIFY, {"channel": self.channel, "namespace": self.namespace}
 
     def settle(self, claimed: bool, *, notified: bool, owed: bool) -> None:
-        """After the flight that followed ``claim``: ``notified``, whether the caller's NOTIFY ran
-        after its commit; ``owed``, whether a commit may have happened that no NOTIFY followed
-        (then one is sent, after any in flight, as after a ``poke``). Never raises."""
+        """After the flight that followed ``claim``: ``notified``, whether the caller's NOTIFY
+        committed with its transaction; ``owed``, whether a commit may have happened that no
+        NOTIFY followed (then one is sent, after any in flight, as after a ``poke``). Never
+        raises."""
         if claimed:
             self._busy = False
             if notified:
