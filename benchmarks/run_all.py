@@ -1,6 +1,6 @@
 """Every benchmark in one run, into one report folder, with the headline table the README quotes.
 
-    python -m benchmarks.run_all [--quick] [--soak-minutes 10] [--out DIR]
+    python -m benchmarks.run_all [--quick] [--soak-minutes 10] [--sustain-minutes 30] [--out DIR]
 
 ``--only pickup --out reports/bench/<time>`` re-runs one part into an existing report and rebuilds
 its summary from the parts' JSON files (each keeps its own time and machine load).
@@ -164,10 +164,10 @@ def against_baseline(rows: list[dict[str, Any]], baseline: list[dict[str, Any]])
 
 
 async def main(folder: Path, quick: bool, soak_minutes: float, only: set[str] | None = None,
-               baseline: Path = BASELINE) -> dict[str, Any]:
+               baseline: Path = BASELINE, sustain_minutes: float | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {"machine_at_start": machine()}
     steps = [("take", lambda: take.main(folder, quick)), ("append", lambda: append.main(folder, quick)),
-             ("backlog", lambda: backlog.main(folder, quick)),
+             ("backlog", lambda: backlog.main(folder, quick, sustain_minutes)),
              ("sqlite_ceiling", lambda: sqlite_ceiling.main(folder, quick)),
              ("pickup", lambda: pickup.main(folder, quick)), ("load", lambda: load.main(folder, quick))]
     if soak_minutes > 0:
@@ -218,6 +218,8 @@ async def main(folder: Path, quick: bool, soak_minutes: float, only: set[str] | 
 if __name__ == "__main__":
     p = parser(__doc__ or "")
     p.add_argument("--soak-minutes", type=float, default=10.0)
+    p.add_argument("--sustain-minutes", type=float, default=None,
+                   help="length of backlog's sustained take/answer run (default: 30, none with --quick)")
     p.add_argument("--only", help="comma-separated parts to (re)run into --out; the others are read "
                    "from their JSON already there (take, append, backlog, sqlite_ceiling, pickup, load, memory_soak)")
     p.add_argument("--baseline", default=str(BASELINE),
@@ -226,5 +228,5 @@ if __name__ == "__main__":
     out = report_dir(args.out)
     only = set(args.only.split(",")) if args.only else None
     asyncio.run(main(out, args.quick, 0.5 if args.quick and args.soak_minutes > 0 else args.soak_minutes, only,
-                     Path(args.baseline)))
+                     Path(args.baseline), args.sustain_minutes))
     print(f"\nreport: {out}/summary.md")
