@@ -89,12 +89,13 @@ class Scripts:
     connection of the client's own (its retry policy kept), instead of through redis-py's pipeline,
     whose Python packer was about half of the client's time per delivery.
 
-    Those batches are also written early: once the calls waiting are as many as those already at
-    the server (and at least two), they are written at once, on a connection kept from an earlier
-    batch, rather than at the end of the turn (only while the pool has a connection to spare for
-    the turn's later calls). Redis then runs about half of the calls while the
-    client makes the other half, where otherwise the two take turns, each idle while the other
-    works. Kept connections go back to the pool once nothing is waiting or in flight."""
+    Those batches are also written early: once the calls waiting are at least two, as many as
+    those already at the server, and half as many as were in flight after the last write, they are
+    written at once, on a connection kept from an earlier batch, rather than at the end of the turn
+    (and only while the pool has a connection to spare for the turn's later calls). Redis then runs
+    one half of the calls while the client makes the other, where otherwise the two take turns,
+    each idle while the other works. Kept connections go back to the pool once nothing is waiting
+    or in flight."""
 
     _CACHE = 256
 
