@@ -68,6 +68,10 @@ def headline(results: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
                 ">= 0.5", None if v is None else v >= 0.5,
                 f"{fmt(rate.get((f'redis-{kind}', 8)))} vs "
                 f"{fmt(rate.get((f'redis-benchmark-{kind}_answer_take', 8)))} /s")
+            if f"{kind}-uvloop/redis-benchmark" in r8:  # WD_BENCH_UVLOOP=1: beside the default loop's
+                v = r8.get(f"{kind}-uvloop/redis-benchmark")
+                add(f"Redis {kind} answer_and_take on uvloop / redis-benchmark, 8 workers", v, "", None,
+                    f"{fmt(rate.get((f'redis-{kind}-uvloop', 8)))} /s (opt-in loop; the row above is asyncio's)")
             add(f"redis-py alone (same {kind} script, no library) / redis-benchmark, 8 workers",
                 r8.get(f"redis-py-raw-{kind}/redis-benchmark"), "", None,
                 "the Python driver's own share of the gap (one command per call, no coalescing)")

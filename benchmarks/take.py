@@ -3,7 +3,7 @@ queue, for every scheduler; beside it, in the same run, the ceilings (pgbench ru
 PostgresScheduler's own statements, redis-benchmark running the shipped answer-and-take scripts),
 a naive FOR UPDATE without SKIP LOCKED, and PgQueuer draining the same number of jobs.
 
-    python -m benchmarks.take [--quick] [--out DIR] [--only LABEL] [--workers 1,8]
+    python -m benchmarks.take [--quick] [--out DIR] [--only LABEL] [--workers 1,8] [--uvloop]
 
 A "worker" here is one asyncio task doing the scheduler's part of a Worker, without a workflow
 body. On Postgres that is measured two ways, each against pgbench running exactly its statements:
@@ -15,6 +15,11 @@ answer that finds nothing (so the ceiling does a little less than ours), and red
 the same script with real answers, one command per call: the Python driver's own share. Every run
 checks that each pre-filled workflow was handed out exactly once (nothing lost, nothing duplicated)
 and the queue is empty.
+
+With ``--uvloop`` (or ``WD_BENCH_UVLOOP=1``; the ``uvloop`` extra), the Redis schedulers are also
+run on a uvloop event loop (in a thread of their own, the default loop idle meanwhile), as
+``redis-set-uvloop`` and ``redis-stream-uvloop``, interleaved with the rest: beside the default
+asyncio figures, never instead of them.
 """
 
 from __future__ import annotations
@@ -427,9 +432,20 @@ async def server_usec_per_call(client: Any) -> float | None:
     return None if got is None else float(got)
 
 
-async def redis_runs(url: str, n: int, counts: Sequence[int]) -> list[dict[str, Any]]:
+async def on_uvloop(make: Callable[[], Awaitable[list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """``make()`` run to its end on a uvloop event loop in a thread of its own."""
+    import uvloop
+
+    async def run() -> list[dict[str, Any]]:
+        return await make()
+
+    return await asyncio.to_thread(uvloop.run, run())
+
+
+async def redis_runs(url: str, n: int, counts: Sequence[int], suffix: str = "") -> list[dict[str, Any]]:
     """Both Redis schedulers through this library: ``answer_and_take`` per delivery (what Worker
-    sends; the system's bare name), and take alone (``-take-only``)."""
+    sends; the system's bare name), and take alone (``-take-only``); ``suffix`` after each name
+    (``-uvloop`` for the runs on uvloop)."""
     from redis.asyncio import Redis
 
     rows = []
@@ -447,7 +463,7 @@ async def redis_runs(url: str, n: int, counts: Sequence[int]) -> list[dict[str, 
                         r = await drain(lambda s=sched: s.take(VISIBILITY), None, n, w)
                     cpu = time.process_time() - cpu
                     check = check_exactly_once(kind, ids, r.pop("taken"))
-                    rows.append({"system": kind if chained else f"{kind}-take-only", "workers": w,
+                    rows.append({"system": (kind if chained else f"{kind}-take-only") + suffix, "workers": w,
                                  "n": n, **r, **check, "server_usec_per_call": await server_usec_per_call(client),
                                  "client_cpu_usec_per_call": cpu / n * 1e6})
     finally:
@@ -611,10 +627,12 @@ def aggregate(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS,
-               only: str | None = None) -> dict[str, Any]:
+               only: str | None = None, uvloop: bool | None = None) -> dict[str, Any]:
     n = 960 if quick else 4800  # divisible by every worker count
     rounds = int(os.environ.get("WD_BENCH_ROUNDS", 1 if quick else 3))
     nr = 5 * n  # Redis drains several times faster: a longer run keeps the timing above the noise
+    if uvloop is None:
+        uvloop = os.environ.get("WD_BENCH_UVLOOP", "") not in ("", "0")
     rows: list[dict[str, Any]] = []
     with servers("postgres", "redis") as srv:
         pg, rd = srv["postgres"], srv["redis"]
@@ -632,6 +650,9 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS,
             ("redis-benchmark ceiling", lambda: redis_benchmark(rd.url, rd.port, nr, counts)),
             ("redis-py alone (same scripts)", lambda: redis_py_raw(rd.url, nr, counts)),
         ]
+        if uvloop:
+            paired.append(("redis (ours, uvloop)",
+                           lambda: on_uvloop(lambda: redis_runs(rd.url, nr, counts, suffix="-uvloop"))))
         once: list[tuple[str, Callable[[], Awaitable[list[dict[str, Any]]]]]] = [
             ("psycopg alone (TAKE; FINISH)", lambda: psycopg_raw(pg.url, n, counts, chain=False)),
             ("postgres naive FOR UPDATE", lambda: postgres_ours(pg.url, n, counts, naive=True)),
@@ -671,11 +692,14 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS,
             "pg-batch10/pgqueuer-b10": ratio(pick(rows, "postgres-batch10", w), pick(rows, "pgqueuer-b10", w)),
             **{f"{kind.removeprefix('redis-')}/redis-benchmark": ratio(
                 pick(rows, kind, w), pick(rows, f"redis-benchmark-{name}", w)) for kind, name in REDIS_KINDS},
+            **({f"{kind.removeprefix('redis-')}-uvloop/redis-benchmark": ratio(
+                pick(rows, f"{kind}-uvloop", w), pick(rows, f"redis-benchmark-{name}", w))
+                for kind, name in REDIS_KINDS} if uvloop else {}),
             **{f"redis-py-raw-{kind.removeprefix('redis-')}/redis-benchmark": ratio(
                 pick(rows, f"redis-py-raw-{kind}", w), pick(rows, f"redis-benchmark-{name}", w))
                for kind, name in REDIS_KINDS},
         })
-    result = {"benchmark": "take", "n": n, "n_redis": nr, "rounds": rounds, "raw": raw,
+    result = {"benchmark": "take", "n": n, "n_redis": nr, "rounds": rounds, "raw": raw, "uvloop": uvloop,
               "visibility_s": VISIBILITY.total_seconds(),
               "machine": machine(), "postgres_settings": settings, "rows": rows, "ratios": ratios,
               "pgbench_script": pgbench_script(), "pgbench_chain_script": pgbench_chain_script()}
@@ -729,9 +753,11 @@ if __name__ == "__main__":
     p = parser(__doc__ or "")
     p.add_argument("--only", help="run only the comparisons whose label contains this (e.g. redis)")
     p.add_argument("--workers", help="worker counts, comma-separated (default: 1,2,4,8,16)")
+    p.add_argument("--uvloop", action="store_true", default=None,
+                   help="also run the Redis schedulers on uvloop, beside asyncio (or WD_BENCH_UVLOOP=1)")
     args = p.parse_args()
     out = report_dir(args.out)
     chosen = tuple(int(x) for x in args.workers.split(",")) if args.workers else WORKERS
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(main(out, args.quick, chosen, args.only))
+        asyncio.run(main(out, args.quick, chosen, args.only, args.uvloop))
     print(f"\nreport: {out}")

@@ -406,3 +406,34 @@ async def test_an_unreachable_server_fails_every_call_sent_together() -> None:
         assert all(isinstance(g, StoreUnavailable) for g in got), got
     finally:
         await client.aclose()
+
+
+async def test_workers_chaining_calls_each_get_their_own_delivery_and_give_connections_back(
+    wd_store: Store,
+) -> None:
+    """Eight workers chaining ``answer_and_take``, as ``Worker`` does: some of a turn's calls are
+    written early, on connections kept between batches. Every workflow is handed out exactly once,
+    and once the workers stop, the kept connections are back in the pool."""
+    from redis.asyncio import Redis
+
+    sched = scheduler(wd_store)
+    client = Redis.from_url(wd_store.extra["server"].url)
+    try:
+        mine: Sched = type(sched)(client, namespace=sched.namespace, prefix=sched.prefix)
+        names = [f"c-{i:03d}" for i in range(400)]
+        await asyncio.gather(*(sched.schedule(n) for n in names))
+        taken: list[str] = []
+
+        async def worker() -> None:
+            d = await mine.take(LONG)
+            while d is not None:
+                taken.append(d.workflow)
+                d = await mine.answer_and_take(d, None, LONG)
+
+        await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(8))), 30)
+        assert sorted(taken) == names, f"each workflow once: {len(taken)} taken, {len(set(taken))} distinct"
+        assert await queued(sched) == {}  # (on another client: the loop turns meanwhile)
+        in_use = len(client.connection_pool._in_use_connections)
+        assert in_use == 0, f"kept connections go back to the pool once nothing is in flight: {in_use} in use"
+    finally:
+        await client.aclose()
