@@ -314,7 +314,7 @@ def check_encoded(workflow: str, key: str, encoded: object) -> str:
             f"workflow {workflow!r}, key {key!r}: the codec produced {type(encoded).__name__}, "
             "but the Postgres store keeps values as jsonb and needs a codec that renders JSON text"
         )
-    if "\x00" in encoded or _JSON_NUL.search(encoded):
+    if "\x00" in encoded or ("\\u0000" in encoded and _JSON_NUL.search(encoded)):
         raise InvalidValue(
             f"workflow {workflow!r}, key {key!r}: the value contains a NUL character (\\u0000), "
             "which Postgres jsonb cannot hold; strip or replace it before recording"
