@@ -142,7 +142,7 @@ class _Statement:
             except BaseException as exc:
                 await pool.putconn(conn)
                 if isinstance(exc, psycopg.Error):
-                    raise wrap(exc, pool, self.what) from exc
+                    raise self._wrapped(exc) from exc
                 raise
         self.conn = conn
         return conn
@@ -152,15 +152,23 @@ class _Statement:
     ) -> None:
         conn = self.conn
         try:
-            if self.switched and not conn.closed:
-                try:
-                    await conn.set_autocommit(False)
-                except psycopg.Error:  # not idle (a query cut short): never hand it back switched
-                    await conn.close()
-        finally:
-            await self.pool.putconn(conn)
+            try:
+                if self.switched and not conn.closed:
+                    try:
+                        await conn.set_autocommit(False)
+                    except psycopg.Error:  # not idle (a query cut short): never hand it back switched
+                        await conn.close()
+            finally:
+                await self.pool.putconn(conn)
+        except psycopg.Error as failed:  # handing it back failed: wrapped too, the block's error first
+            if exc is None:
+                raise self._wrapped(failed) from failed
+            log.debug("handing a connection back failed while %s", self.what, exc_info=failed)
         if isinstance(exc, psycopg.Error):
-            raise (refused_value(exc, self.workflow, self.key) or wrap(exc, self.pool, self.what)) from exc
+            raise self._wrapped(exc) from exc
+
+    def _wrapped(self, exc: psycopg.Error) -> StoreError | InvalidValue:
+        return refused_value(exc, self.workflow, self.key) or wrap(exc, self.pool, self.what)
 
 
 After = Callable[[], "tuple[Query, Mapping[str, Any]] | None"]
