@@ -12,7 +12,8 @@ import itertools
 import json
 import sys
 import textwrap
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -921,6 +922,122 @@ async def test_an_exhausted_pool_is_not_called_an_unreachable_server(wd_store: S
         await pool.close()
     assert not isinstance(caught.value, StoreUnavailable), str(caught.value)
     assert isinstance(caught.value.__cause__, psycopg_pool.PoolTimeout)
+
+
+@asynccontextmanager
+async def one_pooled(store: Store, *, autocommit: bool = False) -> AsyncIterator[Any]:
+    """A pool of one connection on the store's schema, so every call takes the one inspected."""
+    kwargs: dict[str, Any] = {"options": f"-c search_path={store.extra['schema']}"}
+    if autocommit:
+        kwargs["autocommit"] = True
+    pool = psycopg_pool.AsyncConnectionPool(
+        store.extra["url"], open=False, min_size=1, max_size=1, timeout=30, kwargs=kwargs
+    )
+    await pool.open(wait=True)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+async def pooled_state(pool: Any) -> tuple[bool, Any, int]:
+    """The pool's one connection as the pool hands it out: autocommit, status, backend pid."""
+    async with pool.connection() as conn:
+        return conn.autocommit, conn.info.transaction_status, conn.info.backend_pid
+
+
+async def held_turn(store: Store, workflow: str) -> Any:
+    """A connection holding ``workflow``'s turn (the lock every append takes) in an open
+    transaction, so an append to it waits on the server until the connection rolls back."""
+    from without_durability_postgres.checkpointer import ORDER_LOCK
+
+    conn = await psycopg.AsyncConnection.connect(
+        store.extra["url"], options=f"-c search_path={store.extra['schema']}"
+    )
+    await conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (ORDER_LOCK, workflow))
+    return conn
+
+
+async def waiting_append_pid(store: Store) -> int | None:
+    return await scalar(  # type: ignore[no-any-return]
+        pool_of(store),
+        "SELECT pid FROM pg_stat_activity WHERE wait_event = 'advisory' "
+        "AND datname = current_database() AND query LIKE '%workflow_seq%'",
+    )
+
+
+class _DividesByZero(PostgresCheckpointer):
+    APPEND = "SELECT 1 / 0 AS key, %(workflow)s, %(value)s"
+
+
+@pytest.mark.parametrize("autocommit", [False, True], ids=["pool-default", "pool-autocommit"])
+async def test_one_statement_calls_hand_the_connection_back_as_the_pool_gave_it(
+    wd_store: Store, autocommit: bool
+) -> None:
+    idle = psycopg.pq.TransactionStatus.IDLE
+    async with one_pooled(wd_store, autocommit=autocommit) as pool:
+        cp, sched, w = PostgresCheckpointer(pool=pool), PostgresScheduler(pool), wf("as-it-came")
+        pid = (await pooled_state(pool))[2]
+        await cp.append(w, 1)
+        assert await pooled_state(pool) == (autocommit, idle, pid), "after an append"
+        await sched.schedule(w)
+        assert await sched.take(LONG) is not None
+        assert await pooled_state(pool) == (autocommit, idle, pid), "after a schedule and a take"
+        with pytest.raises(StoreError, match="appending") as caught:
+            await _DividesByZero(pool=pool).append(w, 2)
+        assert isinstance(caught.value.__cause__, psycopg.errors.DivisionByZero), repr(caught.value.__cause__)
+        assert await pooled_state(pool) == (autocommit, idle, pid), "after a statement that failed"
+        assert list((await cp.load(w)).values()) == [1]
+
+
+async def test_an_append_cancelled_while_it_waits_leaves_the_connection_as_it_came(wd_store: Store) -> None:
+    w = wf("cancelled")
+    async with one_pooled(wd_store) as pool:
+        cp = PostgresCheckpointer(pool=pool)
+        pid = (await pooled_state(pool))[2]
+        holder = await held_turn(wd_store, w)
+        try:
+            task = asyncio.ensure_future(cp.append(w, "never"))
+
+            async def waiting() -> bool:
+                return await waiting_append_pid(wd_store) == pid
+
+            await until(waiting, "the append to wait for the held turn")
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            await holder.close()
+        got = await pooled_state(pool)
+        assert got[:2] == (False, psycopg.pq.TransactionStatus.IDLE), f"handed back as {got}"
+        await cp.append(w, "after")
+        assert list((await cp.load(w)).values()) == ["after"], "the cancelled append landed"
+
+
+async def test_a_connection_lost_mid_append_is_store_unavailable_and_never_reused(wd_store: Store) -> None:
+    w = wf("lost")
+    async with one_pooled(wd_store) as pool:
+        cp = PostgresCheckpointer(pool=pool)
+        pid = (await pooled_state(pool))[2]
+        holder = await held_turn(wd_store, w)
+        try:
+            task = asyncio.ensure_future(cp.append(w, "lost"))
+
+            async def waiting() -> bool:
+                return await waiting_append_pid(wd_store) == pid
+
+            await until(waiting, "the append to wait for the held turn")
+            assert await scalar(pool_of(wd_store), "SELECT pg_terminate_backend(%s)", (pid,)) is True
+            with pytest.raises(StoreUnavailable, match="appending") as caught:
+                await task
+        finally:
+            await holder.close()
+        assert isinstance(caught.value.__cause__, psycopg.OperationalError), repr(caught.value.__cause__)
+        await cp.append(w, "after")
+        autocommit, status, new_pid = await pooled_state(pool)
+        assert new_pid != pid, "the pool handed the lost connection out again"
+        assert (autocommit, status) == (False, psycopg.pq.TransactionStatus.IDLE)
+        assert list((await cp.load(w)).values()) == ["after"]
 
 
 # -- an effect that ends its transaction ----------------------------------------------------------

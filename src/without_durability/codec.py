@@ -28,6 +28,10 @@ class CheckpointCodec(Protocol[Encoded]):
         ...
 
 
+# json.dumps with these arguments builds this encoder on every call; it keeps no state between calls.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 class JsonCodec:
     """The default codec: JSON text with sorted keys and compact separators (so ``encode`` is
     deterministic). NaN and infinities are refused, since they are not JSON. A tuple decodes as a
@@ -37,7 +41,7 @@ class JsonCodec:
 
     def encode(self, value: object) -> str:
         """Encode ``value`` as canonical JSON text."""
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return _CANONICAL.encode(value)
 
     def decode(self, encoded: str) -> object:
         """Decode JSON text."""

@@ -58,6 +58,8 @@ carrying anything else was not handed out by one and is refused."""
 
 def _check_utf8(what: str, text: str) -> str | None:
     """Why ``text`` cannot be stored as UTF-8 (a lone surrogate), or None."""
+    if text.isascii():  # a flag CPython keeps on the string: no scan, and no surrogate possible
+        return None
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -174,7 +176,9 @@ def encode_value(codec: CheckpointCodec[E], workflow: str, key: str, value: obje
             f"{sys.getrecursionlimit()}); flatten it, or store it elsewhere and record a "
             "reference to it"
         ) from exc
-    if isinstance(encoded, str):
+    if isinstance(encoded, str) and encoded.isascii():
+        size = len(encoded)  # one byte a character, and no lone surrogate: no copy to count
+    elif isinstance(encoded, str):
         try:
             size = len(encoded.encode("utf-8"))
         except UnicodeEncodeError as exc:

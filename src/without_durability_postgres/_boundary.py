@@ -12,6 +12,7 @@ import logging
 import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from types import TracebackType
 from typing import Any
 
 import psycopg
@@ -99,35 +100,75 @@ async def connect(
         raise (refused_value(exc, workflow, key) or wrap(exc, pool, what)) from exc
 
 
-@asynccontextmanager
-async def statement(
-    pool: Pool, what: str, workflow: str = "", key: str = ""
-) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+def statement(pool: Pool, what: str, workflow: str = "", key: str = "") -> _Statement:
     """A pooled connection for exactly one statement, run in autocommit: the statement is its own
     transaction, as atomic as inside BEGIN/COMMIT but one round trip instead of three (the take
-    path runs nothing else). The connection goes back to the pool as it came; errors are wrapped
-    as in ``connect``."""
-    try:
-        async with pool.connection() as conn, autocommit(conn):
-            yield conn
-    except PoolTimeout as exc:
-        raise (await _timed_out(exc, pool, what)) from exc
-    except psycopg.Error as exc:
-        raise (refused_value(exc, workflow, key) or wrap(exc, pool, what)) from exc
+    path runs nothing else). The connection goes back to the pool as it came (one that cannot be
+    put back so is closed, and the pool replaces it); errors are wrapped as in ``connect``."""
+    return _Statement(pool, what, workflow, key)
 
 
-@asynccontextmanager
-async def autocommit(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[None]:
-    """``conn`` (idle, outside any transaction) in autocommit for the block, then as it was; the
-    switch itself costs no round trip."""
-    was = conn.autocommit
-    if not was:
-        await conn.set_autocommit(True)
-    try:
-        yield
-    finally:
-        if not was and not conn.closed:
-            await conn.set_autocommit(False)
+class _Statement:
+    """``statement``'s context manager. It wraps every append and take, so it is a class around
+    ``getconn``/``putconn`` rather than generators around ``pool.connection()``: that costs half
+    as much, and what ``connection()`` adds does nothing here (its commit on exit finds no
+    transaction in autocommit; ``putconn`` rolls back, closes or discards a connection not left
+    idle, and a broken one is never reused), except the pool's ``usage_ms`` statistic."""
+
+    __slots__ = ("conn", "key", "pool", "switched", "what", "workflow")
+
+    conn: psycopg.AsyncConnection[Any]
+    switched: bool
+
+    def __init__(self, pool: Pool, what: str, workflow: str, key: str) -> None:
+        self.pool = pool
+        self.what = what
+        self.workflow = workflow
+        self.key = key
+
+    async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
+        pool = self.pool
+        try:
+            conn: psycopg.AsyncConnection[Any] = await pool.getconn()
+        except PoolTimeout as exc:
+            raise (await _timed_out(exc, pool, self.what)) from exc
+        except psycopg.Error as exc:
+            raise wrap(exc, pool, self.what) from exc
+        # A pool configured with autocommit=True spares this switch (client-side, no round trip).
+        self.switched = not conn.autocommit
+        if self.switched:
+            try:
+                await conn.set_autocommit(True)
+            except BaseException as exc:
+                await pool.putconn(conn)
+                if isinstance(exc, psycopg.Error):
+                    raise self._wrapped(exc) from exc
+                raise
+        self.conn = conn
+        return conn
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        conn = self.conn
+        try:
+            try:
+                if self.switched and not conn.closed:
+                    try:
+                        await conn.set_autocommit(False)
+                    except psycopg.Error:  # not idle (a query cut short): never hand it back switched
+                        await conn.close()
+            finally:
+                await self.pool.putconn(conn)
+        except psycopg.Error as failed:  # handing it back failed: wrapped too, the block's error first
+            if exc is None:
+                raise self._wrapped(failed) from failed
+            log.debug("handing a connection back failed while %s", self.what, exc_info=failed)
+        if isinstance(exc, psycopg.Error):
+            raise self._wrapped(exc) from exc
+
+    def _wrapped(self, exc: psycopg.Error) -> StoreError | InvalidValue:
+        return refused_value(exc, self.workflow, self.key) or wrap(exc, self.pool, self.what)
 
 
 Last = Callable[[], "tuple[Query, Mapping[str, Any]] | None"]
@@ -278,7 +319,7 @@ def check_encoded(workflow: str, key: str, encoded: object) -> str:
             f"workflow {workflow!r}, key {key!r}: the codec produced {type(encoded).__name__}, "
             "but the Postgres store keeps values as jsonb and needs a codec that renders JSON text"
         )
-    if "\x00" in encoded or _JSON_NUL.search(encoded):
+    if "\x00" in encoded or ("\\u0000" in encoded and _JSON_NUL.search(encoded)):
         raise InvalidValue(
             f"workflow {workflow!r}, key {key!r}: the value contains a NUL character (\\u0000), "
             "which Postgres jsonb cannot hold; strip or replace it before recording"
