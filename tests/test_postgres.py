@@ -990,24 +990,34 @@ async def test_one_statement_calls_hand_the_connection_back_as_the_pool_gave_it(
         assert list((await cp.load(w)).values()) == [1]
 
 
+@asynccontextmanager
+async def append_waiting_on_a_held_turn(
+    wd_store: Store, pool: Any, cp: PostgresCheckpointer, w: str, value: str
+) -> AsyncIterator[tuple[asyncio.Future[str], int]]:
+    """An append to ``w`` on the one pooled connection, waiting at the server for ``w``'s turn,
+    which another session holds until the block ends; yields the append's task and backend pid."""
+    pid = (await pooled_state(pool))[2]
+    holder = await held_turn(wd_store, w)
+    try:
+        task = asyncio.ensure_future(cp.append(w, value))
+
+        async def waiting() -> bool:
+            return await waiting_append_pid(wd_store) == pid
+
+        await until(waiting, "the append to wait for the held turn")
+        yield task, pid
+    finally:
+        await holder.close()
+
+
 async def test_an_append_cancelled_while_it_waits_leaves_the_connection_as_it_came(wd_store: Store) -> None:
     w = wf("cancelled")
     async with one_pooled(wd_store) as pool:
         cp = PostgresCheckpointer(pool=pool)
-        pid = (await pooled_state(pool))[2]
-        holder = await held_turn(wd_store, w)
-        try:
-            task = asyncio.ensure_future(cp.append(w, "never"))
-
-            async def waiting() -> bool:
-                return await waiting_append_pid(wd_store) == pid
-
-            await until(waiting, "the append to wait for the held turn")
+        async with append_waiting_on_a_held_turn(wd_store, pool, cp, w, "never") as (task, _):
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-        finally:
-            await holder.close()
         got = await pooled_state(pool)
         assert got[:2] == (False, psycopg.pq.TransactionStatus.IDLE), f"handed back as {got}"
         await cp.append(w, "after")
@@ -1018,20 +1028,10 @@ async def test_a_connection_lost_mid_append_is_store_unavailable_and_never_reuse
     w = wf("lost")
     async with one_pooled(wd_store) as pool:
         cp = PostgresCheckpointer(pool=pool)
-        pid = (await pooled_state(pool))[2]
-        holder = await held_turn(wd_store, w)
-        try:
-            task = asyncio.ensure_future(cp.append(w, "lost"))
-
-            async def waiting() -> bool:
-                return await waiting_append_pid(wd_store) == pid
-
-            await until(waiting, "the append to wait for the held turn")
+        async with append_waiting_on_a_held_turn(wd_store, pool, cp, w, "lost") as (task, pid):
             assert await scalar(pool_of(wd_store), "SELECT pg_terminate_backend(%s)", (pid,)) is True
             with pytest.raises(StoreUnavailable, match="appending") as caught:
                 await task
-        finally:
-            await holder.close()
         assert isinstance(caught.value.__cause__, psycopg.OperationalError), repr(caught.value.__cause__)
         await cp.append(w, "after")
         autocommit, status, new_pid = await pooled_state(pool)
