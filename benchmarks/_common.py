@@ -12,13 +12,14 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS = (1, 2, 4, 8, 16)
+T = TypeVar("T")
 
 
 def report_dir(given: str | None) -> Path:
@@ -170,6 +171,24 @@ async def timed_on(conns: Sequence[Any], one: Any) -> float:
     finally:
         for c in conns:
             await c.close()
+
+
+async def on_uvloop(make: Callable[[], Awaitable[T]]) -> T:
+    """``make()`` run to its end on a uvloop event loop in a thread of its own (the caller's loop
+    idle meanwhile): the opt-in loop's figures, measured beside the default loop's."""
+    import asyncio
+
+    import uvloop
+
+    async def run() -> T:
+        return await make()
+
+    return await asyncio.to_thread(uvloop.run, run())
+
+
+def uvloop_wanted(flag: bool | None) -> bool:
+    """``--uvloop`` if given, else ``WD_BENCH_UVLOOP`` set to anything but 0."""
+    return flag if flag is not None else os.environ.get("WD_BENCH_UVLOOP", "") not in ("", "0")
 
 
 def write_summary(folder: Path, name: str, text: str) -> Path:

@@ -4,8 +4,11 @@ that nothing was lost (every returned key loads back with its value, keys distin
 What the workflow's turn costs (the advisory lock that keeps Postgres commits in seq order): the
 same runs with the statement as it was without it (the ``postgres-seq-out-of-commit-order``
 mutant's), ours and pgbench, interleaved with the real ones, ``WD_BENCH_ROUNDS`` rounds (medians).
+With ``--uvloop`` (or ``WD_BENCH_UVLOOP=1``; the ``uvloop`` extra), ours and psycopg alone also run
+on a uvloop event loop (``postgres-uvloop``, ``psycopg-raw-uvloop``), in the same rounds: beside the
+default asyncio figures, never instead of them.
 
-    python -m benchmarks.append [--quick] [--out DIR]
+    python -m benchmarks.append [--quick] [--out DIR] [--uvloop]
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ._common import (
     machine,
+    on_uvloop,
     parser,
     plot,
     postgres_settings,
@@ -34,6 +38,7 @@ from ._common import (
     servers,
     table,
     timed_on,
+    uvloop_wanted,
     write_summary,
 )
 from .take import pgbench_statement
@@ -45,6 +50,9 @@ UNORDERED = "postgres-without-turn"
 """The Postgres store with its APPEND as it was before the turn: commits out of seq order."""
 RAW = "psycopg-raw"
 """PostgresCheckpointer's APPEND through psycopg alone: the Python driver's share of the gap."""
+T = TypeVar("T")
+UV = "-uvloop"
+"""Suffix of the rows run on uvloop (``--uvloop``)."""
 
 
 @contextlib.asynccontextmanager
@@ -85,19 +93,25 @@ def _unordered() -> Any:
     return SeqOutOfCommitOrder
 
 
+def shares(plan: list[T]) -> list[list[T]]:
+    """``plan`` dealt out to the ``CONCURRENCY`` appenders, a fixed share each, as pgbench ``-t``
+    gives each of its clients: the run ends when the slowest finishes, on both sides (a shared
+    queue would let ours finish together while pgbench's clients straggle, flattering short runs)."""
+    return [plan[i::CONCURRENCY] for i in range(CONCURRENCY)]
+
+
 async def run_ours(kind: str, k: int, m: int, urls: dict[str, str], seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     plan = [(str(rng.randrange(1, k + 1)), {"n": i}) for i in range(m)]
     got: list[tuple[str, str, object]] = []
     async with checkpointer(kind, urls) as cp:
-        queue = iter(plan)
 
-        async def appender() -> None:
-            for workflow, value in queue:
+        async def appender(share: list[tuple[str, dict[str, int]]]) -> None:
+            for workflow, value in share:
                 got.append((workflow, await cp.append(workflow, value), value))
 
         start = time.perf_counter()
-        await asyncio.gather(*(appender() for _ in range(CONCURRENCY)))
+        await asyncio.gather(*(appender(share) for share in shares(plan)))
         seconds = time.perf_counter() - start
         # The check: every acknowledged append loads back under its key, with its value; keys are
         # distinct; and a workflow holds nothing that was not acknowledged.
@@ -137,12 +151,12 @@ async def run_raw(url: str, k: int, m: int, seed: int) -> dict[str, Any]:
     async with fresh_schema(url, min_size=1, max_size=1) as (pool, schema):
         conns = [await psycopg.AsyncConnection.connect(url, autocommit=True, options=f"-c search_path={schema}")
                  for _ in range(CONCURRENCY)]
-        queue = iter(plan)
         acked = 0
+        by_conn = dict(zip(conns, shares(plan), strict=True))
 
         async def one(c: psycopg.AsyncConnection[Any]) -> None:
             nonlocal acked
-            for workflow, value in queue:
+            for workflow, value in by_conn[c]:
                 row = await (await c.execute(PostgresCheckpointer.APPEND, {"workflow": workflow, "value": value})
                              ).fetchone()
                 acked += row is not None
@@ -227,8 +241,9 @@ async def run_pgbench(url: str, k: int, m: int, folder: Path, *, ordered: bool =
             "stderr": out.stderr.strip()[-400:] if out.returncode else ""}
 
 
-async def main(folder: Path, quick: bool) -> dict[str, Any]:
+async def main(folder: Path, quick: bool, uvloop: bool | None = None) -> dict[str, Any]:
     m = 800 if quick else 4000
+    uvloop = uvloop_wanted(uvloop)
     rounds = int(os.environ.get("WD_BENCH_ROUNDS", 1 if quick else 3))
     rows: list[dict[str, Any]] = []
     pg: list[dict[str, Any]] = []
@@ -254,8 +269,14 @@ async def main(folder: Path, quick: bool) -> dict[str, Any]:
                     pg.append({**await run_pgbench(urls["postgres"], k, m, folder, ordered=kind == "postgres"),
                                "round": r})
                 pg.append({**await run_raw(urls["postgres"], k, m, seed=k), "round": r})
+                if uvloop:  # the same two on uvloop, in a thread of their own, in the same round
+                    got = await on_uvloop(lambda: run_ours("postgres", k, m, urls, seed=k))  # noqa: B023
+                    pg.append({**got, "store": "postgres" + UV, "round": r})
+                    got = await on_uvloop(lambda: run_raw(urls["postgres"], k, m, seed=k))  # noqa: B023
+                    pg.append({**got, "store": RAW + UV, "round": r})
                 print(f"  postgres round {r + 1}/{rounds} targets={k}", flush=True)
-        for name in ("postgres", UNORDERED, "pgbench", "pgbench-without-turn", RAW):
+        for name in ("postgres", UNORDERED, "pgbench", "pgbench-without-turn", RAW,
+                     *(("postgres" + UV, RAW + UV) if uvloop else ())):
             for k in TARGETS:
                 mine = [x for x in pg if x["store"] == name and x["targets"] == k]
                 rates = [x["rate"] for x in mine if x.get("rate")]
@@ -273,7 +294,10 @@ async def main(folder: Path, quick: bool) -> dict[str, Any]:
                "postgres/psycopg alone (ours)": ratio(rate("postgres", k), rate(RAW, k)),
                "without the turn: postgres/pgbench": ratio(rate(UNORDERED, k), rate("pgbench-without-turn", k)),
                "turn cost, ours (with/without)": ratio(rate("postgres", k), rate(UNORDERED, k)),
-               "turn cost, pgbench (with/without)": ratio(rate("pgbench", k), rate("pgbench-without-turn", k))}
+               "turn cost, pgbench (with/without)": ratio(rate("pgbench", k), rate("pgbench-without-turn", k)),
+               **({"on uvloop: postgres/pgbench": ratio(rate("postgres" + UV, k), rate("pgbench", k)),
+                   "on uvloop: psycopg alone/pgbench": ratio(rate(RAW + UV, k), rate("pgbench", k))}
+                  if uvloop else {})}
               for k in TARGETS]
 
     def deliver_rate(mode: str) -> float | None:
@@ -284,7 +308,8 @@ async def main(folder: Path, quick: bool) -> dict[str, Any]:
                "in every transaction": deliver_rate("every")}
     notify_ratios = {"ships/off": ratio(deliver["coalesced, in the claiming transaction (ships)"], deliver["off"]),
                      "every/off": ratio(deliver["in every transaction"], deliver["off"])}
-    names = [*STORES, "pgbench", RAW, UNORDERED, "pgbench-without-turn"]
+    names = [*STORES, "pgbench", RAW, UNORDERED, "pgbench-without-turn",
+             *(("postgres" + UV, RAW + UV) if uvloop else ())]
     plot(folder, "append", f"Append throughput ({CONCURRENCY} concurrent appenders)", "workflows appended to",
          "appends/s", {s: (list(TARGETS), [rate(s, k) for k in TARGETS]) for s in names}, logy=True)
     losses = {s: sum(int(r.get("lost", 0) or 0) + int(r.get("duplicated_keys", 0) or 0)
@@ -304,7 +329,7 @@ async def main(folder: Path, quick: bool) -> dict[str, Any]:
             f"appends/s (Postgres and pgbench: median of {rounds} interleaved rounds; "
             f"`-without-turn`: the APPEND statement without the per-workflow lock that keeps commits "
             f"in seq order; `{RAW}`: the APPEND with the turn through psycopg alone, no pool, none of "
-            f"our code).\n\n{t}\n\n## Ratios\n\n{rt}\n\n## What the wakeup NOTIFY costs a writer\n\n"
+            f"our code; `{UV}`: the same on a uvloop event loop).\n\n{t}\n\n## Ratios\n\n{rt}\n\n## What the wakeup NOTIFY costs a writer\n\n"
             f"PostgresDurable.deliver to 1,000 workflows, {CONCURRENCY} concurrent.\n\n{dt}\n\n"
             f"Ratios: {notify_ratios}\n")
     if errors:
@@ -321,7 +346,10 @@ async def main(folder: Path, quick: bool) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    args = parser(__doc__ or "").parse_args()
+    p = parser(__doc__ or "")
+    p.add_argument("--uvloop", action="store_true", default=None,
+                   help="also run ours and psycopg alone on uvloop, beside asyncio (or WD_BENCH_UVLOOP=1)")
+    args = p.parse_args()
     out = report_dir(args.out)
-    asyncio.run(main(out, args.quick))
+    asyncio.run(main(out, args.quick, args.uvloop))
     print(f"\nreport: {out}")

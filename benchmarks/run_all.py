@@ -86,6 +86,11 @@ def headline(results: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
             if "psycopg alone/pgbench (the driver's share)" in r:
                 add(f"psycopg alone (same APPEND, no library) / pgbench, {r['targets']} workflows",
                     r["psycopg alone/pgbench (the driver's share)"], "", None, "the Python driver's own share of the gap")
+            if "on uvloop: postgres/pgbench" in r:  # WD_BENCH_UVLOOP=1: beside the default loop's
+                add(f"Postgres append on uvloop / pgbench APPEND, {r['targets']} workflows",
+                    r["on uvloop: postgres/pgbench"], "", None,
+                    f"psycopg alone on uvloop {fmt(r.get('on uvloop: psycopg alone/pgbench'))} "
+                    "(opt-in loop; the row above is asyncio's)")
             add(f"What each workflow's turn leaves of append (with/without), {r['targets']} workflows",
                 r.get("turn cost, ours (with/without)"), "", None, "the price of loads that only grow")
         bad = sum(int(r.get(k, 0) or 0) for r in a["rows"]

@@ -43,6 +43,7 @@ from ._common import (
     WORKERS,
     check_exactly_once,
     machine,
+    on_uvloop,
     parser,
     plot,
     postgres_settings,
@@ -52,6 +53,7 @@ from ._common import (
     servers,
     table,
     timed_on,
+    uvloop_wanted,
     write_summary,
 )
 
@@ -432,16 +434,6 @@ async def server_usec_per_call(client: Any) -> float | None:
     return None if got is None else float(got)
 
 
-async def on_uvloop(make: Callable[[], Awaitable[list[dict[str, Any]]]]) -> list[dict[str, Any]]:
-    """``make()`` run to its end on a uvloop event loop in a thread of its own."""
-    import uvloop
-
-    async def run() -> list[dict[str, Any]]:
-        return await make()
-
-    return await asyncio.to_thread(uvloop.run, run())
-
-
 async def redis_runs(url: str, n: int, counts: Sequence[int], suffix: str = "") -> list[dict[str, Any]]:
     """Both Redis schedulers through this library: ``answer_and_take`` per delivery (what Worker
     sends; the system's bare name), and take alone (``-take-only``); ``suffix`` after each name
@@ -631,8 +623,7 @@ async def main(folder: Path, quick: bool, counts: Sequence[int] = WORKERS,
     n = 960 if quick else 4800  # divisible by every worker count
     rounds = int(os.environ.get("WD_BENCH_ROUNDS", 1 if quick else 3))
     nr = 5 * n  # Redis drains several times faster: a longer run keeps the timing above the noise
-    if uvloop is None:
-        uvloop = os.environ.get("WD_BENCH_UVLOOP", "") not in ("", "0")
+    uvloop = uvloop_wanted(uvloop)
     rows: list[dict[str, Any]] = []
     with servers("postgres", "redis") as srv:
         pg, rd = srv["postgres"], srv["redis"]
