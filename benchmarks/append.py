@@ -6,9 +6,13 @@ same runs with the statement as it was without it (the ``postgres-seq-out-of-com
 mutant's), ours and pgbench, interleaved with the real ones, ``WD_BENCH_ROUNDS`` rounds (medians).
 With ``--uvloop`` (or ``WD_BENCH_UVLOOP=1``; the ``uvloop`` extra), ours and psycopg alone also run
 on a uvloop event loop (``postgres-uvloop``, ``psycopg-raw-uvloop``), in the same rounds: beside the
-default asyncio figures, never instead of them.
+default asyncio figures, never instead of them. With ``--split-cores`` (or ``WD_BENCH_SPLIT_CORES=1``;
+Linux, two CPUs or more), ours, psycopg alone and pgbench run once more in each round with the
+Postgres server (its postmaster and every backend) on the first CPU and the clients on the rest
+(``-split`` rows): what the ratio is when a client's CPU is not taken from the server, as where the
+database has a host of its own.
 
-    python -m benchmarks.append [--quick] [--out DIR] [--uvloop]
+    python -m benchmarks.append [--quick] [--out DIR] [--uvloop] [--split-cores]
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -53,6 +57,37 @@ RAW = "psycopg-raw"
 T = TypeVar("T")
 UV = "-uvloop"
 """Suffix of the rows run on uvloop (``--uvloop``)."""
+SPLIT = "-split"
+"""Suffix of the rows run with the server and the clients on CPUs of their own (``--split-cores``)."""
+
+
+@contextlib.contextmanager
+def split_cores(server_pid: int | None) -> Iterator[None]:
+    """The server (``server_pid`` and every process under it; backends forked meanwhile inherit
+    it) on the first CPU this process may use, and every thread of this process (so the pgbench it
+    starts, too) on the others; everything back on all of them afterwards."""
+    import psutil
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise RuntimeError(f"--split-cores needs two CPUs or more; this process may use {cpus}")
+    if server_pid is None:
+        raise RuntimeError("--split-cores needs a server this run started (its process to place)")
+    server = psutil.Process(server_pid)
+
+    def place(server_cpus: list[int], client_cpus: list[int]) -> None:
+        for proc in (server, *server.children(recursive=True)):
+            with contextlib.suppress(psutil.NoSuchProcess):  # a backend that ended meanwhile
+                proc.cpu_affinity(server_cpus)
+        for tid in os.listdir("/proc/self/task"):  # Linux sets affinity per thread
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(int(tid), client_cpus)
+
+    place(cpus[:1], cpus[1:])
+    try:
+        yield
+    finally:
+        place(cpus, cpus)
 
 
 @contextlib.asynccontextmanager
@@ -241,9 +276,12 @@ async def run_pgbench(url: str, k: int, m: int, folder: Path, *, ordered: bool =
             "stderr": out.stderr.strip()[-400:] if out.returncode else ""}
 
 
-async def main(folder: Path, quick: bool, uvloop: bool | None = None) -> dict[str, Any]:
+async def main(folder: Path, quick: bool, uvloop: bool | None = None,
+               split: bool | None = None) -> dict[str, Any]:
     m = 800 if quick else 4000
     uvloop = uvloop_wanted(uvloop)
+    if split is None:
+        split = os.environ.get("WD_BENCH_SPLIT_CORES", "") not in ("", "0")
     rounds = int(os.environ.get("WD_BENCH_ROUNDS", 1 if quick else 3))
     rows: list[dict[str, Any]] = []
     pg: list[dict[str, Any]] = []
@@ -274,9 +312,18 @@ async def main(folder: Path, quick: bool, uvloop: bool | None = None) -> dict[st
                     pg.append({**got, "store": "postgres" + UV, "round": r})
                     got = await on_uvloop(lambda: run_raw(urls["postgres"], k, m, seed=k))  # noqa: B023
                     pg.append({**got, "store": RAW + UV, "round": r})
+                if split:  # the server on one CPU, the clients on the other(s)
+                    with split_cores(srv["postgres"].pid):
+                        got = await run_ours("postgres", k, m, urls, seed=k)
+                        pg.append({**got, "store": "postgres" + SPLIT, "round": r})
+                        got = await run_raw(urls["postgres"], k, m, seed=k)
+                        pg.append({**got, "store": RAW + SPLIT, "round": r})
+                        got = await run_pgbench(urls["postgres"], k, m, folder)
+                        pg.append({**got, "store": "pgbench" + SPLIT, "round": r})
                 print(f"  postgres round {r + 1}/{rounds} targets={k}", flush=True)
         for name in ("postgres", UNORDERED, "pgbench", "pgbench-without-turn", RAW,
-                     *(("postgres" + UV, RAW + UV) if uvloop else ())):
+                     *(("postgres" + UV, RAW + UV) if uvloop else ()),
+                     *(("postgres" + SPLIT, RAW + SPLIT, "pgbench" + SPLIT) if split else ())):
             for k in TARGETS:
                 mine = [x for x in pg if x["store"] == name and x["targets"] == k]
                 rates = [x["rate"] for x in mine if x.get("rate")]
@@ -297,7 +344,10 @@ async def main(folder: Path, quick: bool, uvloop: bool | None = None) -> dict[st
                "turn cost, pgbench (with/without)": ratio(rate("pgbench", k), rate("pgbench-without-turn", k)),
                **({"on uvloop: postgres/pgbench": ratio(rate("postgres" + UV, k), rate("pgbench", k)),
                    "on uvloop: psycopg alone/pgbench": ratio(rate(RAW + UV, k), rate("pgbench", k))}
-                  if uvloop else {})}
+                  if uvloop else {}),
+               **({"cores split: postgres/pgbench": ratio(rate("postgres" + SPLIT, k), rate("pgbench" + SPLIT, k)),
+                   "cores split: psycopg alone/pgbench": ratio(rate(RAW + SPLIT, k), rate("pgbench" + SPLIT, k))}
+                  if split else {})}
               for k in TARGETS]
 
     def deliver_rate(mode: str) -> float | None:
@@ -309,7 +359,8 @@ async def main(folder: Path, quick: bool, uvloop: bool | None = None) -> dict[st
     notify_ratios = {"ships/off": ratio(deliver["coalesced, in the claiming transaction (ships)"], deliver["off"]),
                      "every/off": ratio(deliver["in every transaction"], deliver["off"])}
     names = [*STORES, "pgbench", RAW, UNORDERED, "pgbench-without-turn",
-             *(("postgres" + UV, RAW + UV) if uvloop else ())]
+             *(("postgres" + UV, RAW + UV) if uvloop else ()),
+             *(("postgres" + SPLIT, RAW + SPLIT, "pgbench" + SPLIT) if split else ())]
     plot(folder, "append", f"Append throughput ({CONCURRENCY} concurrent appenders)", "workflows appended to",
          "appends/s", {s: (list(TARGETS), [rate(s, k) for k in TARGETS]) for s in names}, logy=True)
     losses = {s: sum(int(r.get("lost", 0) or 0) + int(r.get("duplicated_keys", 0) or 0)
@@ -329,7 +380,8 @@ async def main(folder: Path, quick: bool, uvloop: bool | None = None) -> dict[st
             f"appends/s (Postgres and pgbench: median of {rounds} interleaved rounds; "
             f"`-without-turn`: the APPEND statement without the per-workflow lock that keeps commits "
             f"in seq order; `{RAW}`: the APPEND with the turn through psycopg alone, no pool, none of "
-            f"our code; `{UV}`: the same on a uvloop event loop).\n\n{t}\n\n## Ratios\n\n{rt}\n\n## What the wakeup NOTIFY costs a writer\n\n"
+            f"our code; `{UV}`: the same on a uvloop event loop; `{SPLIT}`: the server on one CPU and "
+            f"the clients on the other(s)).\n\n{t}\n\n## Ratios\n\n{rt}\n\n## What the wakeup NOTIFY costs a writer\n\n"
             f"PostgresDurable.deliver to 1,000 workflows, {CONCURRENCY} concurrent.\n\n{dt}\n\n"
             f"Ratios: {notify_ratios}\n")
     if errors:
@@ -349,7 +401,10 @@ if __name__ == "__main__":
     p = parser(__doc__ or "")
     p.add_argument("--uvloop", action="store_true", default=None,
                    help="also run ours and psycopg alone on uvloop, beside asyncio (or WD_BENCH_UVLOOP=1)")
+    p.add_argument("--split-cores", action="store_true", default=None,
+                   help="also run ours, psycopg alone and pgbench with the server on one CPU and the clients "
+                   "on the other(s) (or WD_BENCH_SPLIT_CORES=1)")
     args = p.parse_args()
     out = report_dir(args.out)
-    asyncio.run(main(out, args.quick, args.uvloop))
+    asyncio.run(main(out, args.quick, args.uvloop, args.split_cores))
     print(f"\nreport: {out}")

@@ -91,6 +91,11 @@ def headline(results: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
                     r["on uvloop: postgres/pgbench"], "", None,
                     f"psycopg alone on uvloop {fmt(r.get('on uvloop: psycopg alone/pgbench'))} "
                     "(opt-in loop; the row above is asyncio's)")
+            if "cores split: postgres/pgbench" in r:  # WD_BENCH_SPLIT_CORES=1
+                add(f"Postgres append / pgbench APPEND, server on one CPU and clients on the other, "
+                    f"{r['targets']} workflows", r["cores split: postgres/pgbench"], "", None,
+                    f"psycopg alone {fmt(r.get('cores split: psycopg alone/pgbench'))}: the clients' CPU no "
+                    "longer taken from the server")
             add(f"What each workflow's turn leaves of append (with/without), {r['targets']} workflows",
                 r.get("turn cost, ours (with/without)"), "", None, "the price of loads that only grow")
         bad = sum(int(r.get(k, 0) or 0) for r in a["rows"]
