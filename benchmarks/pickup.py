@@ -17,7 +17,11 @@ straight after ("idle first RT", "warm RT"), and one bare committed write (a one
 ``INCR``) ("idle commit"). On a machine whose idle CPUs sleep deeply (a VM's haltpoll, power-saving
 C-states) the first round trip after idle costs far more than the next, whoever makes it; and an
 arrive must commit durably before a worker can see it, so the idle commit is a floor no library
-gets under. Both are reported beside the pickup figures.
+gets under. Both are reported beside the pickup figures. For Postgres with the wakeup, a third
+probe, the bare chain: a one-row write that notifies, committed; a listening connection hears it; a
+one-row write committed on a third connection. That is what any woken pickup whose claim is durable
+before the pass begins goes through, with plain psycopg and trivial statements: what is left of the
+pickup beyond it is this library's (its statements, its pool, its Worker).
 """
 
 from __future__ import annotations
@@ -100,9 +104,11 @@ async def store(kind: str, wakeup: bool, urls: dict[str, str]) -> AsyncIterator[
 class Probe:
     """Bare requests on a connection used for nothing else: what the platform charges any client."""
 
-    def __init__(self, request: Callable[[], Awaitable[object]], write: Callable[[], Awaitable[object]]) -> None:
+    def __init__(self, request: Callable[[], Awaitable[object]], write: Callable[[], Awaitable[object]],
+                 chain: Callable[[], Awaitable[object]] | None = None) -> None:
         self.request = request  # the cheapest round trip: SELECT 1 / PING
         self.write = write  # the cheapest durable write: a one-row INSERT committed / INCR
+        self.chain = chain  # Postgres: the least a fenced pickup with a wakeup costs (see prober)
 
     async def round_trips(self) -> tuple[float, float]:
         """Seconds for one bare round trip, then for a second one straight after it."""
@@ -116,6 +122,14 @@ class Probe:
         """Seconds for one bare write, committed as the server is configured to commit."""
         t0 = time.perf_counter()
         await self.write()
+        return time.perf_counter() - t0
+
+    async def chained(self) -> float | None:
+        """Seconds for the bare chain, or None where there is none."""
+        if self.chain is None:
+            return None
+        t0 = time.perf_counter()
+        await self.chain()
         return time.perf_counter() - t0
 
 
@@ -132,11 +146,37 @@ async def prober(kind: str, urls: dict[str, str]) -> AsyncIterator[Probe | None]
         table = sql.Identifier(f"wd_pickup_probe_{uuid.uuid4().hex[:12]}")
         await conn.execute(sql.SQL("CREATE TABLE {} (n int)").format(table))
         insert = sql.SQL("INSERT INTO {} VALUES (1)").format(table)
+        # The bare chain: what any pickup that is woken and fenced must pass through, with none of
+        # this library's code or statements. A one-row write that notifies, committed (the arrive);
+        # a LISTENing connection hears it (the wakeup); a one-row write committed on a third
+        # connection (the claim, which must be durable before a pass begins).
+        channel = f"wd_pickup_chain_{uuid.uuid4().hex[:12]}"
+        notifying = sql.SQL("INSERT INTO {} SELECT 1 FROM (SELECT pg_notify({}, '')) AS n").format(
+            table, sql.Literal(channel))
+        ear = await psycopg.AsyncConnection.connect(urls["postgres"], autocommit=True)
+        claimer = await psycopg.AsyncConnection.connect(urls["postgres"], autocommit=True)
+        await ear.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        heard = asyncio.Event()
+
+        async def hear() -> None:
+            async for _ in ear.notifies():
+                heard.set()
+
+        async def chain() -> None:
+            heard.clear()
+            await conn.execute(notifying)
+            await asyncio.wait_for(heard.wait(), 30)
+            await claimer.execute(insert)
+
+        hearing = asyncio.create_task(hear())
         try:
-            yield Probe(lambda: conn.execute("SELECT 1"), lambda: conn.execute(insert))
+            yield Probe(lambda: conn.execute("SELECT 1"), lambda: conn.execute(insert), chain)
         finally:
+            hearing.cancel()
+            await asyncio.gather(hearing, return_exceptions=True)
             await conn.execute(sql.SQL("DROP TABLE {}").format(table))
-            await conn.close()
+            for c in (conn, ear, claimer):
+                await c.close()
     elif kind.startswith("redis"):
         import uuid
 
@@ -172,6 +212,7 @@ async def measure(kind: str, wakeup: bool, poll: timedelta, samples: int, urls: 
     first_rts: list[float] = []  # a bare round trip after an idle gap: the platform's floor
     warm_rts: list[float] = []  # the same round trip straight after it
     idle_commits: list[float] = []  # a bare durable write after an idle gap: the arrive's floor
+    chains: list[float] = []  # Postgres + wakeup: the bare chain after an idle gap (see prober)
     heard_at: list[float] = []  # when the Postgres listener heard a NOTIFY
     heard: list[float] = []  # per arrival: from the arrive call to the listener hearing its NOTIFY
 
@@ -197,6 +238,11 @@ async def measure(kind: str, wakeup: bool, poll: timedelta, samples: int, urls: 
                     warm_rts.append(warm)
                     await asyncio.sleep(rng.uniform(0.0, poll.total_seconds()) + 0.005)
                     idle_commits.append(await probe.commit())
+                    if waker is not None and probe.chain is not None:
+                        await asyncio.sleep(rng.uniform(0.0, poll.total_seconds()) + 0.005)
+                        chained = await probe.chained()
+                        if chained is not None:
+                            chains.append(chained)
                 await asyncio.sleep(rng.uniform(0.0, poll.total_seconds()) + 0.005)
                 w = f"pickup-{i}"
                 t0 = time.perf_counter()
@@ -229,6 +275,9 @@ async def measure(kind: str, wakeup: bool, poll: timedelta, samples: int, urls: 
                     "p50_beyond_idle_first_rt_ms": row["p50_ms"] - first_p50,
                     "idle_commit_p50_ms": commit_p50,
                     "p50_beyond_idle_commit_ms": row["p50_ms"] - commit_p50})
+    if chains:
+        chain_p50 = quantile([c * 1000 for c in chains], 0.5)
+        row.update({"bare_chain_p50_ms": chain_p50, "p50_beyond_bare_chain_ms": row["p50_ms"] - chain_p50})
     return row
 
 
@@ -258,7 +307,11 @@ def floor_summary(rows: list[dict[str, Any]]) -> str:
             f"library's path"
             + (f" (the listener heard the NOTIFY {fmt(r['notify_heard_p50_ms'])} ms after the arrive call "
                f"began, {fmt(p50 - r['notify_heard_p50_ms'])} ms before the pass started: the Worker's "
-               f"take, claim and load)." if "notify_heard_p50_ms" in r else "."))
+               f"take, claim and load)." if "notify_heard_p50_ms" in r else ".")
+            + (f" The bare chain (a notifying one-row write committed, heard by a listening connection, "
+               f"then a one-row write committed on a third: what a woken, fenced pickup passes through, "
+               f"without this library) took {fmt(r['bare_chain_p50_ms'])} ms, so the library's own share "
+               f"is {fmt(r['p50_beyond_bare_chain_ms'])} ms." if "bare_chain_p50_ms" in r else ""))
     if not lines:
         return ""
     return ("How much of the p50 is the platform's. Each arrival comes after an idle gap (up to one "
@@ -456,11 +509,12 @@ async def main(folder: Path, quick: bool, only: list[str] | None = None) -> dict
          series, logx=True, logy=True)
     text_table = table(["store", "wakeup", "poll ms", "samples", "p50 ms", "p99 ms", "max ms",
                         "arrive call p50 ms", "after arrive p50 ms", "NOTIFY heard p50 ms", "idle first RT p50 ms",
-                        "warm RT p50 ms", "idle commit p50 ms", "p50 beyond idle commit ms"],
+                        "warm RT p50 ms", "idle commit p50 ms", "p50 beyond idle commit ms", "bare chain p50 ms"],
                        [[r["store"], r["wakeup"], r["poll_ms"], r.get("samples"), r.get("p50_ms"),
                          r.get("p99_ms"), r.get("max_ms", r.get("error")), r.get("arrive_call_p50_ms"),
                          r.get("after_arrive_p50_ms"), r.get("notify_heard_p50_ms"), r.get("idle_first_rt_p50_ms"), r.get("warm_rt_p50_ms"),
-                         r.get("idle_commit_p50_ms"), r.get("p50_beyond_idle_commit_ms")] for r in rows])
+                         r.get("idle_commit_p50_ms"), r.get("p50_beyond_idle_commit_ms"),
+                         r.get("bare_chain_p50_ms")] for r in rows])
     floor = floor_summary(good)
     result = {"benchmark": "pickup", "machine": machine(), "postgres_settings": settings, "rows": rows}
     save_json(folder, "pickup", result)

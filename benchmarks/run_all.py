@@ -136,7 +136,9 @@ def headline(results: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
                     + (f"NOTIFY heard at {fmt(r['notify_heard_p50_ms'])} ms; " if "notify_heard_p50_ms" in r else "")
                     + f"the machine's floor, a bare commit after "
                     f"the same idle: {fmt(r.get('idle_commit_p50_ms'))} ms (first round trip "
-                    f"{fmt(r.get('idle_first_rt_p50_ms'))} ms)")
+                    f"{fmt(r.get('idle_first_rt_p50_ms'))} ms)"
+                    + (f"; the bare chain (notifying commit, heard, a second commit), the least a woken, "
+                       f"fenced pickup costs: {fmt(r['bare_chain_p50_ms'])} ms" if "bare_chain_p50_ms" in r else ""))
         for r in p["rows"]:
             if not r.get("wakeup") and r["store"] == "postgres" and "p50_ms" in r:
                 add(f"Pickup p50 ms, postgres polling, poll {fmt(r['poll_ms'])} ms", r["p50_ms"], "", None,
