@@ -179,6 +179,24 @@ def against_baseline(rows: list[dict[str, Any]], baseline: list[dict[str, Any]])
     return text, out
 
 
+TITLES = {"take": "Take throughput", "append": "Append throughput", "backlog": "Backlog",
+          "sqlite_ceiling": "SQLite against bare sqlite3", "pickup": "Pickup latency",
+          "load": "Load with locust", "memory_soak": "Worker memory soak"}
+"""Each part's heading in its own ``<part>.md`` (and, one level down, in ``summary.md``)."""
+
+
+def kept_sections(summary: Path) -> dict[str, str]:
+    """Each part's section of an earlier ``summary.md``, by part name: what an ``--only`` re-run
+    keeps of the parts it did not run whose own ``.md`` is not in the folder (a committed baseline
+    holds only the JSON and the summary)."""
+    if not summary.exists():
+        return {}
+    text = summary.read_text()
+    starts = sorted((i, name) for name, title in TITLES.items() if (i := text.find(f"\n## {title}\n")) >= 0)
+    ends = [i for i, _ in starts[1:]] + [len(text)]
+    return {name: text[i + 1:end].rstrip() + "\n" for (i, name), end in zip(starts, ends, strict=True)}
+
+
 async def main(folder: Path, quick: bool, soak_minutes: float, only: set[str] | None = None,
                baseline: Path = BASELINE, sustain_minutes: float | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {"machine_at_start": machine()}
@@ -213,10 +231,13 @@ async def main(folder: Path, quick: bool, soak_minutes: float, only: set[str] | 
         parts.insert(3, f"## Against the baseline ({baseline})\n\n{ctext}\n\n"
                      + (f"**{len(worse)} ratio(s) more than 20% worse than the baseline.**\n" if worse
                         else "No ratio more than 20% worse than the baseline.\n"))
-    for name in ("take", "append", "backlog", "sqlite_ceiling", "pickup", "load", "memory_soak"):
+    kept = kept_sections(folder / "summary.md")
+    for name in TITLES:
         path = folder / f"{name}.md"
         if path.exists():
             parts.append(path.read_text().replace("\n# ", "\n## ", 1).replace("# ", "## ", 1))
+        elif name in kept:  # not re-run, and only the earlier summary has its tables
+            parts.append(kept[name])
     (folder / "summary.md").write_text("\n".join(parts))
     (folder / "headline.json").write_text(json.dumps(rows, indent=2, default=str) + "\n")
     print(text)
