@@ -81,3 +81,69 @@ async def test_it_is_recorded_as_the_take_claim_and_load_it_stands_for(
     assert ops[7][2]["workflow"] == "w"
     assert len({fields["call"] for _, _, fields in ops}) == 3, "each call's three share one call id"
     assert all(fields["type"] == "complete" for _, _, fields in ops), "every operation completed"
+
+
+@pytest.mark.asyncio
+@pytest.mark.wd_store("postgres")
+async def test_a_busy_claim_row_is_recorded_as_no_claim_not_as_a_refusal(
+    wd_store: StoreUnderTest[Any], tmp_path: Path
+) -> None:
+    """A claim row held by a transaction in flight (a sweep, a discard) leaves the pass None
+    without a claim tried. Recorded as a refusal, the checkers would read it as a live pass past
+    its lapse (fencing's budget check and lease-lapses did, under a sweep in a CI run)."""
+    import psycopg
+
+    async with fresh_schema(wd_store.extra["url"], min_size=2, max_size=4) as (pool, schema):
+        durable = PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool))
+        path = tmp_path / "h.jsonl"
+        hist = HistoryWriter(path, "worker-0")
+        recorded = recording_durable(Recorder(durable, hist))
+        await durable.checkpointer.claim("w", alive=timedelta(milliseconds=1), budget=LONG)
+        await durable.arrive("w", "k", 1)
+        async with await psycopg.AsyncConnection.connect(
+            wd_store.extra["url"], options=f"-c search_path={schema}"
+        ) as sweeper:
+            await sweeper.execute("SELECT workflow FROM workflow_claim FOR UPDATE")  # held, as a sweep does
+            taken = await recorded.take_and_claim(LONG, alive=LONG, budget=LONG)
+            await sweeper.rollback()
+        assert taken is not None and taken[1] is None
+        hist.close()
+
+    ops = _ops(path)
+    assert [(f, outcome) for f, outcome, _ in ops] == [("take", "ok"), ("claim", "failed"), ("load", "failed")]
+    assert ops[1][2]["workflow"] == "w" and "busy" in ops[1][2]["error"]
+
+
+class _Silent:
+    """A durable offering ``take_and_claim`` whose None pass does not say why (the protocol
+    allows a busy row there too)."""
+
+    def __init__(self, inner: PostgresDurable) -> None:
+        self.inner = inner
+        self.checkpointer = inner.checkpointer
+        self.scheduler = inner.scheduler
+
+    async def take_and_claim(self, visibility: timedelta, *, alive: timedelta, budget: timedelta) -> Any:
+        return await self.inner.take_and_claim(visibility, alive=alive, budget=budget)
+
+
+@pytest.mark.asyncio
+@pytest.mark.wd_store("postgres")
+async def test_a_store_that_does_not_say_why_gets_no_refusal_recorded(
+    wd_store: StoreUnderTest[Any], tmp_path: Path
+) -> None:
+    async with fresh_schema(wd_store.extra["url"], min_size=2, max_size=4) as (pool, _):
+        durable = PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool))
+        path = tmp_path / "h.jsonl"
+        hist = HistoryWriter(path, "worker-0")
+        recorded = recording_durable(Recorder(_Silent(durable), hist))
+        assert isinstance(recorded, TakesAndClaims)
+        await durable.checkpointer.claim("w", alive=LONG, budget=LONG)  # a live pass: a real refusal
+        await durable.arrive("w", "k", 1)
+        taken = await recorded.take_and_claim(LONG, alive=LONG, budget=LONG)
+        assert taken is not None and taken[1] is None
+        hist.close()
+
+    ops = _ops(path)
+    assert [(f, outcome) for f, outcome, _ in ops] == [("take", "ok"), ("claim", "failed"), ("load", "failed")]
+    assert "does not say" in ops[1][2]["error"]

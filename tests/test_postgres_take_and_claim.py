@@ -99,10 +99,11 @@ async def test_a_contended_claim_leaves_the_take_standing(wd_store: StoreUnderTe
     async with durable_in_schema(wd_store) as (durable, _):
         held = await durable.checkpointer.claim("w", alive=LONG, budget=LONG)
         await durable.arrive("w", "k", 1)
-        taken = await durable.take_and_claim(LONG, alive=LONG, budget=LONG)
+        taken = await durable.take_and_claim_busy(LONG, alive=LONG, budget=LONG)
         assert taken is not None
-        delivery, pass_, records = taken
+        delivery, pass_, records, busy = taken
         assert delivery.workflow == "w" and pass_ is None and records == {}
+        assert busy is False, "a live pass refused the claim: a refusal, not a busy row"
         assert await durable.scheduler.take(LONG) is None, "the take was rolled back with the claim"
         await durable.checkpointer.renew(held)  # the holder keeps its claim: token unchanged
 
@@ -111,7 +112,8 @@ async def test_a_busy_claim_row_is_contended_at_once_and_a_discard_does_not_dead
     wd_store: StoreUnderTest[Any],
 ) -> None:
     """A discard locks the claim row, then deletes the queue row; a take that held the queue row
-    while waiting for the claim row would deadlock with it. The claim row busy: contended at once."""
+    while waiting for the claim row would deadlock with it. The claim row busy: no pass at once,
+    and said to be for a busy row, since the lapsed claim would not have refused it."""
     async with durable_in_schema(wd_store) as (durable, schema):
         await durable.checkpointer.claim("w", alive=timedelta(milliseconds=1), budget=LONG)
         await asyncio.sleep(0.01)  # that claim has lapsed: a claim that waited would win
@@ -122,10 +124,11 @@ async def test_a_busy_claim_row_is_contended_at_once_and_a_discard_does_not_dead
         try:
             await discard.execute("UPDATE workflow_claim SET token = token + 1")  # the fence, held
             async with asyncio.timeout(5):
-                taken = await durable.take_and_claim(LONG, alive=LONG, budget=LONG)
+                taken = await durable.take_and_claim_busy(LONG, alive=LONG, budget=LONG)
             assert taken is not None
-            delivery, pass_, records = taken
+            delivery, pass_, records, busy = taken
             assert delivery.workflow == "w" and pass_ is None and records == {}
+            assert busy is True, "no claim was tried (the row was held, its pass lapsed): not a refusal"
             async with asyncio.timeout(5):  # the take committed: nothing holds the queue row now
                 await discard.execute("DELETE FROM workflow_queue WHERE workflow = 'w'")
             await discard.commit()

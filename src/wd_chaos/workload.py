@@ -326,7 +326,12 @@ class _RecordingTakingDurable(RecordingDurable):
         """Recorded as the three calls it stands for, over the same interval: a ``take``, a
         ``claim`` and a ``load``, each ``via: take_and_claim`` with a shared ``call`` id, so the
         checkers judge each as that call (the claim's and the load's workflow, known only after,
-        is on their complete line; a claim never made is left without one, as unknown)."""
+        is on their complete line; a claim never made is left without one, as unknown).
+
+        A None pass is a claim refused as ``Contended`` (evidence that a pass was alive) only when
+        the store says it was not for a busy claim row, which ``TakesAndClaims`` allows: through
+        ``take_and_claim_busy`` (Postgres has it). Otherwise it is recorded as a claim not made,
+        which the checkers read as no evidence either way."""
         rec = self.rec
         hist = rec.hist
         self.calls += 1
@@ -334,10 +339,15 @@ class _RecordingTakingDurable(RecordingDurable):
         take = hist.invoke("take", visibility=visibility.total_seconds(), **tag)
         claim = hist.invoke("claim", alive=alive.total_seconds(), budget=budget.total_seconds(), **tag)
         load = hist.invoke("load", **tag)
+        telling = getattr(rec.durable, "take_and_claim_busy", None)
+        busy: bool | None = None  # None: the store does not say
         try:
-            taken: tuple[Delivery, Pass | None, dict[str, object]] | None = await rec.durable.take_and_claim(
-                visibility, alive=alive, budget=budget
-            )
+            taken: tuple[Delivery, Pass | None, dict[str, object]] | None
+            if telling is not None:
+                told = await telling(visibility, alive=alive, budget=budget)
+                taken, busy = (None, None) if told is None else (told[:3], bool(told[3]))
+            else:
+                taken = await rec.durable.take_and_claim(visibility, alive=alive, budget=budget)
         except BaseException as exc:
             error = f"{type(exc).__name__}: {exc}"[:300]
             for op, f in ((take, "take"), (claim, "claim"), (load, "load")):
@@ -351,9 +361,13 @@ class _RecordingTakingDurable(RecordingDurable):
         delivery, pass_, records = taken
         wf = delivery.workflow
         hist.complete(take, "take", "ok", workflow=wf, receipt=repr(delivery.receipt))
-        if pass_ is None:  # where the claim would raise Contended
-            hist.complete(claim, "claim", "contended", workflow=wf, error="Contended: via take_and_claim")
-            hist.complete(load, "load", "failed", workflow=wf, error="not made: the claim was contended")
+        if pass_ is None:
+            if busy is False:  # where the claim would raise Contended
+                hist.complete(claim, "claim", "contended", workflow=wf, error="Contended: via take_and_claim")
+            else:  # no claim was tried (or the store does not say): no evidence of a live pass
+                why = "its claim row was busy" if busy else "refused or its claim row busy (the store does not say)"
+                hist.complete(claim, "claim", "failed", workflow=wf, error=f"not made: {why}")
+            hist.complete(load, "load", "failed", workflow=wf, error="not made: no pass")
             return taken
         hist.complete(claim, "claim", "ok", workflow=wf, token=pass_.token)
         self.checkpointer.tokens[wf] = pass_.token

@@ -151,7 +151,12 @@ class TakesAndClaims(Protocol):
         would raise ``Contended``, or would have to wait for a transaction in flight on the
         workflow's claim; the take stands) and the records (empty without a pass). If
         it raises, the take and the claim may or may not have happened, as when those calls
-        raise: the delivery reappears once ``visibility`` lapses, a claim frees after ``alive``."""
+        raise: the delivery reappears once ``visibility`` lapses, a claim frees after ``alive``.
+
+        A store whose pass may be None for a busy claim row can also offer
+        ``take_and_claim_busy``: the same call, its result followed by a bool, True where no
+        claim was tried for that reason (see ``PostgresDurable``). wd-chaos reads a None pass as a
+        refusal, evidence that a pass was alive, only where the store says so."""
         ...
 
 

@@ -27,8 +27,10 @@ _READ_COMMITTED = "BEGIN ISOLATION LEVEL READ COMMITTED"
 # TAKE, then CLAIM of the workflow taken, in one statement. The claim never waits for
 # a lock: the take holds its queue row to the commit, and a discard locks the claim row and then
 # the queue row, so waiting here could deadlock. A claim row that a transaction in flight holds (a
-# discard, a renewal, a record) is reported as contended (token NULL) and the take stands. Always
-# one row (all NULL when nothing was due), setting for TAKE_CLAIMED_LOAD, for the rest of the
+# discard, a renewal, a record, a sweep) is left unclaimed (token NULL) and the take stands; the
+# last column, busy, says that this is why (no claim was tried, so it says nothing of a live
+# pass), where a NULL token without it is a refusal: a live pass holds the claim. Always one row
+# (all NULL when nothing was due), setting for TAKE_CLAIMED_LOAD, for the rest of the
 # transaction, the workflow claimed or '' (no workflow has that id).
 TAKE_AND_CLAIM = """
 WITH next AS (
@@ -62,7 +64,9 @@ WITH next AS (
     RETURNING held.workflow, held.token
 )
 SELECT taken.workflow, taken.visibility, claimed.token,
-       set_config('without_durability.claimed', COALESCE(claimed.workflow, ''), true)
+       set_config('without_durability.claimed', COALESCE(claimed.workflow, ''), true),
+       claimed.token IS NULL AND NOT EXISTS (SELECT 1 FROM free)
+           AND EXISTS (SELECT 1 FROM workflow_claim c WHERE c.workflow = taken.workflow) AS busy
   FROM (VALUES (1)) AS one (row) LEFT JOIN taken ON true LEFT JOIN claimed ON true
 """
 
@@ -172,10 +176,22 @@ class PostgresDurable:
         whether or not anything was due.
 
         One difference from the three calls: where the workflow's claim row is held by a
-        transaction in flight (a renewal, a record, a discard, a release), the pass is None at
-        once, as for ``Contended``, instead of waiting for it: the take holds its queue row until
-        the commit, and a discard locks the two rows the other way round. The Worker then answers
-        the delivery for ``retry_contended`` later, as for any contended claim."""
+        transaction in flight (a renewal, a record, a discard, a release, a sweep), the pass is
+        None at once, as for ``Contended``, instead of waiting for it: the take holds its queue
+        row until the commit, and a discard locks the two rows the other way round. The Worker
+        then answers the delivery for ``retry_contended`` later, as for any contended claim.
+        ``take_and_claim_busy`` says which of the two a None pass was."""
+        taken = await self.take_and_claim_busy(visibility, alive=alive, budget=budget)
+        return None if taken is None else taken[:3]
+
+    async def take_and_claim_busy(
+        self, visibility: timedelta, *, alive: timedelta, budget: timedelta
+    ) -> tuple[Delivery, Pass | None, dict[str, object], bool] | None:
+        """``take_and_claim``, its result followed by ``busy``: True exactly when the pass is None
+        because the claim row was held by a transaction in flight, so no claim was tried and the
+        None says nothing of a live pass; False for a pass, and for a refusal (where ``claim``
+        would raise ``Contended``: a live pass holds the claim). For an observer such as wd-chaos,
+        which judges a refusal as evidence that a pass was alive; the Worker treats both alike."""
         check_visibility(visibility)
         check_lease("", alive, budget)
         sched, cp = self._scheduler, self._checkpointer
@@ -190,24 +206,24 @@ class PostgresDurable:
         if taken is None or taken[0] is None:
             return None
         delivery = Delivery(str(taken[0]), _Receipt(sched.namespace, taken[1]))
-        if taken[2] is None:  # contended, or its claim row busy: the take stands
-            return delivery, None, {}
+        if taken[2] is None:  # refused, or its claim row busy: the take stands
+            return delivery, None, {}, bool(taken[4])
         records = {str(k): cp.codec.decode(v) for k, v, _ in await loading.fetchall()}
-        return delivery, Pass(delivery.workflow, int(taken[2])), records
+        return delivery, Pass(delivery.workflow, int(taken[2])), records, False
 
     async def _take_then_claim(
         self, visibility: timedelta, *, alive: timedelta, budget: timedelta
-    ) -> tuple[Delivery, Pass | None, dict[str, object]] | None:
-        """``take_and_claim`` as the three calls, for halves whose statements are not the ones
-        joined."""
+    ) -> tuple[Delivery, Pass | None, dict[str, object], bool] | None:
+        """``take_and_claim_busy`` as the three calls, for halves whose statements are not the
+        ones joined (the claim waits for a busy row, so busy is always False)."""
         delivery = await self._scheduler.take(visibility)
         if delivery is None:
             return None
         try:
             pass_ = await self._checkpointer.claim(delivery.workflow, alive=alive, budget=budget)
         except Contended:
-            return delivery, None, {}
-        return delivery, pass_, await self._checkpointer.load(delivery.workflow)
+            return delivery, None, {}, False
+        return delivery, pass_, await self._checkpointer.load(delivery.workflow), False
 
     async def _making_due(
         self, where: str, workflow: str, key: str, queue: Callable[[Connection], Awaitable[Cursor]]
