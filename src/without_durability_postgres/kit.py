@@ -263,7 +263,9 @@ class PostgresKit(StoreKit):
             "tests/test_postgres_take_and_claim.py",
         ),
         server_env=POSTGRES_SERVER.env,
-        scenarios=("lease-stall", "append-storm", "take-storm"),
+        # budget-overrun runs the library Worker, the only client whose take reaches TAKE_AND_CLAIM
+        # (the harness client's lease-stall passes a mutant that mints a token twice there)
+        scenarios=("lease-stall", "budget-overrun", "append-storm", "take-storm"),
         # the claim, fence, record and take decisions around the SQL (wd-chaos mutate --python)
         python=(
             "src/without_durability_postgres/checkpointer.py",
