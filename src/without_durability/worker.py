@@ -173,9 +173,10 @@ class Worker(Generic[E]):
         try:
             await asyncio.wait((woken, stopped), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for waiter in (woken, stopped):
-                waiter.cancel()
-            await asyncio.gather(woken, stopped, return_exceptions=True)
+            stopped.cancel()  # an Event's wait: cancelled, it needs no awaiting
+            if not woken.done():  # stopped, timed out or cancelled: the wakeup's wait is ended here
+                woken.cancel()
+                await asyncio.gather(woken, return_exceptions=True)
         failed = None if woken.cancelled() else woken.exception()
         if failed is not None:  # the wakeup is broken: poll as if there were none
             log.warning("worker: the wakeup failed (%s); sleeping out the poll interval", failed)

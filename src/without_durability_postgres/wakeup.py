@@ -249,5 +249,6 @@ class _Subscription:
         if not self.owner._closed:
             await self.owner.start()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.event.wait(), at_most.total_seconds())
+            async with asyncio.timeout(at_most.total_seconds()):  # no task of its own, as wait_for makes
+                await self.event.wait()
         self.event.clear()
