@@ -31,6 +31,7 @@ from without_durability.rules import (
     encode_value,
 )
 
+from ._appends import AppendBatcher
 from ._boundary import Pool, check_codec, check_encoded, check_text, connect, statement
 
 PostgresEffect = Callable[[psycopg.AsyncCursor[Any]], Awaitable[object]]
@@ -250,12 +251,16 @@ class PostgresCheckpointer:
         *,
         codec: CheckpointCodec[Any] | None = None,
         max_value_bytes: int = MAX_VALUE_BYTES,
+        batch_appends: bool = True,
     ) -> None:
         self.pool = pool
         self.codec: CheckpointCodec[Any] = codec if codec is not None else JsonCodec()
         check_codec(self.codec)
         verify_codec(self.codec)
         self.max_value_bytes = max_value_bytes
+        self.batch_appends = batch_appends
+        """Whether ``append`` calls made concurrently share one transaction (see ``append``)."""
+        self._appends = AppendBatcher(self)
 
     # -- input ------------------------------------------------------------------------------
 
@@ -354,9 +359,23 @@ class PostgresCheckpointer:
 
     async def append(self, workflow: str, value: object) -> str:
         """See ``Checkpointer.append``: keys come from the shared ``workflow_seq`` sequence, so
-        they have gaps and sort within a workflow, and each key's number is its load position."""
+        they have gaps and sort within a workflow, and each key's number is its load position.
+
+        An append alone is one autocommit statement. With ``batch_appends`` (the default), appends
+        made while others are waiting or in flight are sent together as one transaction, one
+        commit and one round trip for all of them (group commit; at most two such batches in
+        flight per checkpointer). Each caller still gets its own key or error: a batch the server
+        refused is sent again one append at a time, so a value the server cannot take fails only
+        its own call; a batch cut off (the connection failed) leaves each of its callers not
+        knowing, as for an append alone; a caller cancelled before its batch went out appended
+        nothing."""
         self._workflow(workflow)
         encoded = self._encode(workflow, INBOX_PREFIX, value)
+        if self.batch_appends:
+            return await self._appends.append(workflow, encoded)
+        return await self._append_alone(workflow, encoded)
+
+    async def _append_alone(self, workflow: str, encoded: str) -> str:
         # One statement: autocommit makes it its own transaction in one round trip.
         async with statement(self.pool, f"appending to {workflow!r}", workflow, INBOX_PREFIX) as conn:
             return await self._append_on(conn, workflow, encoded)

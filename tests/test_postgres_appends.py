@@ -1,0 +1,107 @@
+"""PostgresCheckpointer.append's group commit: appends made concurrently share one transaction, and
+each caller still gets its own key or its own error.
+
+Run with ``--wd-store postgres``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import psycopg
+import pytest
+
+from without_durability.errors import InvalidValue
+from without_durability.testing.harness import StoreUnderTest
+from without_durability_postgres import PostgresCheckpointer
+from without_durability_postgres._appends import SENDERS
+from without_durability_postgres.checkpointer import ORDER_LOCK
+from without_durability_postgres.kit import fresh_schema
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.wd_store("postgres")]
+
+Store = StoreUnderTest[Any]
+
+
+async def transactions(pool: Any) -> tuple[int, int]:
+    """(rows, distinct inserting transactions) of the checkpoint table."""
+    async with pool.connection() as conn:
+        row = await (await conn.execute("SELECT count(*), count(DISTINCT xmin::text) FROM workflow_checkpoint")).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+async def test_concurrent_appends_share_commits_and_each_gets_its_own_key(wd_store: Store) -> None:
+    async with fresh_schema(wd_store.extra["url"], min_size=2, max_size=4) as (pool, _):
+        cp = PostgresCheckpointer(pool=pool)
+        calls = [(f"w{i % 5}", {"n": i}) for i in range(40)]
+        keys = await asyncio.gather(*(cp.append(w, v) for w, v in calls))
+        assert len(set(keys)) == 40, "two appends were handed one key"
+        for w in {w for w, _ in calls}:
+            loaded = await cp.load(w)
+            assert loaded == {k: v for (w2, v), k in zip(calls, keys, strict=True) if w2 == w}
+            assert list(loaded) == sorted(loaded), "a workflow's keys are not in load order"
+        rows, commits = await transactions(pool)
+        assert rows == 40 and commits < 40, f"{commits} transactions for 40 concurrent appends: none shared"
+
+
+async def test_without_batching_each_append_commits_alone(wd_store: Store) -> None:
+    async with fresh_schema(wd_store.extra["url"], min_size=2, max_size=4) as (pool, _):
+        cp = PostgresCheckpointer(pool=pool, batch_appends=False)
+        await asyncio.gather(*(cp.append(f"w{i % 3}", i) for i in range(12)))
+        assert await transactions(pool) == (12, 12)
+
+
+class NotJsonForSeven:
+    """A codec the construction checks accept whose encoding of 7 the server refuses as jsonb."""
+
+    renders_json = True
+
+    def encode(self, value: object) -> str:
+        return "{not json" if value == 7 and type(value) is int else json.dumps(value)
+
+    def decode(self, encoded: str) -> object:
+        return 7 if encoded == "{not json" else json.loads(encoded)
+
+
+async def test_a_value_the_server_refuses_fails_only_its_own_call(wd_store: Store) -> None:
+    async with fresh_schema(wd_store.extra["url"], min_size=2, max_size=4) as (pool, _):
+        cp = PostgresCheckpointer(pool=pool, codec=NotJsonForSeven())
+        got = await asyncio.gather(*(cp.append(f"w{i % 2}", i) for i in range(12)), return_exceptions=True)
+        failed = [i for i, g in enumerate(got) if isinstance(g, BaseException)]
+        assert failed == [7], got
+        assert isinstance(got[7], InvalidValue) and "'w1'" in str(got[7]), repr(got[7])
+        loads = [await cp.load(w) for w in ("w0", "w1")]
+        landed = sorted(int(str(v)) for loaded in loads for v in loaded.values())
+        assert landed == [i for i in range(12) if i != 7], "the batch's other appends were lost with it"
+
+
+async def test_a_caller_cancelled_before_its_batch_went_out_appends_nothing(wd_store: Store) -> None:
+    url = wd_store.extra["url"]
+    async with fresh_schema(url, min_size=SENDERS + 2, max_size=SENDERS + 2) as (pool, schema):
+        cp = PostgresCheckpointer(pool=pool)
+        holder = await psycopg.AsyncConnection.connect(url, options=f"-c search_path={schema}")
+        try:
+            await holder.execute("SELECT pg_advisory_xact_lock(%s, hashtext('held'))", (ORDER_LOCK,))
+            # one sent alone and one per sender, each waiting at the server for the held turn
+            busy = []
+            for i in range(SENDERS + 1):
+                busy.append(asyncio.ensure_future(cp.append("held", i)))
+                for _ in range(50):  # until a sender has taken it (the first is sent at once)
+                    await asyncio.sleep(0.02)
+                    if not cp._appends._waiting:
+                        break
+            late = asyncio.ensure_future(cp.append("other", "never"))  # waits: every sender is busy
+            await asyncio.sleep(0.05)
+            assert not late.done() and cp._appends._waiting, "the late append did not wait for a sender"
+            late.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await late
+        finally:
+            await holder.rollback()
+            await holder.close()
+        assert len(set(await asyncio.gather(*busy))) == SENDERS + 1
+        assert await cp.load("other") == {}, "the append cancelled while it waited was sent anyway"
+        assert sorted(int(str(v)) for v in (await cp.load("held")).values()) == list(range(SENDERS + 1))
