@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from without_durability.errors import InvalidValue
+from without_durability.errors import InvalidValue, StoreUnavailable
 from without_durability.testing.harness import StoreUnderTest
 from without_durability_postgres import PostgresCheckpointer
 from without_durability_postgres._appends import SENDERS
@@ -105,3 +105,39 @@ async def test_a_caller_cancelled_before_its_batch_went_out_appends_nothing(wd_s
         assert len(set(await asyncio.gather(*busy))) == SENDERS + 1
         assert await cp.load("other") == {}, "the append cancelled while it waited was sent anyway"
         assert sorted(int(str(v)) for v in (await cp.load("held")).values()) == list(range(SENDERS + 1))
+
+
+async def test_a_batch_cut_off_leaves_each_caller_unknowing_and_spares_the_one_sent_alone(wd_store: Store) -> None:
+    url = wd_store.extra["url"]
+    async with fresh_schema(url, min_size=3, max_size=4) as (pool, schema):
+        cp = PostgresCheckpointer(pool=pool)
+        holder = await psycopg.AsyncConnection.connect(url, autocommit=True, options=f"-c search_path={schema}")
+        try:
+            async with holder.transaction():
+                await holder.execute("SELECT pg_advisory_xact_lock(%s, hashtext('held'))", (ORDER_LOCK,))
+                waiting = "SELECT pid FROM pg_stat_activity WHERE wait_event = 'advisory' AND pid <> pg_backend_pid()"
+
+                async def waiters(n: int) -> list[int]:
+                    pids: list[int] = []
+                    for _ in range(200):
+                        pids = [r[0] for r in await (await holder.execute(waiting)).fetchall()]
+                        if len(pids) == n:
+                            break
+                        await asyncio.sleep(0.02)
+                    assert len(pids) == n, f"{n} appends were not waiting for the held turn: {pids}"
+                    return pids
+
+                alone = asyncio.ensure_future(cp.append("held", "alone"))  # sent at once, alone
+                (lone,) = await waiters(1)
+                batch = [asyncio.ensure_future(cp.append(w, v)) for w, v in (("held", "b1"), ("other", "b2"))]
+                cut = [pid for pid in await waiters(2) if pid != lone]
+                await holder.execute("SELECT pg_terminate_backend(%s)", (cut[0],))
+                got = await asyncio.gather(*batch, return_exceptions=True)
+        finally:
+            await holder.close()
+        for (w, _), g in zip((("held", "b1"), ("other", "b2")), got, strict=True):
+            assert isinstance(g, StoreUnavailable) and f"{w!r}" in str(g), repr(g)
+        assert got[0] is not got[1], "two callers were handed one exception object"
+        assert await alone is not None  # the one sent alone is untouched, and lands once the turn frees
+        assert list((await cp.load("held")).values()) == ["alone"]
+        assert await cp.load("other") == {}, "the cut-off batch committed"

@@ -118,9 +118,9 @@ class AppendBatcher:
                 assert row is not None  # an INSERT ... SELECT of one drawn row returns it
                 keys.append(str(row[0]))
         except StoreUnavailable as exc:  # it may have committed: each caller gets what one alone would
-            for _, _, done in ordered:
+            for workflow, _, done in ordered:
                 if not done.done():
-                    done.set_exception(exc)
+                    done.set_exception(_for_one(exc, workflow, len(ordered)))
             return
         except (StoreError, InvalidInput):  # refused: nothing committed, so each goes again alone
             for waiting in ordered:
@@ -130,3 +130,14 @@ class AppendBatcher:
         for (_, _, done), key in zip(ordered, keys, strict=True):
             if not done.done():
                 done.set_result(key)
+
+
+def _for_one(exc: StoreUnavailable, workflow: str, together: int) -> StoreUnavailable:
+    """``exc`` as one caller of a batch of ``together`` gets it: naming its workflow, caused by
+    the batch's error, so no two callers share (and extend) one exception's traceback."""
+    try:
+        mine = type(exc)(f"appending to {workflow!r} (one of {together} sent together): {exc}")
+    except TypeError:  # a subclass built otherwise: the batch's own error
+        return exc
+    mine.__cause__ = exc
+    return mine
