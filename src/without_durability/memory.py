@@ -230,8 +230,16 @@ class MemoryScheduler:
         when = at if at is not None else self.clock()
         current = self._queue.get(workflow)
         # always moves, at least a microsecond earlier: a pass whose receipt is already in the past
-        # (slower than its visibility) must find it gone, or its answer would drop this wakeup
-        self._queue[workflow] = when if current is None else min(current - timedelta(microseconds=1), when)
+        # (slower than its visibility) must find it gone, or its answer would drop this wakeup.
+        # Except at the earliest instant a datetime holds, which no take hands out as a receipt.
+        if current is None:
+            self._queue[workflow] = when
+        else:
+            try:
+                earlier = current - _MICRO
+            except OverflowError:  # the first microsecond of year 1 in its own zone
+                earlier = current
+            self._queue[workflow] = min(earlier, when)
 
     async def take(self, visibility: timedelta) -> Delivery | None:
         """See ``Scheduler.take``: the earliest visible workflow."""
