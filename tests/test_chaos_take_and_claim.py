@@ -7,6 +7,8 @@ Run with ``--wd-store postgres``.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,17 @@ def _ops(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
     return out
 
 
+@asynccontextmanager
+async def durable_and_history(
+    wd_store: StoreUnderTest[Any], tmp_path: Path
+) -> AsyncIterator[tuple[PostgresDurable, HistoryWriter, Path, str]]:
+    """A PostgresDurable in a fresh schema, a worker's history file beside it, and the schema."""
+    async with fresh_schema(wd_store.extra["url"], min_size=2, max_size=4) as (pool, schema):
+        path = tmp_path / "h.jsonl"
+        durable = PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool))
+        yield durable, HistoryWriter(path, "worker-0"), path, schema
+
+
 def test_a_durable_without_it_gets_a_recording_without_it(tmp_path: Path) -> None:
     durable = MemoryDurable(MemoryCheckpointer(), MemoryScheduler())
     assert not isinstance(durable, TakesAndClaims)
@@ -46,10 +59,7 @@ def test_a_durable_without_it_gets_a_recording_without_it(tmp_path: Path) -> Non
 async def test_it_is_recorded_as_the_take_claim_and_load_it_stands_for(
     wd_store: StoreUnderTest[Any], tmp_path: Path
 ) -> None:
-    async with fresh_schema(wd_store.extra["url"], min_size=2, max_size=4) as (pool, _):
-        durable = PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool))
-        path = tmp_path / "h.jsonl"
-        hist = HistoryWriter(path, "worker-0")
+    async with durable_and_history(wd_store, tmp_path) as (durable, hist, path, _):
         rec = Recorder(durable, hist)
         granted: list[Pass] = []
         rec.on_claim = granted.append  # the after-claim failpoint's hook
@@ -93,10 +103,7 @@ async def test_a_busy_claim_row_is_recorded_as_no_claim_not_as_a_refusal(
     its lapse (fencing's budget check and lease-lapses did, under a sweep in a CI run)."""
     import psycopg
 
-    async with fresh_schema(wd_store.extra["url"], min_size=2, max_size=4) as (pool, schema):
-        durable = PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool))
-        path = tmp_path / "h.jsonl"
-        hist = HistoryWriter(path, "worker-0")
+    async with durable_and_history(wd_store, tmp_path) as (durable, hist, path, schema):
         recorded = recording_durable(Recorder(durable, hist))
         await durable.checkpointer.claim("w", alive=timedelta(milliseconds=1), budget=LONG)
         await durable.arrive("w", "k", 1)
@@ -132,10 +139,7 @@ class _Silent:
 async def test_a_store_that_does_not_say_why_gets_no_refusal_recorded(
     wd_store: StoreUnderTest[Any], tmp_path: Path
 ) -> None:
-    async with fresh_schema(wd_store.extra["url"], min_size=2, max_size=4) as (pool, _):
-        durable = PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool))
-        path = tmp_path / "h.jsonl"
-        hist = HistoryWriter(path, "worker-0")
+    async with durable_and_history(wd_store, tmp_path) as (durable, hist, path, _):
         recorded = recording_durable(Recorder(_Silent(durable), hist))
         assert isinstance(recorded, TakesAndClaims)
         await durable.checkpointer.claim("w", alive=LONG, budget=LONG)  # a live pass: a real refusal
