@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from typing import Any
 
 import psycopg
@@ -141,3 +142,26 @@ async def test_a_batch_cut_off_leaves_each_caller_unknowing_and_spares_the_one_s
         assert await alone is not None  # the one sent alone is untouched, and lands once the turn frees
         assert list((await cp.load("held")).values()) == ["alone"]
         assert await cp.load("other") == {}, "the cut-off batch committed"
+
+
+async def test_bursts_from_many_callers_all_land_once_and_none_is_left_waiting(wd_store: Store) -> None:
+    """Senders start and stop as bursts come and go; an append made as the last sender finds
+    nothing left to send must start a sender of its own, never wait on one that is ending."""
+    rng = random.Random(5)
+    async with fresh_schema(wd_store.extra["url"], min_size=3, max_size=6) as (pool, _):
+        cp = PostgresCheckpointer(pool=pool)
+        made: list[tuple[str, str, int]] = []
+
+        async def caller(c: int) -> None:
+            for i in range(25):
+                if rng.random() < 0.3:
+                    await asyncio.sleep(rng.choice([0, 0, 0.001, 0.005]))
+                w = f"w{rng.randrange(8)}"
+                made.append((w, await cp.append(w, c * 100 + i), c * 100 + i))
+
+        async with asyncio.timeout(60):  # an append left waiting hangs here, not at the suite's timeout
+            await asyncio.gather(*(caller(c) for c in range(12)))
+        assert len(made) == 300 and len({key for _, key, _ in made}) == 300
+        for w in {w for w, _, _ in made}:
+            assert await cp.load(w) == {key: v for w2, key, v in made if w2 == w}
+        assert not cp._appends._senders and not cp._appends._waiting, "a sender or an append outlived its callers"

@@ -68,29 +68,33 @@ class AppendBatcher:
         done: asyncio.Future[str] = loop.create_future()
         self._waiting.append((workflow, encoded, done))
         if len(self._senders) < SENDERS:
-            sender = loop.create_task(self._send())
-            self._senders.add(sender)
-            sender.add_done_callback(self._senders.discard)
+            self._senders.add(loop.create_task(self._send()))
         return await done
 
     async def _send(self) -> None:
-        while self._waiting:
-            batch = [w for w in self._waiting[:MOST] if not w[2].done()]  # a cancelled caller: left out
-            del self._waiting[:MOST]
-            try:
-                if len(batch) == 1:
-                    await self._alone(batch[0])
-                elif batch:
-                    await self._together(batch)
-            except BaseException as exc:  # this task cancelled (the loop closing): no caller left hanging
-                for _, _, done in batch:
-                    if done.done():
-                        continue
-                    if isinstance(exc, asyncio.CancelledError):
-                        done.cancel()
-                    else:
-                        done.set_exception(exc)
-                raise
+        me = asyncio.current_task()
+        try:
+            while self._waiting:
+                batch = [w for w in self._waiting[:MOST] if not w[2].done()]  # a cancelled caller: left out
+                del self._waiting[:MOST]
+                try:
+                    if len(batch) == 1:
+                        await self._alone(batch[0])
+                    elif batch:
+                        await self._together(batch)
+                except BaseException as exc:  # this task cancelled (the loop closing): none left hanging
+                    for _, _, done in batch:
+                        if done.done():
+                            continue
+                        if isinstance(exc, asyncio.CancelledError):
+                            done.cancel()
+                        else:
+                            done.set_exception(exc)
+                    raise
+        finally:
+            # Gone from the set in the same step that found nothing waiting (a done-callback would
+            # run later): an append made after that step starts a sender, never waits on this one.
+            self._senders.discard(me)
 
     async def _alone(self, waiting: _Waiting) -> None:
         workflow, encoded, done = waiting
