@@ -165,3 +165,46 @@ async def test_bursts_from_many_callers_all_land_once_and_none_is_left_waiting(w
         for w in {w for w, _, _ in made}:
             assert await cp.load(w) == {key: v for w2, key, v in made if w2 == w}
         assert not cp._appends._senders and not cp._appends._waiting, "a sender or an append outlived its callers"
+
+
+async def test_an_append_made_as_both_senders_end_starts_a_sender_of_its_own(wd_store: Store) -> None:
+    """Both senders finish in one turn of the loop, and a caller they answered appends again at
+    once: that append must be sent, not left waiting on senders that are ending."""
+    async with fresh_schema(wd_store.extra["url"], min_size=1, max_size=2) as (pool, _):
+        cp = PostgresCheckpointer(pool=pool)
+        gates: dict[str, asyncio.Event] = {w: asyncio.Event() for w in ("a1", "a2", "a3")}
+        real = cp._append_alone
+
+        async def gated(workflow: str, encoded: str) -> str:
+            key = await real(workflow, encoded)
+            if workflow in gates:  # answered, but held here, so both senders can end in one turn
+                await gates[workflow].wait()
+            return key
+
+        cp._append_alone = gated  # type: ignore[method-assign]
+        first = asyncio.ensure_future(cp.append("a1", 1))  # sent alone, from its own task
+        await asyncio.sleep(0)
+
+        async def again() -> str:
+            await cp.append("a2", 2)  # the first sender's
+            return await cp.append("a4", 4)  # made in the turn both senders end
+
+        second = asyncio.ensure_future(again())
+        for _ in range(200):  # until the first sender holds a2, alone, at its gate
+            await asyncio.sleep(0.005)
+            if not cp._appends._waiting:
+                break
+        third = asyncio.ensure_future(cp.append("a3", 3))  # the second sender's
+        for _ in range(200):
+            await asyncio.sleep(0.005)
+            if not cp._appends._waiting:
+                break
+        await asyncio.sleep(0.2)  # both appends answered by the server, held at their gates
+        assert len(cp._appends._senders) == SENDERS, "the test needs both senders busy"
+        gates["a2"].set()
+        gates["a3"].set()
+        async with asyncio.timeout(10):
+            await asyncio.gather(second, third)
+        gates["a1"].set()
+        await first
+        assert await cp.load("a4") != {}
