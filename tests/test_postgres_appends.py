@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from without_durability.errors import InvalidValue, StoreUnavailable
+from without_durability.errors import InvalidValue, InvalidWorkflowId, StoreUnavailable
 from without_durability.testing.harness import StoreUnderTest
 from without_durability_postgres import PostgresCheckpointer
 from without_durability_postgres._appends import SENDERS
@@ -108,6 +108,69 @@ async def test_a_caller_cancelled_before_its_batch_went_out_appends_nothing(wd_s
         assert sorted(int(str(v)) for v in (await cp.load("held")).values()) == list(range(SENDERS + 1))
 
 
+@pytest.mark.parametrize("late", [1, 2], ids=["one-waiting", "a-batch-waiting"])
+async def test_callers_that_time_out_while_their_batch_waits_for_a_connection_append_nothing(
+    wd_store: Store, late: int
+) -> None:
+    """Every pooled connection is busy: one append goes out alone and waits for a connection, and
+    ``late`` more, each under ``asyncio.wait_for``, wait in a sender for one too. They time out;
+    once the connections come back, what the sender holds must not be sent (a caller that retries
+    after its timeout would otherwise append twice)."""
+    async with fresh_schema(wd_store.extra["url"], min_size=2, max_size=2) as (pool, _):
+        cp = PostgresCheckpointer(pool=pool)
+        held = [await pool.getconn(), await pool.getconn()]
+        try:
+            first = asyncio.ensure_future(cp.append("first", "sent"))
+            await asyncio.sleep(0.05)
+            assert cp._appends._alone_now == 1, "the first append was not sent alone"
+            timed = [asyncio.ensure_future(asyncio.wait_for(cp.append(f"late{i}", "never"), 0.5)) for i in range(late)]
+            got = await asyncio.gather(*timed, return_exceptions=True)
+            assert all(isinstance(g, TimeoutError) for g in got), got
+            assert cp._appends._senders, "no sender was waiting for a connection: this shows nothing"
+        finally:
+            for conn in held:
+                await pool.putconn(conn)
+        assert await asyncio.wait_for(first, 10)
+        for _ in range(1000):  # until the sender has had its connection and ended
+            if not cp._appends._senders:
+                break
+            await asyncio.sleep(0.01)
+        for i in range(late):
+            assert await cp.load(f"late{i}") == {}, f"late{i}: an append whose caller timed out was committed"
+        assert list((await cp.load("first")).values()) == ["sent"]
+
+
+class DeepForNine:
+    """A codec whose encoding of 9 is JSON nested 20,000 deep: the server refuses it (SQLSTATE
+    54001, which psycopg files under OperationalError)."""
+
+    renders_json = True
+
+    def encode(self, value: object) -> str:
+        return "[" * 20_000 + "]" * 20_000 if value == 9 and type(value) is int else json.dumps(value)
+
+    def decode(self, encoded: str) -> object:
+        return 9 if encoded.startswith("[[[[") else json.loads(encoded)
+
+
+async def test_input_over_the_servers_limits_fails_only_its_own_call_as_a_refusal(wd_store: Store) -> None:
+    """A value too deep and an id too long for the index, appended among valid ones: each fails
+    its own call with a refusal (never ``StoreUnavailable``), and every other append lands."""
+    async with fresh_schema(wd_store.extra["url"], min_size=2, max_size=4) as (pool, _):
+        cp = PostgresCheckpointer(pool=pool, codec=DeepForNine())
+        rng = random.Random(29)
+        too_long = "".join(chr(rng.randrange(0x4E00, 0x9FFF)) for _ in range(2000))
+        calls = [(f"w{i % 2}", i) for i in range(12)] + [(too_long, 100)]
+        got = await asyncio.gather(*(cp.append(w, v) for w, v in calls), return_exceptions=True)
+        failed = {calls[i][1]: g for i, g in enumerate(got) if isinstance(g, BaseException)}
+        assert set(failed) == {9, 100}, got
+        assert isinstance(failed[9], InvalidValue) and not isinstance(failed[9], StoreUnavailable), repr(failed[9])
+        assert isinstance(failed[100], InvalidWorkflowId), repr(failed[100])
+        loads = [await cp.load(w) for w in ("w0", "w1")]
+        landed = sorted(int(str(v)) for loaded in loads for v in loaded.values())
+        assert landed == [i for i in range(12) if i != 9], "the batch's other appends were lost with it"
+
+
 async def test_a_batch_cut_off_leaves_each_caller_unknowing_and_spares_the_one_sent_alone(wd_store: Store) -> None:
     url = wd_store.extra["url"]
     async with fresh_schema(url, min_size=3, max_size=4) as (pool, schema):
@@ -175,8 +238,8 @@ async def test_an_append_made_as_both_senders_end_starts_a_sender_of_its_own(wd_
         gates: dict[str, asyncio.Event] = {w: asyncio.Event() for w in ("a1", "a2", "a3")}
         real = cp._append_alone
 
-        async def gated(workflow: str, encoded: str) -> str:
-            key = await real(workflow, encoded)
+        async def gated(workflow: str, encoded: str, **how: Any) -> str:
+            key = await real(workflow, encoded, **how)
             if workflow in gates:  # answered, but held here, so both senders can end in one turn
                 await gates[workflow].wait()
             return key

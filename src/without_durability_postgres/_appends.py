@@ -13,8 +13,11 @@ gets its own key or its own error:
   appends is sent again alone, so one caller's bad value fails that caller only.
 - A batch whose outcome is unknown (the connection failed) leaves each caller with that error, as
   the same failure would for an append alone: the append may or may not have happened.
-- A caller cancelled before its batch is sent is left out of it: that append never happens. One
-  cancelled after its batch was sent may still have appended, as for any call cut off in flight.
+- A caller cancelled before its batch is sent is left out of it: that append never happens. The
+  batch is cut from the waiting callers once its connection is in hand, just before its
+  statements are queued, so a caller that timed out while the batch waited for a pooled
+  connection is left out too. One cancelled after its batch was sent may still have appended,
+  as for any call cut off in flight: its outcome is unknown.
   An append made while nothing else is under way is sent alone from its caller's own task, as
   without batching: cancelling it cancels its statement at the server.
 
@@ -99,7 +102,9 @@ class AppendBatcher:
     async def _alone(self, waiting: _Waiting) -> None:
         workflow, encoded, done = waiting
         try:
-            key = await self._cp._append_alone(workflow, encoded)
+            key = await self._cp._append_alone(workflow, encoded, wanted=lambda: not done.done())
+        except _NotWanted:  # its caller gave up while this waited for a connection: never sent
+            return
         except Exception as exc:
             if not done.done():
                 done.set_exception(exc)
@@ -112,6 +117,9 @@ class AppendBatcher:
         cp = self._cp
         try:
             async with one_flight(cp.pool, f"appending {len(ordered)} values together") as flight:
+                # The connection is held now: a caller cancelled while the batch waited for it is
+                # left out here, with no await between this look and the queuing below.
+                ordered = [w for w in ordered if not w[2].done()]
                 cursors = [
                     await flight.conn.execute(cp.APPEND, {"workflow": workflow, "value": encoded})
                     for workflow, encoded, _ in ordered
@@ -134,6 +142,10 @@ class AppendBatcher:
         for (_, _, done), key in zip(ordered, keys, strict=True):
             if not done.done():
                 done.set_result(key)
+
+
+class _NotWanted(Exception):
+    """Raised by ``_append_alone`` when its ``wanted`` says no once a connection is held."""
 
 
 def _for_one(exc: StoreUnavailable, workflow: str, together: int) -> StoreUnavailable:

@@ -31,7 +31,7 @@ from without_durability.rules import (
     encode_value,
 )
 
-from ._appends import AppendBatcher
+from ._appends import AppendBatcher, _NotWanted
 from ._boundary import Pool, check_codec, check_encoded, check_text, connect, statement
 
 PostgresEffect = Callable[[psycopg.AsyncCursor[Any]], Awaitable[object]]
@@ -375,9 +375,15 @@ class PostgresCheckpointer:
             return await self._appends.append(workflow, encoded)
         return await self._append_alone(workflow, encoded)
 
-    async def _append_alone(self, workflow: str, encoded: str) -> str:
-        # One statement: autocommit makes it its own transaction in one round trip.
+    async def _append_alone(
+        self, workflow: str, encoded: str, *, wanted: Callable[[], bool] | None = None
+    ) -> str:
+        # One statement: autocommit makes it its own transaction in one round trip. ``wanted``
+        # (the batcher's) is asked once the connection is held: a caller that gave up while this
+        # waited for it is never sent.
         async with statement(self.pool, f"appending to {workflow!r}", workflow, INBOX_PREFIX) as conn:
+            if wanted is not None and not wanted():
+                raise _NotWanted()
             return await self._append_on(conn, workflow, encoded)
 
     async def _append_on(self, conn: psycopg.AsyncConnection[Any], workflow: str, encoded: str) -> str:
