@@ -167,7 +167,7 @@ class _Statement:
         if isinstance(exc, psycopg.Error):
             raise self._wrapped(exc) from exc
 
-    def _wrapped(self, exc: psycopg.Error) -> StoreError | InvalidValue:
+    def _wrapped(self, exc: psycopg.Error) -> StoreError | InvalidInput:
         return refused_value(exc, self.workflow, self.key) or wrap(exc, self.pool, self.what)
 
 
@@ -379,11 +379,49 @@ def check_codec(codec: CheckpointCodec[Any]) -> None:
         ) from exc
 
 
-def refused_value(exc: psycopg.Error, workflow: str, key: str) -> InvalidValue | None:
-    """The ``InvalidValue`` for a value the server refused as jsonb, or None for other errors."""
+# An index entry (the primary keys on workflow and on (workflow, key)) may be at most about a
+# third of a page; Postgres refuses a longer one with SQLSTATE 54000 after compressing it.
+_INDEX_ROW = "index row"
+
+
+def refused_value(exc: psycopg.Error, workflow: str, key: str) -> InvalidInput | None:
+    """The refusal a caller sees for input the server refused, or None for other errors.
+
+    ``InvalidValue`` for a value jsonb cannot hold; for a program limit (SQLSTATE class 54: an id
+    or key too long for the primary-key index, a value nested deeper than the server's stack
+    allows), ``InvalidWorkflowId``, ``InvalidKey`` or ``InvalidValue`` naming what was too large.
+    psycopg files class 54 under ``OperationalError``, but the server was reached and refused
+    the statement, so this is never ``StoreUnavailable``: nothing was committed, and sending the
+    same input again fails the same way."""
     if isinstance(exc, pg_errors.UntranslatableCharacter | pg_errors.InvalidTextRepresentation):
         return InvalidValue(
             f"workflow {workflow!r}, key {key!r}: Postgres refused the encoded value as jsonb "
             f"({exc}); the codec must render JSON text jsonb can hold"
         )
-    return None
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    if not sqlstate.startswith("54"):
+        return None
+    said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if _INDEX_ROW in said:
+        id_bytes, key_bytes = len(workflow.encode("utf-8", "replace")), len(key.encode("utf-8", "replace"))
+        if key_bytes > id_bytes:
+            return InvalidKey(
+                f"workflow {_short(workflow)}: key {_short(key)} ({key_bytes} bytes) is too long "
+                f"for Postgres' index ({said}); use keys of at most a few hundred bytes"
+            )
+        return InvalidWorkflowId(
+            f"workflow id {_short(workflow)} ({id_bytes} bytes) is too long for Postgres' index "
+            f"({said}); use ids of at most a few hundred bytes"
+        )
+    return InvalidValue(
+        f"workflow {_short(workflow)}, key {_short(key)}: Postgres refused the value as beyond "
+        f"its limits (SQLSTATE {sqlstate}: {said}); record a smaller or less deeply nested value"
+    )
+
+
+def _short(text: str, most: int = 60) -> str:
+    """``text`` quoted, cut to ``most`` characters with its length said (an oversize id in an
+    error message would bury the message)."""
+    if len(text) <= most:
+        return repr(text)
+    return f"{text[:most]!r}... ({len(text)} characters)"
