@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import random
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -656,6 +657,70 @@ async def _age(pool: Any, workflows: list[str], *, records: str = "2 hours", cla
             "held_until = held_until - %s::interval WHERE workflow = ANY(%s)",
             (claims, claims, workflows),
         )
+
+
+async def test_a_sweep_beside_a_renewing_pass_never_hands_its_token_out_again(wd_store: Store) -> None:
+    """A pass that overruns its budget while renewing (as the Worker's tick does), with no records
+    and no queue row: the sweep may drop its lapsed claim row, but the next claim must mint a
+    token above the pass's, and the overrunning pass must be fenced."""
+    cp, pool, w = wd_store.checkpointer, pool_of(wd_store), wf("sweep-overrun")
+    first = await cp.claim(w, alive=timedelta(seconds=0.3), budget=timedelta(seconds=0.6))
+    deadline = asyncio.get_running_loop().time() + 1.0  # past budget + older_than
+    while asyncio.get_running_loop().time() < deadline:
+        await cp.renew(first)  # never silent
+        await asyncio.sleep(0.1)
+    await sweep(pool, timedelta(seconds=0.3))
+    assert await scalar(pool, "SELECT count(*) FROM workflow_claim WHERE workflow = %s", (w,)) == 0, (
+        "the sweep kept the lapsed claim row, so this test shows nothing"
+    )
+    second = await cp.claim(w, alive=LONG, budget=LONG)
+    assert second.token > first.token, (
+        f"the claim after the sweep got token {second.token}, not above the running pass's {first.token}"
+    )
+    await cp.record(second, "k", "second")
+    with pytest.raises(Fenced):
+        await cp.record(first, "k2", "first")
+    assert await cp.load(w) == {"k": "second"}
+
+
+async def test_input_over_the_servers_limits_is_refused_not_unreachable(wd_store: Store) -> None:
+    """An id or key too long for the primary-key index, or a value nested deeper than jsonb's
+    stack allows: the server refuses (SQLSTATE class 54, which psycopg files under
+    OperationalError); the caller gets a refusal naming what was too large, never
+    ``StoreUnavailable``, and nothing is stored."""
+    cp = wd_store.checkpointer
+    rng = random.Random(29)
+    long_text = "".join(chr(rng.randrange(0x4E00, 0x9FFF)) for _ in range(2000))  # ~6 kB, incompressible
+    with pytest.raises(InvalidWorkflowId, match="too long") as raised:
+        await cp.claim(long_text, alive=LONG, budget=LONG)
+    assert not isinstance(raised.value, StoreUnavailable) and "characters)" in str(raised.value)
+    with pytest.raises(InvalidWorkflowId, match="too long"):
+        await cp.append(long_text, "m")
+    w = wf("limits")
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    with pytest.raises(InvalidKey, match="too long"):
+        await cp.record(held, long_text, 1)
+    deep = DeepForDeep()
+    deep_cp = PostgresCheckpointer(pool=pool_of(wd_store), codec=deep)
+    with pytest.raises(InvalidValue, match="SQLSTATE 54"):
+        await deep_cp.record(held, "deep", "deep")
+    with pytest.raises(InvalidValue, match="SQLSTATE 54"):
+        await deep_cp.append(w, "deep")
+    assert await cp.load(w) == {}, "a refused write left something behind"
+
+
+class DeepForDeep:
+    """A JSON codec that renders the string ``"deep"`` as arrays nested 20,000 deep: JSON text the
+    construction checks accept and jsonb's parser refuses for its stack depth."""
+
+    renders_json = True
+    DEEP = "[" * 20_000 + "]" * 20_000
+
+    def encode(self, value: object) -> str:
+        return self.DEEP if value == "deep" else json.dumps(value)
+
+    def decode(self, encoded: str) -> object:
+        return "deep" if encoded.startswith("[[[[") else json.loads(encoded)
 
 
 async def test_sweep_fences_what_it_collects_and_leaves_what_it_keeps_untouched(wd_store: Store) -> None:

@@ -42,15 +42,17 @@ write and return the value to record. It commits with the record or not at all."
 
 # The WHERE on DO UPDATE is the "is it free" test: a live row fails it and RETURNING comes back
 # empty, which is how a lost race shows. Two first claims serialize on the primary key, and the
-# loser takes the DO UPDATE arm. LEAST keeps liveness at or under the budget.
+# loser takes the DO UPDATE arm. LEAST keeps liveness at or under the budget. The token is drawn
+# from workflow_token_seq (schema.CREATE_TOKEN_SEQ), so no token is ever handed out twice for
+# one workflow, even after its claim row was deleted; GREATEST keeps a row's tokens rising.
 CLAIM = """
 INSERT INTO workflow_claim AS held (workflow, token, held_until, alive_until, alive_for)
 VALUES (
-    %(workflow)s, 1,
+    %(workflow)s, nextval('workflow_token_seq'),
     now() + %(budget)s, LEAST(now() + %(alive)s, now() + %(budget)s), %(alive)s
 )
 ON CONFLICT (workflow) DO UPDATE
-    SET token = held.token + 1,
+    SET token = GREATEST(held.token + 1, EXCLUDED.token),
         held_until = now() + %(budget)s,
         alive_until = LEAST(now() + %(alive)s, now() + %(budget)s),
         alive_for = %(alive)s
@@ -78,7 +80,7 @@ UPDATE workflow_claim
 # id be claimed at once. It runs first so its row lock orders it after any record in flight.
 RAISE_FENCE = """
 UPDATE workflow_claim
-   SET token = token + 1,
+   SET token = GREATEST(token + 1, nextval('workflow_token_seq')),
        held_until = LEAST(held_until, now()),
        alive_until = LEAST(alive_until, now())
  WHERE workflow = %(workflow)s

@@ -50,13 +50,13 @@ WITH next AS (
        FOR UPDATE OF c SKIP LOCKED
 ), claimed AS (
     INSERT INTO workflow_claim AS held (workflow, token, held_until, alive_until, alive_for)
-    SELECT taken.workflow, 1,
+    SELECT taken.workflow, nextval('workflow_token_seq'),
            now() + %(budget)s, LEAST(now() + %(alive)s, now() + %(budget)s), %(alive)s
       FROM taken
      WHERE EXISTS (SELECT 1 FROM free)
         OR NOT EXISTS (SELECT 1 FROM workflow_claim c WHERE c.workflow = taken.workflow)
     ON CONFLICT (workflow) DO UPDATE
-        SET token = held.token + 1,
+        SET token = GREATEST(held.token + 1, EXCLUDED.token),
             held_until = now() + %(budget)s,
             alive_until = LEAST(now() + %(alive)s, now() + %(budget)s),
             alive_for = %(alive)s

@@ -38,7 +38,7 @@ LEDGER_READ = "SELECT total FROM wd_ledger WHERE name = %(name)s"
 # the token goes up and the claim lapses, as a discard (or a takeover after a lapse) would do.
 SUPERSEDE = """
 UPDATE workflow_claim
-   SET token = token + 1, held_until = LEAST(held_until, now()),
+   SET token = GREATEST(token + 1, nextval('workflow_token_seq')), held_until = LEAST(held_until, now()),
        alive_until = LEAST(alive_until, now())
  WHERE workflow = %(workflow)s
 """

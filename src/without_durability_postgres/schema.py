@@ -17,6 +17,20 @@ TAKE_MIGRATE_LOCK = "SELECT pg_advisory_xact_lock(%(key)s)"
 
 CREATE_SEQ = "CREATE SEQUENCE IF NOT EXISTS workflow_seq"
 
+# Fencing tokens come from one sequence for every workflow, never from a claim row's own count:
+# a row the sweep deleted would restart that count, and a running pass's token be handed out again.
+# A token is also at least its row's last one plus one, so tokens of a workflow only go up.
+CREATE_TOKEN_SEQ = "CREATE SEQUENCE IF NOT EXISTS workflow_token_seq"
+
+# A database whose claim rows were minted before the token sequence existed (each row counted
+# from 1): start the sequence above every token already held, so none is handed out again.
+CATCH_UP_TOKEN_SEQ = """
+SELECT setval('workflow_token_seq', top.token)
+  FROM (SELECT max(token) AS token FROM workflow_claim) AS top,
+       (SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS issued FROM workflow_token_seq) AS seq
+ WHERE top.token > seq.issued
+"""
+
 # seq has a DEFAULT, not an identity: append must be able to supply the number it drew itself.
 # written_at's DEFAULT is clock_timestamp(), the moment of the insert, not the transaction start;
 # both defaults fire only on insert, so a losing write moves neither.
@@ -149,6 +163,8 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE_CHECKPOINT_ORDER,
     CREATE_CHECKPOINT_AGE,
     CREATE_CLAIM,
+    CREATE_TOKEN_SEQ,
+    CATCH_UP_TOKEN_SEQ,
     CREATE_QUEUE,
     CREATE_QUEUE_DUE,
     CREATE_TRANSACT_GUARD,

@@ -38,7 +38,7 @@ HAVING ((max(cp.written_at) < now() - %(age)s
 # under that lock, that no live claim appeared since), so a pass in flight cannot write after.
 SWEEP_FENCE = """
 UPDATE workflow_claim
-   SET token = token + 1,
+   SET token = GREATEST(token + 1, nextval('workflow_token_seq')),
        held_until = LEAST(held_until, now()),
        alive_until = LEAST(alive_until, now())
  WHERE workflow = %(workflow)s AND alive_until <= now()
@@ -66,8 +66,9 @@ SELECT workflow FROM workflow_claim
 """
 
 # ... then a new statement, with a snapshot taken after those locks, deletes only those whose
-# workflow has no records and no queue row: deleting a claim row under surviving records would
-# restart its tokens at 1 and let a stale pass's token come round again.
+# workflow has no records and no queue row. Deleting a row never lets a token come round again:
+# tokens are drawn from workflow_token_seq, so the next claim of the workflow gets a token above
+# every one handed out before, and a pass still holding an old one is fenced.
 DROP_CLAIMS = """
 DELETE FROM workflow_claim c
  WHERE c.workflow = ANY(%(workflows)s)
@@ -89,9 +90,10 @@ async def sweep(pool: Pool, older_than: timedelta, *, abandoned_after: timedelta
     knows no arrival is coming, since a later ``arrive`` would then run the body from scratch.
 
     Nothing here runs on a schedule: call it from a periodic job. It never deletes the claim row of
-    a workflow that still has records. A deleted claim row restarts that workflow's tokens at 1, so
-    choose ``older_than`` longer than any pass could stall: a pass silent for longer than that could
-    otherwise see its token issued again.
+    a workflow that still has records. Whatever it deletes, no fencing token is handed out twice
+    for one workflow: tokens come from one sequence (``workflow_token_seq``), so a claim made
+    after a sweep gets a token above every earlier one, and a pass that outlived its claim row
+    (one that overran its budget, or stalled past ``older_than``) is fenced at its next write.
     """
     if not isinstance(older_than, timedelta) or older_than < timedelta(0):
         raise InvalidInput(f"sweep older_than must be a non-negative timedelta, got {older_than!r}")
