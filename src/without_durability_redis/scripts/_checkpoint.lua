@@ -13,6 +13,8 @@
 -- claim hash that expired and was re-created still mints above every token issued before it; and at
 -- least one past the last token, so two claims in one millisecond (or a clock stepping back) still
 -- increase. Milliseconds keep a token within 13 digits, exact in any double and in cjson's output.
+-- Claims faster than one a millisecond run the tokens ahead of the clock; arm_claim therefore keeps
+-- the hash until the clock has passed its token, so a re-created hash never mints one handed out.
 local function mint(previous, now)
   local clock = math.floor(now / 1000)
   local last = tonumber(previous)
@@ -54,13 +56,19 @@ local function retain(records, key, ms)
 end
 
 -- Re-arm the claim's TTL to the budget still to run plus the TTL, so a live claim never expires
--- and is re-created under a pass that still holds it. Returns that span, in milliseconds.
+-- and is re-created under a pass that still holds it; and to at least one millisecond past the
+-- moment the server's clock reaches the hash's token (see mint), so the hash outlives every token
+-- it minted ahead of the clock. Returns the span, in milliseconds.
 local function arm_claim(claim, held, now, ttl_ms)
   local left_ms = math.ceil((held - now) / 1000)
   if left_ms < 0 then
     left_ms = 0
   end
   local ms = tonumber(ttl_ms) + left_ms
+  local ahead_ms = (tonumber(redis.call('HGET', claim, 'token')) or 0) - math.floor(now / 1000) + 1
+  if ahead_ms > ms then
+    ms = ahead_ms
+  end
   extend(claim, ms)
   return ms
 end
