@@ -416,11 +416,28 @@ def translated(client: Client, what: str, exc: BaseException) -> StoreError:
 @contextlib.contextmanager
 def boundary(client: Client, what: str) -> Iterator[None]:
     """Wrap the driver's errors: unreachable server -> ``StoreUnavailable``, any other driver error
-    -> ``StoreError``; the driver's error stays as ``__cause__``."""
+    -> ``StoreError``; the driver's error stays as ``__cause__``.
+
+    A call whose task was cancelled while it ran raises ``CancelledError`` even if the driver
+    returned its reply: redis-py sends under ``asyncio.wait_for``, which on Python 3.11 hands back
+    the result when the cancel lands just as the reply arrives, and a caller that cancelled must
+    never see the call go on as if nothing happened. Such a call's outcome is unknown (it may have
+    been applied), as for any call cut off in flight."""
+    task = _current_task()
+    asked = task.cancelling() if task is not None else 0
     try:
         yield
     except DRIVER_ERRORS as exc:
         raise translated(client, what, exc) from exc
+    if task is not None and task.cancelling() > asked:
+        raise asyncio.CancelledError(f"cancelled while {what} (it may have been applied)")
+
+
+def _current_task() -> asyncio.Task[Any] | None:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no running loop: nothing can cancel this call
+        return None
 
 
 def text(value: object) -> str:
