@@ -317,3 +317,54 @@ async def test_a_store_error_in_a_pass_counts_no_attempt(wd_store: Store) -> Non
     records = await wd_store.checkpointer.load(w)
     assert records == {}, f"a store error was counted as a failed attempt: {records!r}"
     assert await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG), "the claim was not released"
+
+
+class SwallowingCheckpointer(CountingCheckpointer):
+    """The store's checkpointer, whose renew swallows the first cancel that lands in it and
+    returns as if it had finished: what redis-py's ``asyncio.wait_for`` does on Python 3.11 when
+    the cancel lands as the reply arrives."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.swallowed = 0
+
+    async def renew(self, pass_: Pass) -> None:
+        try:
+            await asyncio.sleep(3600)  # a call in flight until the Worker's cancel lands
+        except asyncio.CancelledError:
+            self.swallowed += 1
+            current = asyncio.current_task()
+            assert current is not None
+            current.uncancel()  # swallowed: the caller's cancel is lost
+        await super().renew(pass_)
+
+
+async def test_a_pass_ends_though_its_renewal_swallowed_the_cancel(wd_store: Store) -> None:
+    """The Worker ends a pass's renewal tick by more than ``cancel()``: a tick whose store call
+    swallows the cancel must still stop, or the pass never ends and the result is never recorded."""
+    w = wf("swallow")
+    durable = CountingDurable(wd_store.durable)
+    durable.checkpointer = SwallowingCheckpointer(wd_store.durable.checkpointer)
+
+    async def body(run: Run[Any]) -> object:
+        await asyncio.sleep(0.05)  # renewals tick all through it
+        return "done"
+
+    await wd_store.scheduler.schedule(w)
+    work = Worker(
+        durable,
+        body,
+        alive=LONG,
+        budget=LONG,
+        visibility=LONG,
+        poll_interval=timedelta(milliseconds=20),
+        renew_every=timedelta(milliseconds=1),
+    )
+    once = asyncio.ensure_future(work.run_once())
+    await asyncio.wait({once}, timeout=20)  # not a cancel: the tick that would run for ever must end itself
+    if not once.done():
+        once.cancel()
+        pytest.fail("the pass never ended: its renewal tick outlived the body")
+    assert once.result()
+    assert durable.checkpointer.swallowed, "no cancel landed in a renewal: this shows nothing"
+    assert (await wd_store.checkpointer.load(w)).get("wd/finished") == "done"

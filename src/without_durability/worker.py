@@ -267,8 +267,9 @@ class Worker(Generic[E]):
             self._answer = (delivery, None)
             return
         fenced: list[Fenced] = []
+        ended = asyncio.Event()
         task = asyncio.create_task(run_loaded(self.durable, pass_, records, self.body))
-        ticker = asyncio.create_task(self._renew(pass_, task, fenced))
+        ticker = asyncio.create_task(self._renew(pass_, task, fenced, ended))
         failure: BaseException | None = None
         try:
             outcome = await task
@@ -283,9 +284,14 @@ class Worker(Generic[E]):
         except (Exception, BaseExceptionGroup) as exc:  # a group: a TaskGroup's failures and waits
             failure = exc
         finally:
+            # The tick is told to stop, not only cancelled: a driver that swallows a cancel landing
+            # as its call completes (redis-py on Python 3.11) would otherwise keep it renewing for
+            # ever, and this pass would never end. It stops after at most the renewal in flight.
+            ended.set()
             ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ticker
+            # waited for, not awaited: a cancel of this pass from outside propagates from here
+            # rather than being taken for the tick's own
+            await asyncio.wait({ticker})
         if fenced:  # the pass ended just as the tick found it superseded: answer nothing
             log.info("worker: %s", fenced[0])
             return
@@ -360,11 +366,19 @@ class Worker(Generic[E]):
         return await self.durable.scheduler.now() + self.retry.delay(attempt)
 
     async def _renew(
-        self, pass_: Pass, task: asyncio.Task[Finished | Sleeping | Blocked], fenced: list[Fenced]
+        self,
+        pass_: Pass,
+        task: asyncio.Task[Finished | Sleeping | Blocked],
+        fenced: list[Fenced],
+        ended: asyncio.Event,
     ) -> None:
+        """Renew ``pass_`` every ``renew_every`` until ``ended`` is set (checked after every sleep
+        and every renewal, so a cancel the store's driver swallowed cannot keep it going)."""
         interval = self.renew_every.total_seconds()
-        while True:
+        while not ended.is_set():
             await asyncio.sleep(interval)
+            if ended.is_set():
+                return
             try:
                 await self.durable.checkpointer.renew(pass_)
             except Fenced as exc:
