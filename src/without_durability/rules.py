@@ -7,8 +7,7 @@ workflow, the key and the rule, and nothing already stored is lost.
 from __future__ import annotations
 
 import contextlib
-import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -159,9 +158,54 @@ def check_time(what: str, at: datetime | None) -> None:
 E = TypeVar("E")
 
 
+MAX_DEPTH = 500
+"""The deepest nesting of lists and dicts a value may have. Fixed here rather than left to the
+interpreter: how deep ``json`` can encode and decode differs between Python versions (3.11 refuses
+1,000 levels, 3.13 encodes 8,000), and a value one worker's Python recorded must load on every
+other's."""
+
+
+def _deeper_than(value: object, most: int) -> bool:
+    """Whether ``value`` nests lists, tuples and dicts more than ``most`` levels deep."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > most:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _too_deep(encoded: object, value: object) -> bool:
+    """Whether ``value`` is nested deeper than ``MAX_DEPTH``; only walked when its encoding has
+    that many opening brackets at all (a count at C speed), so ordinary values cost nothing."""
+    if isinstance(encoded, str):
+        opened = encoded.count("[") + encoded.count("{")
+    elif isinstance(encoded, bytes | bytearray):
+        opened = encoded.count(b"[") + encoded.count(b"{")
+    else:
+        opened = MAX_DEPTH + 1  # an encoding we cannot count in: walk the value
+    return opened > MAX_DEPTH and _deeper_than(value, MAX_DEPTH)
+
+
+def _nested_too_deep(workflow: str, key: str, value: object) -> InvalidValue:
+    return InvalidValue(
+        f"workflow {workflow!r}, key {key!r}: the {type(value).__name__} value is nested more "
+        f"than {MAX_DEPTH} levels deep, the limit on every Python version (rules.MAX_DEPTH); "
+        "flatten it, or store it elsewhere and record a reference to it"
+    )
+
+
 def encode_value(codec: CheckpointCodec[E], workflow: str, key: str, value: object, max_bytes: int) -> E:
-    """Encode ``value`` for ``workflow``/``key``, refusing what the codec cannot carry or what is
-    larger than ``max_bytes`` with an ``InvalidValue`` that names both."""
+    """Encode ``value`` for ``workflow``/``key``, refusing what the codec cannot carry, what is
+    nested deeper than ``MAX_DEPTH``, or what is larger than ``max_bytes`` with an
+    ``InvalidValue`` that names both."""
     try:
         encoded = codec.encode(value)
     except (TypeError, ValueError) as exc:
@@ -170,12 +214,9 @@ def encode_value(codec: CheckpointCodec[E], workflow: str, key: str, value: obje
             f"value ({exc}); record values the codec carries (JsonCodec: JSON types only)"
         ) from exc
     except RecursionError as exc:
-        raise InvalidValue(
-            f"workflow {workflow!r}, key {key!r}: the {type(value).__name__} value is nested "
-            "deeper than the codec can encode (Python's recursion limit is "
-            f"{sys.getrecursionlimit()}); flatten it, or store it elsewhere and record a "
-            "reference to it"
-        ) from exc
+        raise _nested_too_deep(workflow, key, value) from exc
+    if _too_deep(encoded, value):
+        raise _nested_too_deep(workflow, key, value)
     if isinstance(encoded, str) and encoded.isascii():
         size = len(encoded)  # one byte a character, and no lone surrogate: no copy to count
     elif isinstance(encoded, str):
