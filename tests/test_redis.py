@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import random
 import time
 from datetime import timedelta
 from typing import Any
@@ -169,6 +170,53 @@ async def test_a_token_ahead_of_the_clock_is_still_outranked(wd_store: Store) ->
     assert held.token > ahead, f"a claim minted {held.token}, not above the last token {ahead}"
     with pytest.raises(Fenced):
         await cp.record(Pass(w, ahead), "k", 1)
+
+
+@CHECKPOINTERS
+async def test_a_claim_storm_under_a_short_ttl_never_sees_a_token_again(wd_store: Store) -> None:
+    """Claims faster than one a millisecond run the tokens ahead of the server's clock; the claim
+    hash must then outlive its TTL until the clock has passed them, or a claim after it expired
+    would mint the bare clock, a token already handed out."""
+    client, w = client_of(wd_store), wf("storm-ttl")
+    cp = type(checkpointer_of(wd_store))(client, prefix=wd_store.extra["prefix"], ttl=timedelta(seconds=1))
+    # where a storm of claims faster than one a millisecond leaves a hash: its token 2-3 s ahead
+    ahead = (await client.time())[0] * 1000 + 3_000
+    await client.hset(cp.claim_key(w), mapping={"token": ahead, "held": 0, "alive": 0, "for": 0})
+    last = await cp.claim(w, alive=timedelta(microseconds=1), budget=timedelta(microseconds=1))
+    issued = [ahead, last.token]
+    assert last.token > ahead
+    await asyncio.sleep(1.3)  # past the TTL after the last claim, short of the clock reaching the tokens
+    again = await cp.claim(w, alive=LONG, budget=LONG)
+    assert again.token > max(issued), (
+        f"a claim after the TTL minted {again.token}, not above {max(issued)} already handed out"
+    )
+    with pytest.raises(Fenced):
+        await cp.record(last, "stale", 1)
+
+
+@CHECKPOINTERS
+async def test_a_cancelled_call_raises_cancelled_even_when_its_reply_arrived(wd_store: Store) -> None:
+    """A caller that cancels a call must see ``CancelledError`` (the outcome is then unknown),
+    never the call going on as if nothing happened: redis-py's ``wait_for`` on Python 3.11 hands
+    back the reply when the cancel lands as it arrives."""
+    cp, w = checkpointer_of(wd_store), wf("cancelled")
+    held = await cp.claim(w, alive=LONG, budget=LONG)
+    rng = random.Random(29)
+    swallowed = cancelled = 0
+    for i in range(200):
+        call = asyncio.ensure_future(cp.renew(held) if i % 2 else cp.load(w))
+        await asyncio.sleep(rng.choice([0, 0, 0.0001, 0.0003, 0.001]))
+        if not call.cancel():
+            continue  # it had finished: no cancel was asked for
+        cancelled += 1
+        try:
+            await call
+        except asyncio.CancelledError:
+            pass
+        else:
+            swallowed += 1
+    assert cancelled, "no cancel landed while a call was in flight: this shows nothing"
+    assert swallowed == 0, f"{swallowed} of {cancelled} cancelled calls returned as if not cancelled"
 
 
 @CHECKPOINTERS
