@@ -5,6 +5,10 @@ broken store that must be caught.
 Run it with ``python -m pytest chaos`` (``.ci/run`` does). ``WD_CHAOS_GATE_SECONDS`` sets the
 workload phase of each run (default 12 s; storms 5 s); reports land in ``reports/chaos-gate/``,
 one folder per case. ``.ci/run`` runs two cases at a time (pytest-xdist ``-n 2``).
+
+A run that comes out unknown (its fault did not bite, or this machine's wall clock stepped) tested
+nothing, so it is run again on another seed, up to ``RUNS`` runs in all; a case fails on a real
+verdict it did not expect, or when every run was unknown (the failure names each and why).
 """
 
 from __future__ import annotations
@@ -69,14 +73,18 @@ def _case_reports() -> Path:
     return REPORTS / re.sub(r"[^\w.-]+", "_", test.rpartition("::")[2]).strip("_")
 
 
-def _run(name: str, store: str, *extra: str) -> tuple[int, dict[str, Any], str]:
+def _run(
+    name: str, store: str, *extra: str, seconds: float | None = None, report_dir: Path | None = None
+) -> tuple[int, dict[str, Any], str]:
     scenario = load_file(available()[name])
     reason = check_available(store, **service_needs([{"fault": f.kind} for f in scenario.faults]))
     if reason:
         pytest.fail(f"{name} on {store}: servers unavailable: {reason}")
-    seconds = min(SECONDS, 5.0) if scenario.storm is not None else SECONDS
-    if store not in FULL:
-        seconds = min(seconds, REPRESENTATIVE_SECONDS)
+    if seconds is None:
+        seconds = min(SECONDS, 5.0) if scenario.storm is not None else SECONDS
+        if store not in FULL:
+            seconds = min(seconds, REPRESENTATIVE_SECONDS)
+    reports = _case_reports() if report_dir is None else report_dir
     command = [
         sys.executable,
         "-m",
@@ -88,7 +96,7 @@ def _run(name: str, store: str, *extra: str) -> tuple[int, dict[str, Any], str]:
         "--time-limit",
         str(seconds),
         "--report-dir",
-        str(reports := _case_reports()),
+        str(reports),
         *extra,
     ]
     try:
@@ -106,38 +114,59 @@ def _run(name: str, store: str, *extra: str) -> tuple[int, dict[str, Any], str]:
     return done.returncode, summary, done.stdout + done.stderr
 
 
-def _run_judged(name: str, store: str, *extra: str) -> tuple[int, dict[str, Any], str]:
-    """``_run``, once more if the first run was unknown because this machine's wall clock stepped
-    under a store whose leases run on it, or if every checker held but the fault did not bite:
-    such a run proves nothing either way (it is kept, and the warning names it); a second miss
-    fails the gate."""
-    code, summary, output = _run(name, store, *extra)
-    if code == 2 and summary.get("wall_clock_steps"):
-        warnings.warn(
-            f"{name} on {store}: the wall clock stepped ({summary['wall_clock_steps']}), so the run "
-            f"in {summary.get('run_dir')} was unknown; running it once more",
-            stacklevel=2,
-        )
-        code, summary, output = _run(name, store, *extra)
-    elif code == 1 and _only_the_bite_failed(summary):
-        # every checker held, but the fault touched nothing (a stall that caught a worker between
-        # passes): the run proves nothing either way, and the next seed-equal run times differently
-        warnings.warn(
-            f"{name} on {store}: the fault did not bite in {summary.get('run_dir')}; running it once more",
-            stacklevel=2,
-        )
-        code, summary, output = _run(name, store, *extra)
-    return code, summary, output
+RUNS = 3
+"""At most this many runs of one case: an unknown run is run again, on another seed."""
 
 
-def _only_the_bite_failed(summary: dict[str, Any]) -> bool:
-    """Whether the run's only invalid verdicts are bite checks (and there is one)."""
-    invalid = [str(v["name"]) for v in summary.get("verdicts", []) if v["valid"] is not True]
-    return bool(invalid) and all(n.startswith("bite") for n in invalid)
+def _why_unknown(summary: dict[str, Any]) -> str:
+    """What made a run unknown: each verdict that was neither valid nor invalid, and the wall-clock
+    steps the run saw."""
+    why = [
+        f"{v['name']}: {v['summary']}"
+        for v in summary.get("verdicts", [])
+        if v["valid"] is not True and v["valid"] is not False
+    ]
+    if summary.get("wall_clock_steps"):
+        why.append(f"the wall clock stepped ({summary['wall_clock_steps']})")
+    return "; ".join(why) or "no verdict said why"
+
+
+def _run_judged(
+    name: str,
+    store: str,
+    *extra: str,
+    seed: int | None = None,
+    seconds: float | None = None,
+    report_dir: Path | None = None,
+) -> tuple[int, dict[str, Any], str]:
+    """``_run`` until a run gives a real verdict (valid or invalid), at most ``RUNS`` times. An
+    unknown run proves nothing either way: its fault did not bite (a stall that caught a worker
+    between passes), or this machine's wall clock stepped under a store whose leases run on it.
+    It is kept, a warning names it, and the next run takes another seed (``seed``, else the
+    scenario's, plus the retry's number), since the same seed would likely time the same way.
+    ``RUNS`` unknown runs fail the test, naming each run and why it was unknown."""
+    base = load_file(available()[name]).seed if seed is None else seed
+    misses: list[str] = []
+    output = ""
+    for attempt in range(RUNS):
+        chosen = () if seed is None and attempt == 0 else ("--seed", str(base + attempt))
+        code, summary, output = _run(name, store, *extra, *chosen, seconds=seconds, report_dir=report_dir)
+        if code != 2:
+            return code, summary, output
+        missed = f"{summary.get('run_dir')} (seed {summary.get('seed')}): {_why_unknown(summary)}"
+        misses.append(missed)
+        if attempt + 1 < RUNS:
+            warnings.warn(
+                f"{name} on {store}: unknown, running it again on another seed: {missed}", stacklevel=2
+            )
+    pytest.fail(
+        f"{name} on {store}: unknown in all {RUNS} runs, each on another seed, so it tested "
+        "nothing:\n  " + "\n  ".join(misses) + f"\nthe last run's output:\n{output}"
+    )
 
 
 @pytest.mark.parametrize(("name", "store"), _cases(), ids=[f"{n}[{s}]" for n, s in _cases()])
-@pytest.mark.timeout(2 * HARD_TIMEOUT + 30)
+@pytest.mark.timeout(RUNS * HARD_TIMEOUT + 30)
 def test_scenario_passes_and_its_fault_bites(name: str, store: str) -> None:
     code, summary, output = _run_judged(name, store)
     assert code == 0, f"{name} on {store} exited {code} (0 valid, 1 invalid, 2 unknown):\n{output}"
@@ -155,7 +184,7 @@ def test_scenario_passes_and_its_fault_bites(name: str, store: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "store"), _lossy_cases(), ids=[f"{n}[{s}]" for n, s in _lossy_cases()])
-@pytest.mark.timeout(2 * HARD_TIMEOUT + 30)
+@pytest.mark.timeout(RUNS * HARD_TIMEOUT + 30)
 def test_writes_lost_by_design_are_counted_by_durability(name: str, store: str) -> None:
     """Asynchronous replication across a failover: the run must fail, durability must count the
     acknowledged writes the promoted standby never had, and the fault must have bitten."""
@@ -169,7 +198,7 @@ def test_writes_lost_by_design_are_counted_by_durability(name: str, store: str) 
 
 
 @pytest.mark.parametrize("name", ["lease-stall", "kill-between-effect-and-record"])
-@pytest.mark.timeout(2 * HARD_TIMEOUT + 30)
+@pytest.mark.timeout(RUNS * HARD_TIMEOUT + 30)
 def test_the_library_worker_under_faults(name: str) -> None:
     """The same workflow as a Run body under the library's own Worker (renewal tick, resume)."""
     code, summary, output = _run_judged(name, "sqlite", "--client", "worker")
@@ -178,7 +207,7 @@ def test_the_library_worker_under_faults(name: str) -> None:
 
 
 @pytest.mark.parametrize("store", [s for s in _worker_stores() if s != "sqlite"])
-@pytest.mark.timeout(2 * HARD_TIMEOUT + 30)
+@pytest.mark.timeout(RUNS * HARD_TIMEOUT + 30)
 def test_the_library_worker_under_faults_on_every_store(store: str) -> None:
     """``REPRESENTATIVE`` under the library Worker on every other kit worker processes can open (the
     Redis stream scheduler and Redis Cluster included), and its fault bites."""
@@ -189,25 +218,21 @@ def test_the_library_worker_under_faults_on_every_store(store: str) -> None:
     assert bites and all(v["valid"] is True for v in bites), bites
 
 
-@pytest.mark.timeout(HARD_TIMEOUT + 30)
+@pytest.mark.timeout(RUNS * HARD_TIMEOUT + 30)
 def test_a_store_without_the_fence_on_record_is_caught() -> None:
-    code, summary, output = _run(
-        "lease-stall", "sqlite", "--mutant", "sqlite-record-without-fence"
-    )
+    code, summary, output = _run_judged("lease-stall", "sqlite", "--mutant", "sqlite-record-without-fence")
     assert code == 1, f"the mutant was not caught (exit {code}):\n{output}"
     fencing = next(v for v in summary["verdicts"] if v["name"] == "fencing")
     assert fencing["valid"] is False, fencing
     assert any("superseded token" in str(e.get("why")) for e in fencing["evidence"]), fencing
 
 
-@pytest.mark.timeout(HARD_TIMEOUT + 60)
+@pytest.mark.timeout((2 * RUNS + 1) * HARD_TIMEOUT + 60)  # runs, shrink, replays
 @pytest.mark.longest
 def test_a_failing_run_shrinks_to_fewer_faults_that_still_fail_on_replay(tmp_path: Path) -> None:
     """``wd-chaos shrink`` on the broken store's run finds a smaller schedule within a short budget,
     and that schedule replayed with ``--schedule`` fails the run again."""
-    code, summary, output = _run(
-        "lease-stall", "sqlite", "--mutant", "sqlite-record-without-fence"
-    )
+    code, summary, output = _run_judged("lease-stall", "sqlite", "--mutant", "sqlite-record-without-fence")
     assert code == 1, f"the mutant was not caught (exit {code}):\n{output}"
     assert f"wd-chaos shrink {summary['run_dir']}" in output  # the failing run says how to shrink it
     shrunk = subprocess.run(
@@ -235,37 +260,21 @@ def test_a_failing_run_shrinks_to_fewer_faults_that_still_fail_on_replay(tmp_pat
     result = json.loads((folder / "shrink.json").read_text())
     assert result["targets"] == ["fencing"], result["targets"]
     assert 0 < len(result["shrunk"]["schedule"]) < len(summary["schedule"]), result["shrunk"]
-    replay = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "wd_chaos.cli",
-            "run",
-            "lease-stall",
-            "--store",
-            "sqlite",
-            "--mutant",
-            "sqlite-record-without-fence",
-            "--seed",
-            str(summary["seed"]),
-            "--time-limit",
-            str(result["shrunk"]["time_limit"]),
-            "--schedule",
-            str(folder / "schedule.json"),
-            "--report-dir",
-            str(tmp_path / "replay"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=HARD_TIMEOUT,
-        cwd=ROOT,
-        check=False,
+    # the replay keeps the shrunk schedule; a retry after an unknown replay takes another seed
+    code, replayed, output = _run_judged(
+        "lease-stall",
+        "sqlite",
+        "--mutant",
+        "sqlite-record-without-fence",
+        "--schedule",
+        str(folder / "schedule.json"),
+        seed=int(summary["seed"]),
+        seconds=float(result["shrunk"]["time_limit"]),
+        report_dir=tmp_path / "replay",
     )
-    assert replay.returncode == 1, f"the replay exited {replay.returncode}:\n{replay.stdout}{replay.stderr}"
-    (again,) = (tmp_path / "replay").glob("*-lease-stall-sqlite")
-    replayed = json.loads((again / "summary.json").read_text())
+    assert code == 1, f"the replay exited {code}:\n{output}"
     assert replayed["schedule_from"] == str(folder / "schedule.json")
     assert len(replayed["schedule"]) == len(result["shrunk"]["schedule"])
-    # the same failure, not merely some exit 1 (a fault that did not bite also exits 1)
+    # the same failure, not merely some exit 1 (some other checker's)
     fencing = next(v for v in replayed["verdicts"] if v["name"] == "fencing")
     assert fencing["valid"] is False, fencing

@@ -413,8 +413,55 @@ def test_stall_bite() -> None:
     h2 = H()
     _stall(h2, refused=False)
     v = checks.bite("stall-fenced")(h2.lines, final([]))
-    assert v.valid is False
+    # the stall bit (the stalled pass woke behind a newer claim); the store's acceptance of its
+    # write is fencing's verdict, not the bite's
+    assert v.valid is True and v.counts["bit"] == 1, v
     assert "none was refused" in v.summary
+
+
+def _stall_between_passes(h: H, pid: int) -> None:
+    """A stall of a worker that held no pass (it caught the worker between passes): nothing to
+    refuse on waking, so it bit nothing."""
+    h.event("fault", "controller", 9, fault="stall", phase="start", id="s0", target_pid=pid, duration=3)
+    h.event("fault", "controller", 9, fault="stall", phase="stop", id="s0", target_pid=pid)
+
+
+def test_a_stall_that_bit_nothing_is_not_tested_so_the_run_is_unknown() -> None:
+    h = H()
+    h.call("claim", "A", 1, workflow=WF, res={"token": 1})
+    h.call("record", "A", 1, workflow=WF, token=1, key="k", value=1, res={"value": 1, "won": True})
+    _stall_between_passes(h, pid=1)
+    verdicts = checks.check(h.lines, final([("k", 1)]), ["fencing"], "stall-fenced")
+    fenced, bite = verdicts
+    assert fenced.valid is True, fenced
+    assert bite.name == "bite: stall-fenced" and bite.valid == checks.UNKNOWN, bite
+    assert bite.summary.startswith(checks.NOT_TESTED) and bite.counts == {"faults": 1, "bit": 0}, bite
+    assert checks.not_bitten(bite.name, bite.valid, bite.counts)
+    assert checks.overall(verdicts) == checks.UNKNOWN
+    assert checks.exit_code(checks.overall(verdicts)) == 2  # unknown, never invalid
+
+
+def test_a_real_violation_beside_a_fault_that_did_not_bite_is_still_invalid() -> None:
+    h = H()
+    stale_write(h, outcome="ok")  # the store took a superseded pass's write
+    _stall_between_passes(h, pid=3)  # a stall of another worker, which touched nothing
+    verdicts = checks.check(h.lines, final([("k", 1)]), ["fencing"], "stall-fenced")
+    fenced, bite = verdicts
+    assert fenced.valid is False, fenced
+    assert bite.valid == checks.UNKNOWN and checks.not_bitten(bite.name, bite.valid, bite.counts), bite
+    assert checks.overall(verdicts) is False
+    assert checks.exit_code(checks.overall(verdicts)) == 1
+
+
+def test_only_a_bite_check_that_found_no_bite_is_not_tested() -> None:
+    def crash(ops: list[Op], final: dict[str, Any]) -> checks.Verdict:
+        raise RuntimeError("a bite check with a bug")
+
+    crashed = checks.run_checker("bite: stall-fenced", crash, [], {})
+    assert crashed.valid == checks.UNKNOWN, crashed  # unknown, but not "the fault did not bite"
+    assert not checks.not_bitten(crashed.name, crashed.valid, crashed.counts)
+    assert not checks.not_bitten("fencing", checks.UNKNOWN, {"bit": 0})
+    assert not checks.not_bitten("bite: storm", True, {"bit": 0})
 
 
 def test_a_crashing_checker_is_unknown_never_valid() -> None:
@@ -438,7 +485,7 @@ def test_kill_bite_counts_only_kills_between_effect_and_record() -> None:
     h = H()
     h.event("fault", "controller", 9, fault="kill", phase="armed", failpoint="inside-transact")
     h.event("fault", "A", 1, fault="kill", phase="start", failpoint="after-claim")
-    assert checks.bite("kill-between")(h.lines, final([])).valid is False
+    assert checks.bite("kill-between")(h.lines, final([])).valid == checks.UNKNOWN
     h.event("effect", "B", 2, workflow=WF, key="s", token=1, nonce="n")
     h.event("fault", "B", 2, fault="kill", phase="start", failpoint="after-effect-before-record", key="s")
     assert checks.bite("kill-between")(h.lines, final([])).valid is True

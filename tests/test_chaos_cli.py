@@ -204,6 +204,38 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     assert "Traceback" in done.stderr
 
 
+# -- a fault that did not bite -------------------------------------------------------------------
+
+
+def test_a_run_whose_fault_cannot_bite_is_unknown_and_suggests_no_shrink(tmp_path: Path) -> None:
+    """An empty fault schedule: nothing is injected, so nothing can bite and every checker holds.
+    The run did not test the store: unknown (exit 2), said plainly, and no shrink command (that
+    is for a run that failed); ``analyze`` of the stored run agrees."""
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    reports = tmp_path / "reports"
+    done = _cli(
+        "run", "lease-stall", "--store", "sqlite", "--schedule", str(empty), "--time-limit", "4",
+        "--report-dir", str(reports), env={"COLUMNS": "200"}, timeout=240,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, f"expected 2 (unknown), got {done.returncode}:\n{output}"
+    assert "wd-chaos shrink" not in output and "smallest failing" not in output, output
+    assert "INVALID" not in output and "not tested" in output, output
+    (run_dir,) = reports.iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["valid"] == "unknown" and summary["exit_code"] == 2, summary
+    assert summary["schedule"] == [] and summary["schedule_from"] == str(empty), summary
+    (bite,) = [v for v in summary["verdicts"] if str(v["name"]).startswith("bite")]
+    assert bite["valid"] == "unknown" and bite["counts"] == {"faults": 0, "bit": 0}, bite
+    assert all(v["valid"] is True for v in summary["verdicts"] if v is not bite), summary["verdicts"]
+    report = (run_dir / "report.html").read_text()
+    assert "not tested" in report and "wd-chaos shrink" not in report
+    again = _cli("analyze", str(run_dir), env={"COLUMNS": "200"})
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert "not tested" in again.stdout and "wd-chaos shrink" not in again.stdout, again.stdout
+
+
 # -- damaged histories --------------------------------------------------------------------------------
 
 

@@ -93,7 +93,7 @@ def test_the_bite_demands_a_lapsed_pass_refused_on_its_next_write() -> None:
         h2 = H()
         _lapse(h2, step=step, next_outcome=outcome)
         v2 = bite(h2.lines, {**final([("k", 1)] if outcome == "ok" else []), **SERVER})
-        assert v2.valid is False, (step, outcome, v2)
+        assert v2.valid == checks.UNKNOWN and "not tested" in v2.summary, (step, outcome, v2)
 
 
 def test_at_least_once_lays_a_lapsed_pass_repeat_on_the_step() -> None:

@@ -150,6 +150,8 @@ def _verdict_table(outcome: Outcome) -> Table:
     table.add_column("summary", overflow="fold")
     for v in outcome.verdicts:
         mark = _label(v.valid, "[green]valid", "[red bold]INVALID", "[yellow]unknown")
+        if checks.not_bitten(v.name, v.valid, v.counts):
+            mark = "[yellow]not tested"
         text = v.summary
         if v.valid is not True and v.evidence:
             first = v.evidence[0]
@@ -158,6 +160,11 @@ def _verdict_table(outcome: Outcome) -> Table:
             )
         table.add_row(v.name, mark, text)
     caption = f"report: {outcome.run_dir / 'report.html'}  ({s.get('wall_seconds')} s)"
+    if any(checks.not_bitten(v.name, v.valid, v.counts) for v in outcome.verdicts):
+        caption = (
+            "the store was NOT tested by the fault: it did not bite (run it again, with another "
+            "--seed, to test it)\n" + caption
+        )
     if s.get("schedule_from", "seed") != "seed":
         caption = f"fault schedule replayed from {s['schedule_from']}, not made from the seed\n" + caption
     for step in s.get("wall_clock_steps", []):

@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from .checks.core import operations
+from .checks.core import not_bitten, operations
 from .faults import kinds
 from .history import Op
 from .shrink import shrink_command
@@ -180,8 +180,10 @@ def latency_throughput(ops: list[Op]) -> str:
     return _png(fig)
 
 
-def _verdict_cell(valid: object) -> str:
+def _verdict_cell(valid: object, untested: bool = False) -> str:
     label = {True: "valid", False: "INVALID"}.get(valid, "unknown")  # type: ignore[call-overload]
+    if untested:
+        label = "not tested"
     cls = {True: "ok", False: "bad"}.get(valid, "unk")  # type: ignore[call-overload]
     return f'<td class="{cls}">{label}</td>'
 
@@ -201,7 +203,8 @@ def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: d
             )
             ev = f"<details><summary>evidence{more}</summary><pre>{esc(shown)}</pre></details>"
         rows.append(
-            f"<tr><td>{esc(v['name'])}</td>{_verdict_cell(v['valid'])}"
+            f"<tr><td>{esc(v['name'])}</td>"
+            f"{_verdict_cell(v['valid'], not_bitten(str(v['name']), v['valid'], v.get('counts', {})))}"
             f"<td>{esc(v['summary'])}{ev}</td><td><code>{esc(json.dumps(v['counts']))}"
             "</code></td></tr>"
         )
@@ -264,6 +267,12 @@ def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: d
         if overall is False
         else ""
     )
+    untested = (
+        "<p><b>the store was NOT tested by the fault</b>: it did not bite (run it again, with "
+        "another <code>--seed</code>, to test it)</p>"
+        if any(not_bitten(str(v["name"]), v["valid"], v.get("counts", {})) for v in summary["verdicts"])
+        else ""
+    )
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>{esc(title)}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}}
 table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #ccc;padding:4px 8px;
@@ -275,7 +284,7 @@ img{{max-width:100%}}</style></head><body>
 <p>seed {summary["seed"]}, time limit {summary["time_limit"]} s, {summary["workers"]} workers,
 {summary["workflows"]} workflows, wall {summary.get("wall_seconds")} s, exit code
 {summary["exit_code"]}{mutant}</p>
-{replayed}{shrink}
+{replayed}{untested}{shrink}
 {clock}
 <h2>Verdicts</h2><table><tr><th>checker</th><th>verdict</th><th>summary</th><th>counts</th></tr>
 {"".join(rows)}</table>

@@ -115,7 +115,7 @@ def candidate_limit(events: list[Event], original: float) -> float:
 
 def failing_checkers(summary: dict[str, Any]) -> list[str]:
     """The checkers a run failed, without the bite checks: a fault that did not bite is not the
-    failure being shrunk."""
+    failure being shrunk (such a verdict is unknown now; runs judged before that had it invalid)."""
     return [
         str(v["name"])
         for v in summary.get("verdicts", [])

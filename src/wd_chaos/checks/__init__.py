@@ -12,6 +12,10 @@ stamps, queue times, and leases too where ``final["lease_clock"] == "wall"``) ca
 decisions across a step of that clock, so a violation that a wall-clock step seen in the history
 (``wallclock``) accounts for makes the verdict unknown, with the step as evidence, never valid.
 
+A bite check says whether the scenario's fault touched anything; one that found no bite is
+unknown, never invalid: the fault did not test the store (``not_bitten``), so such a run exits 2
+unless a checker found a real violation.
+
 A checker is a function decorated with ``checker(NAME)`` (a bite check: ``bite_check(NAME)``) in
 any module of this package; ``registry`` finds it by that name, so a new checker is one new module.
 ``core`` holds what they share.
@@ -20,6 +24,7 @@ any module of this package; ``registry`` finds it by that name, so a new checker
 from __future__ import annotations
 
 from .core import (
+    NOT_TESTED,
     UNKNOWN,
     Check,
     Checker,
@@ -30,12 +35,14 @@ from .core import (
     bite_check,
     checker,
     exit_code,
+    not_bitten,
     operations,
     overall,
 )
 from .registry import bite, bites, check, checkers, run_checker
 
 __all__ = [
+    "NOT_TESTED",
     "UNKNOWN",
     "Check",
     "CheckFn",
@@ -50,6 +57,7 @@ __all__ = [
     "checker",
     "checkers",
     "exit_code",
+    "not_bitten",
     "operations",
     "overall",
     "run_checker",

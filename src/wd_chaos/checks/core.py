@@ -246,17 +246,30 @@ def _windows(ops: list[Op], fault: str) -> list[tuple[Op, Op | None]]:
     return out
 
 
+NOT_TESTED = "not tested: the fault did not bite"
+"""What a bite check that found no bite says first: the run did not test the store."""
+
+
 def _bit(kind: str, hits: list[dict[str, Any]], tried: int, what: str) -> Verdict:
+    """A bite check's verdict: valid with the hits as evidence, or, with none, unknown (never
+    invalid: a fault that touched nothing says nothing about the store, so the run can only be
+    unknown, exit 2, unless a checker found a real violation)."""
     counts = {"faults": tried, "bit": len(hits)}
     if not hits:
         return Verdict(
             f"bite: {kind}",
-            False,
-            f"the fault did not bite ({tried} injected, 0 {what}): this run proves nothing",
+            UNKNOWN,
+            f"{NOT_TESTED} ({tried} injected, 0 {what})",
             [],
             counts,
         )
     return Verdict(f"bite: {kind}", True, f"{len(hits)} {what}", hits, counts)
+
+
+def not_bitten(name: str, valid: Valid, counts: dict[str, int]) -> bool:
+    """Whether a verdict (its name, valid and counts, as a ``Verdict`` or its ``as_dict`` has
+    them) is a bite check's that found no bite: the store was not tested by the fault."""
+    return name.startswith("bite") and valid is not True and valid is not False and counts.get("bit") == 0
 
 
 def refused_after(

@@ -52,7 +52,8 @@ def bites() -> dict[str, Check]:
 
 def bite(kind: str) -> Checker:
     """The check that the scenario's fault touched something: a run where it did not proves
-    nothing and is invalid. ``KeyError`` for a name no module defines."""
+    nothing either way, so that verdict is unknown (never invalid). ``KeyError`` for a name no
+    module defines."""
     return bites()[kind]
 
 

@@ -109,6 +109,9 @@ def requires(fault: StallFault) -> frozenset[Capability]:
 
 @bite_check("stall-fenced")
 def stall_fenced(ops: list[Op], final: dict[str, Any]) -> Verdict:
+    """The stall bit: a stalled pass that lost its workflow to a newer claim was refused on
+    waking, or (a broken store) wrote on waking all the same, which ``fencing`` fails. Neither:
+    unknown, the stall touched nothing (it caught a worker between passes, or none outlived it)."""
     all_ops = operations(ops)
     windows = _windows(ops, "stall")
     hits = refused_after(all_ops, windows, None, "stalled {duration}s, refused on waking")
@@ -131,10 +134,14 @@ def stall_fenced(ops: list[Op], final: dict[str, Any]) -> Verdict:
             )
         ]
         if woke:
+            # the stall did bite: it left a pass behind a newer claim; that the store took its
+            # write rather than refuse it is fencing's verdict, not this one's
+            verdict.valid = True
             verdict.summary = (
                 f"{len(woke)} stalled pass(es) wrote on waking and none was refused (see fencing)"
             )
             verdict.evidence = [o.brief("stale write accepted on waking") for o in woke]
+            verdict.counts["bit"] = len(woke)
     return verdict
 
 
