@@ -20,9 +20,9 @@ store whose records live for a time), and until the run stops repeats rounds of:
   body (``body``), then the ticker cancelled and awaited as the library Worker does; the ``pass``
   operation completes once the ticker has ended. A ticker still running 6 s after its cancel is
   left behind (and the pass never completes);
-- **a claim storm** (``tokens-unique``): tasks claiming a few ids shared by every careless process,
-  with leases of a few tens of milliseconds, some released, some left to lapse; the rounds' pauses
-  are longer than the retention, so a claim record that expires does so between storms;
+- **a claim storm** (``tokens-unique``): hundreds of claims in flight at once on one id, with
+  leases of a microsecond to a millisecond (so nearly every one mints a token), then, once the
+  retention has run out on the claim record, one more claim;
 - **sweeps beside overrunning passes** (``tokens-unique``), for a store whose retention is a
   process (``Opened.sweep``): a pass whose renewals come later than its lease, a rival claiming
   the same id, and sweeps with a cutoff shorter than the overrun, each recorded as a ``sweep``.
@@ -38,7 +38,6 @@ import contextlib
 import os
 import random
 import signal
-import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -58,8 +57,10 @@ DEEP = 20_000
 HANG_SECONDS = 6.0
 """How long a pass waits for its cancelled ticker before leaving it behind (past
 ``no-hung-pass``'s margin, so a ticker that never ends is judged)."""
-STORM_IDS = 2
-"""Workflow ids every careless process's claim storm shares."""
+STORM_CLAIMS = 40
+"""Claims a storm has in flight at once (a client's connections are not without end)."""
+STORM_SECONDS = 1.0
+"""How long a storm goes on."""
 
 
 def careless_spec(cfg: RunConfig) -> Spec:
@@ -312,28 +313,35 @@ class Careless:
         )
 
     async def ticking_pass(self) -> None:
-        """A pass with a renewal ticker, ended as the Worker ends one (``no-hung-pass``)."""
+        """A pass with a renewal ticker, ended as the Worker ends one, at a moment a renewal is in
+        flight (``no-hung-pass``)."""
         wf = self.wf("tick")
         try:
             p = await self.rec.claim(wf, timedelta(seconds=1), timedelta(seconds=30))
         except (Exception, Contended):
             return
         left_behind = False
+        in_flight = asyncio.Event()
         op = self.hist.invoke("pass", workflow=wf, token=p.token)
 
         async def ticker(p: Pass) -> None:
             while not left_behind:
-                await asyncio.sleep(0.005)
+                await asyncio.sleep(0.01)
+                in_flight.set()
                 try:
                     await self.rec.renew(p)
                 except Fenced:
                     return
                 except Exception:
                     await asyncio.sleep(0.05)
+                finally:
+                    in_flight.clear()
 
         tick = asyncio.ensure_future(ticker(p))
         body = self.hist.invoke("body", workflow=wf, token=p.token)
         await asyncio.sleep(self.rng.uniform(0.2, 0.4))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(in_flight.wait(), 1.0)  # end the body as a renewal is under way
         self.hist.complete(body, "body", "ok", token=p.token, ended="returned")
         tick.cancel()
         done, _ = await asyncio.wait({tick}, timeout=HANG_SECONDS)
@@ -342,34 +350,28 @@ class Careless:
             left_behind = True  # so it stops renewing once its renewal returns
             return  # the pass never ends
         self.hist.complete(op, "pass", "ok", token=p.token)
-        await self.plain(
-            "release", {"workflow": wf, "token": p.token}, lambda: self.cp.release(p), lambda _: {}
-        )
+        await self.release(p)
 
     async def claim_storm(self) -> None:
-        """Claims on ids every careless process shares, with leases of tens of milliseconds
-        (``tokens-unique``)."""
-        until = time.monotonic() + 0.8
+        """A storm of claims on one id of this process's own, each with a lease of a microsecond to
+        a tenth of a millisecond (so each claim finds the last one lapsed and mints a token), tens
+        in flight at once for a second; then, once the retention has run out on the claim record, one more claim
+        (``tokens-unique``: it must get a token above every one the storm was handed)."""
+        wf = f"careless-storm-{self.name}"
+        rng = random.Random(f"{self.cfg.seed}:{self.name}:{self.n}:storm")
 
-        async def claimer(i: int) -> None:
-            rng = random.Random(f"{self.cfg.seed}:{self.name}:{self.n}:{i}")
-            while time.monotonic() < until and not self.stopping:
-                wf = f"careless-storm-{rng.randrange(STORM_IDS)}"
-                alive = timedelta(seconds=rng.uniform(0.01, 0.1))
-                try:
-                    p = await self.rec.claim(wf, alive, 2 * alive)
-                except Contended:
-                    await asyncio.sleep(0.01)
-                    continue
-                except Exception:
-                    await asyncio.sleep(0.05)
-                    continue
-                if rng.random() < 0.5:
-                    await self.release(p)
-                else:
-                    await asyncio.sleep(float(alive.total_seconds()))  # left to lapse
+        async def one() -> None:
+            alive = timedelta(microseconds=rng.choice([1, 10, 100]))
+            with contextlib.suppress(Exception, Contended):
+                await self.rec.claim(wf, alive, alive)
 
-        await asyncio.gather(*(claimer(i) for i in range(6)))
+        until = asyncio.get_running_loop().time() + STORM_SECONDS
+        while asyncio.get_running_loop().time() < until and not self.stopping:
+            await asyncio.gather(*(one() for _ in range(STORM_CLAIMS)))
+        await asyncio.sleep(self.cfg.workload.careless_ttl + 0.3)  # the claim record expires
+        with contextlib.suppress(Exception, Contended):
+            p = await self.rec.claim(wf, timedelta(seconds=1), timedelta(seconds=2))
+            await self.release(p)
 
     async def sweeps_beside_overruns(self) -> None:
         """A pass whose renewal comes later than its lease (by more than the sweep's cutoff), sweeps
@@ -418,11 +420,11 @@ class Careless:
     async def run(self) -> None:
         rounds = (
             self.refused_burst,
+            self.claim_storm,
             self.cancellations,
             self.starved,
-            self.ticking_pass,
-            self.claim_storm,
             self.sweeps_beside_overruns,
+            self.ticking_pass,  # last: a ticker that never ends holds the round up for 6 s
         )
         pause = self.cfg.workload.careless_ttl + 0.2  # a claim record left to lapse expires meanwhile
         while not self.stopping:
