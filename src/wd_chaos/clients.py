@@ -67,7 +67,8 @@ def careless_spec(cfg: RunConfig) -> Spec:
     """The store spec a careless process opens: the careless clients' own store on the run's
     server (the run's store where there is none), with one pooled connection and the scenario's
     short retention."""
-    return {**(cfg.careless_store or cfg.store), "pool_size": 1, "ttl": cfg.workload.careless_ttl}
+    own: Spec | None = cfg.get("careless_store")  # a kept key of config.json (runner.run)
+    return {**(own or cfg.store), "pool_size": 1, "ttl": cfg.workload.careless_ttl}
 
 
 def _deep(depth: int) -> object:

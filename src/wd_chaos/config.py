@@ -105,8 +105,6 @@ class RunConfig(_Keyed, BaseModel):
     worker_urls: dict[str, str] = Field(default_factory=dict)
     """Each worker's store URL through its own toxiproxy proxy (partition runs)."""
     storm: StormConfig | None = None
-    careless_store: dict[str, Any] | None = None
-    """The careless clients' own store spec (``wd_chaos.clients``); None: they use ``store``."""
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:

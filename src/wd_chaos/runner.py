@@ -589,8 +589,9 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
                 "t0": t0,
                 "retry_seconds": scenario.lease.budget * 2 + 10,
                 "storm": storm.model_dump() if storm is not None else None,
-                "careless_store": svc.careless_spec,
             }
+            if svc.careless_spec is not None:  # the careless clients' own store (wd_chaos.clients)
+                cfg["careless_store"] = svc.careless_spec
             config = run_dir / "config.json"
             config.write_text(validate_config(cfg, str(config)).to_json())  # refused here, not in a worker
             cluster = Cluster(config, run_dir, hist)
