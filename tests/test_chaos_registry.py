@@ -43,7 +43,7 @@ def test_the_built_in_checkers_are_all_found() -> None:
         "take-exclusive", "monotonic-loads", "durability", "ledger-once", "no-rerun",
         "nothing-lost", "arrivals", "attempt-limit", "lifecycle-liveness", "tokens-rise",
         "lease-lapses", "cancel-sticks", "own-receipt", "answer-then-take", "misuse", "written-at",
-        "stale-landing",
+        "stale-landing", "tokens-unique", "errors-classified", "cancelled-calls", "no-hung-pass",
     }  # fmt: skip
     assert {"stall-fenced", "kill-between", "partition-refused", "restart-survived", "storm"} <= set(
         registry.bites()

@@ -360,15 +360,18 @@ def _workload(
     watch: Watch,
     nemesis: Nemesis,
     report: Callable[..., None],
+    careless: int = 0,
 ) -> None:
-    """Start the workers, the outside writers and the readers, and run the fault schedule for
-    ``limit`` s."""
+    """Start the workers, the outside writers, the readers and the careless clients, and run the
+    fault schedule for ``limit`` s."""
     for name in names:
         cluster.start("worker", name)
     for i in range(writers):
         cluster.start("writer", f"writer-{i}")
     for i in range(readers):
         cluster.start("reader", f"reader-{i}")
+    for i in range(careless):
+        cluster.start("careless", f"careless-{i}")
     mono0 = time.monotonic()
     late: float | None = None
     at_limit: set[int] | None = None
@@ -555,9 +558,12 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
             run_dir,
             names,
             mutant=opts.mutant,
+            careless=work["careless_clients"] > 0,
             **service_needs(events),
         ) as svc:
             asyncio.run(prepare(svc.spec))
+            if svc.careless_spec is not None:
+                asyncio.run(prepare(svc.careless_spec))
             if storm is None or storm.kind == "take":
                 asyncio.run(_seed_workflows(svc.spec, hist, workflows, starts))
             t0 = time.time()
@@ -584,6 +590,8 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
                 "retry_seconds": scenario.lease.budget * 2 + 10,
                 "storm": storm.model_dump() if storm is not None else None,
             }
+            if svc.careless_spec is not None:  # the careless clients' own store (wd_chaos.clients)
+                cfg["careless_store"] = svc.careless_spec
             config = run_dir / "config.json"
             config.write_text(validate_config(cfg, str(config)).to_json())  # refused here, not in a worker
             cluster = Cluster(config, run_dir, hist)
@@ -608,7 +616,8 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
                     phase = "workload"
                     if life is not None:
                         cluster.start("sweeper", "sweeper")
-                    _workload(names, work["writers"], work["readers"], limit, cluster, watch, nemesis, report)
+                    careless = work["careless_clients"]
+                    _workload(names, work["writers"], work["readers"], limit, cluster, watch, nemesis, report, careless)
                     phase = "healing"
                     nemesis.heal()
                     done = _heal(
@@ -616,6 +625,8 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
                     )
                     hist.event("fault", fault="heal", phase="stop", finished=done)
             finally:
+                # when the processes were asked to end: no-hung-pass judges who never did
+                hist.event("info", what="stop")
                 cluster.stop()
                 nemesis.heal()
             phase = "checking"

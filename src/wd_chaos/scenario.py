@@ -153,6 +153,14 @@ class Workload(_Strict):
     forged_keys: bool = False
     """Each outside writer also tries to supply a reserved ``wd/`` key to every workflow; the
     ``misuse`` checker judges that each was refused and nothing stored."""
+    careless_clients: Annotated[int, Field(ge=0, le=8)] = 0
+    """Processes of careless clients beside the workers (``wd_chaos.clients``): refused input beside
+    valid calls, cancelled calls, a pass with a renewal ticker, claim storms, sweeps beside
+    overrunning passes, on workflows of their own, through a pool of one connection (judged by
+    ``errors-classified``, ``cancelled-calls``, ``no-hung-pass`` and ``tokens-unique``)."""
+    careless_ttl: Annotated[float, Field(ge=1, le=60)] = 1.0
+    """The retention the careless clients' store is opened with (a Redis checkpointer's ``ttl``;
+    seconds >= 1): their claim storms pause longer than it, so claim records expire between."""
 
 
 class Lifecycle(_Strict):

@@ -43,6 +43,10 @@ class Services:
     toxi: Any = None
     worker_urls: dict[str, str] = field(default_factory=dict)
     proxies: dict[str, str] = field(default_factory=dict)
+    careless_spec: Spec | None = None
+    """A store of the careless clients' own on the same server (``wd_chaos.clients``): a schema, a
+    key prefix, a file. Their sweeps with a cutoff of a tenth of a second would otherwise sweep the
+    workers' finished workflows before the final read."""
 
 
 def _swap_netloc(url: str, hostport: str) -> str:
@@ -113,11 +117,13 @@ def services(
     mutant: str | None = None,
     failover: dict[str, Any] | None = None,
     clock_step: bool = False,
+    careless: bool = False,
 ) -> Iterator[Services]:
     """Provide the servers a run needs and yield its ``Services``. With ``failover`` (the run's
     failover event) the store is a replicated pair (``faults/failover.py``) that clients reach through
     a client following the primary. With ``clock_step`` the kit's server runs on a clock the
-    nemesis steps (``faults.clock_step.server_env``), so it is a private one."""
+    nemesis steps (``faults.clock_step.server_env``), so it is a private one. With ``careless``
+    the careless clients get a store of their own on the same server (``careless_spec``)."""
     tag = f"chaos_{secrets.token_hex(4)}"
     with contextlib.ExitStack() as stack:
         kit = find_kit(store)
@@ -140,6 +146,14 @@ def services(
         if mutant:
             spec["mutant"] = mutant
         found = Services(spec, server)
+        if careless and failover is None:
+            folder = run_dir / "careless"
+            folder.mkdir(exist_ok=True)
+            found.careless_spec = {
+                **spec,
+                **kit.worker_spec(server, folder, f"{tag}_careless"),
+                "wall_offset": str(run_dir / WALL_OFFSET),
+            }
         if partition:
             if server is None or "proxy" not in kit.provides:
                 raise ServerUnavailable(

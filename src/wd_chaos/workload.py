@@ -63,6 +63,14 @@ def classify(exc: BaseException, f: str) -> str:
     return "unknown"  # a lost connection or a timeout: the write may or may not have landed
 
 
+def error_fields(exc: BaseException) -> dict[str, Any]:
+    """What a complete line says of the error a call raised: ``error`` (its type and message) and
+    ``error_types``, its classes, most specific first (so a checker tells a refusal,
+    ``InvalidInput`` and below, from a store failure without importing the store)."""
+    types = [c.__name__ for c in type(exc).__mro__ if c not in (object, BaseException, Exception)]
+    return {"error": f"{type(exc).__name__}: {exc}"[:300], "error_types": types}
+
+
 class Recorder:
     """Wraps a Durable: every call is an invoke line, the call, and a complete line."""
 
@@ -84,7 +92,7 @@ class Recorder:
         try:
             result = await call()
         except BaseException as exc:
-            self.hist.complete(op, f, classify(exc, f), error=f"{type(exc).__name__}: {exc}"[:300])
+            self.hist.complete(op, f, classify(exc, f), **error_fields(exc))
             raise
         self.hist.complete(op, f, "ok", **done(result))
         return result
@@ -611,6 +619,17 @@ class LibraryClient:
             return effect
 
         async def body(run: Any) -> object:
+            # the body as one operation, so no-hung-pass can tell when the pass outlived it
+            op = w.hist.invoke("body", workflow=run.workflow, token=run.pass_.token)
+            try:
+                result = await steps(run)
+            except BaseException as exc:  # a wait (Suspended), Fenced, a failure: the body ended
+                w.hist.complete(op, "body", "ok", token=run.pass_.token, ended=type(exc).__name__)
+                raise
+            w.hist.complete(op, "body", "ok", token=run.pass_.token, ended="returned")
+            return result
+
+        async def steps(run: Any) -> object:
             await run.step("charge", external(run, "charge"), as_dict)
             token = run.pass_.token
             effect = w.opened.ledger_effect(
@@ -769,6 +788,10 @@ async def _main(role: str, cfg: RunConfig, name: str) -> None:
     spec = dict(cfg.store)
     if role == "worker" and cfg.worker_urls:
         spec["url"] = cfg.worker_urls[name]  # through this worker's own toxiproxy proxy
+    if role == "careless":
+        from .clients import careless_spec
+
+        spec = careless_spec(cfg)
     opened = await open_store(spec)
     try:
         if role == "sweeper":
@@ -781,6 +804,10 @@ async def _main(role: str, cfg: RunConfig, name: str) -> None:
                 loop = asyncio.get_running_loop()
                 loop.add_signal_handler(signal.SIGTERM, lambda: setattr(worker, "stopping", True))
                 await worker.run()
+        elif role == "careless":
+            from .clients import run_careless
+
+            await run_careless(cfg, name, opened, hist)
         elif role == "reader":
             stop = asyncio.Event()
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -794,9 +821,9 @@ async def _main(role: str, cfg: RunConfig, name: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m wd_chaos.workload worker|writer|reader|sweeper CONFIG NAME``."""
+    """``python -m wd_chaos.workload worker|writer|reader|sweeper|careless CONFIG NAME``."""
     parser = argparse.ArgumentParser(prog="wd_chaos.workload")
-    parser.add_argument("role", choices=["worker", "writer", "reader", "sweeper"])
+    parser.add_argument("role", choices=["worker", "writer", "reader", "sweeper", "careless"])
     parser.add_argument("config")
     parser.add_argument("name")
     args = parser.parse_args(argv)

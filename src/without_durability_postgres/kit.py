@@ -242,6 +242,7 @@ async def open_postgres_worker(spec: Spec) -> Opened:
 
     holds = holds_opener(spec["url"], schema)
     opened = Opened(durable, close, ledger_effect, read_ledger, sweep=sweep_older, holds=holds)
+    opened.pool_size = pool.max_size
     return opened
 
 

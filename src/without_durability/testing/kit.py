@@ -99,6 +99,11 @@ class Opened:
     """For a store whose fence is a row lock: sessions of the store's own that hold a workflow's
     claim, or an uncommitted write of one key, so a probe can order a claim and a record for
     certain (``wd_chaos.landing.Holds`` says what it yields; None: the probe is skipped)."""
+    pool_size: int | None = None
+    """The most connections this process's store holds at once, when it pools them (a spec's
+    ``pool_size`` asks for a size); None when unbounded or not pooled. With 1, and the ledger
+    effect holding that connection in ``pause``, a careless client knows a call it cancels then
+    cannot have been sent (``wd_chaos.clients``)."""
 
 
 def local_clocks(spec: Spec, checkpointer: Any) -> dict[str, str]:

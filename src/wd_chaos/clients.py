@@ -1,0 +1,458 @@
+"""Careless clients: store calls made the way users make them, in a ``careless`` process of its own.
+
+A scenario's ``[workload] careless_clients`` starts that many such processes beside the workers.
+Each opens the store through its kit with a pool of one connection (``pool_size``; a store that
+pools connections then has more callers than connections) and a short retention (``ttl``, for a
+store whose records live for a time), and until the run stops repeats rounds of:
+
+- **refused input beside valid calls** (``errors-classified``): at one moment, appends and supplies
+  with an id or a key of about 3,000 characters, a value nested 20,000 deep, a value the codec
+  cannot encode (a set), each marked ``refused`` with the round's ``burst``, and valid appends
+  marked ``beside`` it;
+- **cancellation** (``cancelled-calls``): appends, a record and renewals cancelled in flight, by
+  ``asyncio.wait_for`` with a timeout shorter than the call or by cancelling the call's task; the
+  complete line says ``cancelled``, or ``cancel_swallowed`` when the call returned although its
+  task accepted the cancel. Where the store pools connections and its ledger effect pauses with
+  its transaction open (``Opened.pool_size`` is 1, ``Opened.pause``), appends are made and
+  cancelled while this process's only connection is held by its own open transaction: those are
+  marked ``unsent`` (they cannot have reached the server) and must leave nothing;
+- **a pass with a renewal ticker** (``no-hung-pass``): claim, a ticker renewing back to back, a
+  body (``body``), then the ticker cancelled and awaited as the library Worker does; the ``pass``
+  operation completes once the ticker has ended. A ticker still running 6 s after its cancel is
+  left behind (and the pass never completes);
+- **a claim storm** (``tokens-unique``): hundreds of claims in flight at once on one id, with
+  leases of a microsecond to a millisecond (so nearly every one mints a token), then, once the
+  retention has run out on the claim record, one more claim;
+- **sweeps beside overrunning passes** (``tokens-unique``), for a store whose retention is a
+  process (``Opened.sweep``): a pass whose renewals come later than its lease, a rival claiming
+  the same id, and sweeps with a cutoff shorter than the overrun, each recorded as a ``sweep``.
+
+Each round's workflows are its own (``careless-...``), outside the scenario's workflows, and never
+queued, so no worker takes them. Every call and its result is in the history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+from without_durability import Contended, Fenced, Pass
+
+from .config import RunConfig
+from .history import HistoryWriter
+from .stores import Opened, Spec
+from .workload import Recorder, classify, error_fields
+
+BIG = 3000
+"""Characters in an oversize id or key: past a btree index entry's limit (2,704 bytes) even
+uncompressed."""
+DEEP = 20_000
+"""Nesting depth of the over-deep value: past any JSON codec's or server's limit."""
+HANG_SECONDS = 6.0
+"""How long a pass waits for its cancelled ticker before leaving it behind (past
+``no-hung-pass``'s margin, so a ticker that never ends is judged)."""
+STORM_CLAIMS = 40
+"""Claims a storm has in flight at once (a client's connections are not without end)."""
+STORM_SECONDS = 1.0
+"""How long a storm goes on."""
+
+
+def careless_spec(cfg: RunConfig) -> Spec:
+    """The store spec a careless process opens: the careless clients' own store on the run's
+    server (the run's store where there is none), with one pooled connection and the scenario's
+    short retention."""
+    own: Spec | None = cfg.get("careless_store")  # a kept key of config.json (runner.run)
+    return {**(own or cfg.store), "pool_size": 1, "ttl": cfg.workload.careless_ttl}
+
+
+def _deep(depth: int) -> object:
+    value: object = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+class Careless:
+    """One careless process's rounds (see the module docstring)."""
+
+    def __init__(self, cfg: RunConfig, name: str, opened: Opened, hist: HistoryWriter) -> None:
+        self.cfg = cfg
+        self.name = name
+        self.opened = opened
+        self.hist = hist
+        self.rec = Recorder(opened.durable, hist)
+        self.cp = opened.durable.checkpointer
+        self.rng = random.Random(f"{cfg.seed}:{name}")
+        self.n = 0
+        self.stopping = False
+        self.stopped = asyncio.Event()
+        self.holding = 0
+        """The number of the hold of this process's only connection under way (0: none)."""
+        self.holds = 0
+
+    def wf(self, what: str) -> str:
+        return f"careless-{self.name}-{what}-{self.n}"
+
+    # -- recording ----------------------------------------------------------------------------
+
+    async def cancelled(
+        self,
+        f: str,
+        fields: dict[str, Any],
+        call: Callable[[], Awaitable[Any]],
+        done: Callable[[Any], dict[str, Any]],
+        *,
+        within: float | None = None,
+        delay: float | None = None,
+    ) -> None:
+        """Make ``call`` and cancel it: by ``asyncio.wait_for`` after ``within`` s (recorded as
+        its ``timeout``), or by
+        cancelling its task ``delay`` s after it began (0: once it is under way). The complete line
+        says ``cancelled`` (and ``unsent`` when this process's only connection was held by its own
+        open transaction from before the call to after its cancellation), or ``cancel_swallowed``
+        when the call returned although its task accepted the cancel."""
+        hold = self.holding
+        how = {"timeout": within} if within is not None else {"cancel_after": delay}
+        op = self.hist.invoke(f, **fields, **how)
+        task = asyncio.ensure_future(call())
+        accepted = False
+        try:
+            if within is not None:
+                result = await asyncio.wait_for(task, within)
+            else:
+                await asyncio.sleep(delay or 0)
+                accepted = task.cancel()
+                result = await task
+        except (asyncio.CancelledError, TimeoutError) as exc:
+            unsent = hold != 0 and self.holding == hold and self.opened.pool_size == 1
+            self.hist.complete(op, f, "unknown", cancelled=True, unsent=unsent, **error_fields(exc))
+            return
+        except BaseException as exc:
+            self.hist.complete(op, f, classify(exc, f), **error_fields(exc))
+            if isinstance(exc, Fenced | Contended | Exception):
+                return
+            raise
+        extra = {"cancel_swallowed": True} if accepted else {}
+        self.hist.complete(op, f, "ok", **done(result), **extra)
+
+    async def plain(
+        self, f: str, fields: dict[str, Any], call: Callable[[], Awaitable[Any]], done: Any
+    ) -> None:
+        """A recorded call whose failure is the checkers' to judge, not this client's."""
+        with contextlib.suppress(Exception, Fenced, Contended):
+            await self.rec._call(f, fields, call, done)
+
+    async def release(self, p: Pass) -> None:
+        """Release ``p``, recorded."""
+        await self.plain(
+            "release", {"workflow": p.workflow, "token": p.token}, lambda: self.cp.release(p), lambda _: {}
+        )
+
+    # -- the rounds ---------------------------------------------------------------------------
+
+    async def refused_burst(self) -> None:
+        """Refused input and valid calls at one moment (``errors-classified``)."""
+        burst = f"{self.name}:{self.n}"
+        wf = self.wf("input")
+        big_id = f"careless-big-{os.urandom(BIG // 2).hex()}"  # random: no compression fits it in
+        big_key = f"big-{os.urandom(BIG // 2).hex()}"
+        cp = self.cp
+        mark = {"burst": burst}
+        calls = [
+            self.plain(
+                "append",
+                {
+                    "workflow_shape": f"{big_id[:40]}... ({len(big_id)} chars)",
+                    "refused": "oversize-id",
+                    **mark,
+                },
+                lambda: cp.append(big_id, {"n": self.n}),
+                lambda k: {"key": k},
+            ),
+            self.plain(
+                "supply",
+                {
+                    "workflow": wf,
+                    "key_shape": f"{big_key[:40]}... ({len(big_key)} chars)",
+                    "refused": "oversize-key",
+                    **mark,
+                },
+                lambda: cp.supply(wf, big_key, {"n": self.n}),
+                lambda r: {"won": r.won},
+            ),
+            self.plain(
+                "append",
+                {"workflow": wf, "value_shape": f"a list nested {DEEP} deep", "refused": "deep", **mark},
+                lambda: cp.append(wf, _deep(DEEP)),
+                lambda k: {"key": k},
+            ),
+            self.plain(
+                "append",
+                {"workflow": wf, "value_shape": "a set", "refused": "codec", **mark},
+                lambda: cp.append(wf, {1, 2, 3}),
+                lambda k: {"key": k},
+            ),
+        ]
+        for i in range(4):
+            value = {"by": self.name, "round": self.n, "beside": i}
+            calls.insert(
+                2 * i,
+                self.plain(
+                    "append",
+                    {"workflow": wf, "value": value, "beside": burst},
+                    lambda value=value: cp.append(wf, value),  # type: ignore[misc]
+                    lambda k: {"key": k},
+                ),
+            )
+        await asyncio.gather(*calls)
+
+    async def cancellations(self) -> None:
+        """Appends, a record and renewals cancelled in flight (``cancelled-calls``)."""
+        wf = self.wf("cancel")
+        cp = self.cp
+        calls = []
+        for i in range(6):
+            value = {"by": self.name, "round": self.n, "cancelled": i}
+            how: dict[str, float] = (
+                {"within": self.rng.uniform(0.0005, 0.01)}
+                if i % 2
+                else {"delay": self.rng.choice([0.0, 0.001])}
+            )
+            calls.append(
+                self.cancelled(
+                    "append",
+                    {"workflow": wf, "value": value},
+                    lambda value=value: cp.append(wf, value),  # type: ignore[misc]
+                    lambda k: {"key": k},
+                    **how,
+                )
+            )
+        await asyncio.gather(*calls)
+        try:
+            p = await self.rec.claim(wf, timedelta(seconds=2), timedelta(seconds=5))
+        except (Exception, Contended):
+            return
+        value = {"by": self.name, "round": self.n}
+        await self.cancelled(
+            "record",
+            {"workflow": wf, "token": p.token, "key": "cancelled-record", "value": value},
+            lambda: cp.record(p, "cancelled-record", value),
+            lambda r: {"value": r.value, "won": r.won},
+            delay=0.0,
+        )
+        for _ in range(3):  # what the Worker's ticker does to a renewal in flight when its pass ends
+            await self.cancelled(
+                "renew", {"workflow": wf, "token": p.token}, lambda: cp.renew(p), lambda _: {}, delay=0.0
+            )
+        await asyncio.sleep(0.3)  # a batch that was sent has committed by now
+        await self.plain("release", {"workflow": wf, "token": p.token}, lambda: cp.release(p), lambda _: {})
+        with contextlib.suppress(Exception):
+            await self.rec.read(wf, "history", via="writer")
+
+    async def starved(self) -> None:
+        """Appends cancelled while this process's only connection is held by its own open
+        transaction: they cannot have been sent, so they must leave nothing (``unsent``). Only for
+        a store with a pool of one whose ledger effect pauses inside the transaction."""
+        if self.opened.pool_size != 1:
+            return
+        wf = self.wf("starved")
+        try:
+            p = await self.rec.claim(wf, timedelta(seconds=5), timedelta(seconds=10))
+        except (Exception, Contended):
+            return
+        held = asyncio.Event()
+        release = asyncio.Event()
+
+        async def pause(workflow: str, token: int) -> None:
+            self.holds += 1
+            self.holding = self.holds
+            held.set()
+            try:
+                await asyncio.wait_for(release.wait(), 3.0)
+            except TimeoutError:
+                pass
+            finally:
+                self.holding = 0
+
+        self.opened.pause = pause
+        effect = self.opened.ledger_effect(wf, "ledger", p.token, lambda: None)
+        transact = asyncio.ensure_future(self.rec.transact(p, "ledger", effect))
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(held.wait(), 2.0)
+            if held.is_set():
+                calls = []
+                for i in range(4):
+                    value = {"by": self.name, "round": self.n, "starved": i}
+                    calls.append(
+                        self.cancelled(
+                            "append",
+                            {"workflow": wf, "value": value, "starved": True},
+                            lambda value=value: self.cp.append(wf, value),  # type: ignore[misc]
+                            lambda k: {"key": k},
+                            within=0.15,
+                        )
+                    )
+                await asyncio.gather(*calls)
+            release.set()
+            with contextlib.suppress(Exception, Fenced, Contended):
+                await transact
+        finally:
+            release.set()
+            self.opened.pause = None
+        await asyncio.sleep(0.5)  # a batch left waiting for the connection has had it by now
+        with contextlib.suppress(Exception):
+            await self.rec.read(wf, "history", via="writer")
+        await self.plain(
+            "release", {"workflow": wf, "token": p.token}, lambda: self.cp.release(p), lambda _: {}
+        )
+
+    async def ticking_pass(self) -> None:
+        """A pass with a renewal ticker, ended as the Worker ends one, at a moment a renewal is in
+        flight (``no-hung-pass``)."""
+        wf = self.wf("tick")
+        try:
+            p = await self.rec.claim(wf, timedelta(seconds=1), timedelta(seconds=30))
+        except (Exception, Contended):
+            return
+        left_behind = False
+        in_flight = asyncio.Event()
+        op = self.hist.invoke("pass", workflow=wf, token=p.token)
+
+        async def ticker(p: Pass) -> None:
+            while not left_behind:
+                await asyncio.sleep(0.01)
+                in_flight.set()
+                try:
+                    await self.rec.renew(p)
+                except Fenced:
+                    return
+                except Exception:
+                    await asyncio.sleep(0.05)
+                finally:
+                    in_flight.clear()
+
+        tick = asyncio.ensure_future(ticker(p))
+        body = self.hist.invoke("body", workflow=wf, token=p.token)
+        await asyncio.sleep(self.rng.uniform(0.2, 0.4))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(in_flight.wait(), 1.0)  # end the body as a renewal is under way
+        self.hist.complete(body, "body", "ok", token=p.token, ended="returned")
+        tick.cancel()
+        done, _ = await asyncio.wait({tick}, timeout=HANG_SECONDS)
+        if not done:
+            self.hist.event("info", what="ticker left behind", workflow=wf, token=p.token)
+            left_behind = True  # so it stops renewing once its renewal returns
+            return  # the pass never ends
+        self.hist.complete(op, "pass", "ok", token=p.token)
+        await self.release(p)
+
+    async def claim_storm(self) -> None:
+        """A storm of claims on one id of this process's own, each with a lease of a microsecond to
+        a tenth of a millisecond (so each claim finds the last one lapsed and mints a token), tens
+        in flight at once for a second; then, once the retention has run out on the claim record, one more claim
+        (``tokens-unique``: it must get a token above every one the storm was handed)."""
+        wf = f"careless-storm-{self.name}"
+        rng = random.Random(f"{self.cfg.seed}:{self.name}:{self.n}:storm")
+
+        async def one() -> None:
+            alive = timedelta(microseconds=rng.choice([1, 10, 100]))
+            with contextlib.suppress(Exception, Contended):
+                await self.rec.claim(wf, alive, alive)
+
+        until = asyncio.get_running_loop().time() + STORM_SECONDS
+        while asyncio.get_running_loop().time() < until and not self.stopping:
+            await asyncio.gather(*(one() for _ in range(STORM_CLAIMS)))
+        await asyncio.sleep(self.cfg.workload.careless_ttl + 0.3)  # the claim record expires
+        with contextlib.suppress(Exception, Contended):
+            p = await self.rec.claim(wf, timedelta(seconds=1), timedelta(seconds=2))
+            await self.release(p)
+
+    async def sweeps_beside_overruns(self) -> None:
+        """A pass whose renewal comes later than its lease (by more than the sweep's cutoff), sweeps
+        with that cutoff running all along, then a rival's claim of the same id; three times on
+        one id (``tokens-unique``: the rival's token must be above the overrunning pass's). Only
+        for a store whose retention is a process (``Opened.sweep``)."""
+        sweep = self.opened.sweep
+        if sweep is None:
+            return
+        wf = self.wf("sweep")
+        alive = timedelta(seconds=0.2)
+        cutoff = 0.1
+        running = True
+
+        async def sweeper() -> None:
+            while running:
+                await self.plain(
+                    "sweep",
+                    {"older_than": cutoff},
+                    lambda: sweep(timedelta(seconds=cutoff)),
+                    lambda n: {"swept": n},
+                )
+                await asyncio.sleep(0.05)
+
+        async def overruns() -> None:
+            for _ in range(3):
+                try:
+                    p = await self.rec.claim(wf, alive, timedelta(seconds=5))
+                except (Exception, Contended):
+                    await asyncio.sleep(alive.total_seconds())
+                    continue
+                await asyncio.sleep(alive.total_seconds() + 3 * cutoff)  # the pass overruns its lease
+                with contextlib.suppress(Exception, Fenced):
+                    await self.rec.renew(p)  # still renewing, as far as it knows
+                with contextlib.suppress(Exception, Contended):  # the rival
+                    await self.rec.claim(wf, alive, timedelta(seconds=5))
+                    await asyncio.sleep(alive.total_seconds() + 3 * cutoff)  # left to lapse in turn
+
+        sweeping = asyncio.ensure_future(sweeper())
+        try:
+            await overruns()
+        finally:
+            running = False
+            await sweeping
+
+    async def run(self) -> None:
+        rounds = (
+            self.refused_burst,
+            self.claim_storm,
+            self.cancellations,
+            self.starved,
+            self.sweeps_beside_overruns,
+            self.ticking_pass,  # last: a ticker that never ends holds the round up for 6 s
+        )
+        pause = self.cfg.workload.careless_ttl + 0.2  # a claim record left to lapse expires meanwhile
+        while not self.stopping:
+            self.n += 1
+            for behaviour in rounds:
+                if self.stopping:
+                    break
+                try:
+                    await behaviour()
+                except Exception as exc:  # the store restarting: the next round tries again
+                    self.hist.event(
+                        "info", what="careless round failed", round=behaviour.__name__, **error_fields(exc)
+                    )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopped.wait(), pause)
+
+    def stop(self) -> None:
+        """Finish the behaviour under way and end (SIGTERM)."""
+        self.stopping = True
+        self.stopped.set()
+
+
+async def run_careless(cfg: RunConfig, name: str, opened: Opened, hist: HistoryWriter) -> None:
+    """A careless process: rounds until SIGTERM (see the module docstring)."""
+    client = Careless(cfg, name, opened, hist)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, client.stop)
+    await client.run()
+
+
+__all__ = ["BIG", "DEEP", "Careless", "careless_spec", "run_careless"]
