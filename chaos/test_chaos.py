@@ -3,8 +3,10 @@
 broken store that must be caught.
 
 Run it with ``python -m pytest chaos`` (``.ci/run`` does). ``WD_CHAOS_GATE_SECONDS`` sets the
-workload phase of each run (default 12 s; storms 5 s); reports land in ``reports/chaos-gate/``,
-one folder per case. ``.ci/run`` runs two cases at a time (pytest-xdist ``-n 2``).
+workload phase of each run (default 12 s; storms 5 s); reports land in ``reports/chaos-gate/``
+(``WD_CHAOS_GATE_REPORTS`` names another folder, for a second gate running beside this one, as
+``.ci/run``'s Python 3.12 and 3.13 legs do), one folder per case. ``.ci/run`` runs two cases at a
+time (pytest-xdist ``-n 2``).
 
 A run that comes out unknown (its fault did not bite, or this machine's wall clock stepped) tested
 nothing, so it is run again on another seed, up to ``RUNS`` runs in all; a case fails on a real
@@ -30,7 +32,7 @@ from wd_chaos.scenario import available, load_file
 from wd_chaos.services import check_available
 
 ROOT = Path(__file__).resolve().parents[1]
-REPORTS = ROOT / "reports" / "chaos-gate"
+REPORTS = Path(os.environ.get("WD_CHAOS_GATE_REPORTS") or ROOT / "reports" / "chaos-gate").resolve()
 SECONDS = float(os.environ.get("WD_CHAOS_GATE_SECONDS", "12"))
 HARD_TIMEOUT = 240
 
