@@ -148,6 +148,20 @@ def test_fencing_lets_an_indeterminate_claim_explain_a_fence() -> None:
     assert fencing(h.lines, final([])).valid is True
 
 
+def test_fencing_lets_a_sweep_or_a_discard_begun_before_it_explain_a_fence() -> None:
+    for forget in ({"f": "sweep"}, {"f": "discard", "workflow": WF}):
+        h = H()
+        h.call("claim", "A", 1, workflow=WF, res={"token": 1})
+        h.call(forget["f"], "S", 3, **{k: v for k, v in forget.items() if k != "f"})
+        h.call("renew", "A", 1, "fenced", workflow=WF, token=1)
+        assert fencing(h.lines, final([])).valid is True, forget
+    h = H()  # a sweep begun only after the refusal ended explains nothing
+    h.call("claim", "A", 1, workflow=WF, res={"token": 1})
+    h.call("renew", "A", 1, "fenced", workflow=WF, token=1)
+    h.call("sweep", "S", 3)
+    assert fencing(h.lines, final([])).valid is False
+
+
 def test_fencing_allows_overlapping_writes_of_the_old_pass() -> None:
     h = H()
     h.call("claim", "A", 1, workflow=WF, res={"token": 1})

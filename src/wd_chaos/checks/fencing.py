@@ -27,7 +27,7 @@ from .core import (
 def fencing(ops: list[Op], final: dict[str, Any]) -> Verdict:
     """No write (record, transact, renew) by a pass lands once a claim with a higher token has
     completed; claim tokens are unique and grow in real-time order; a write refused as Fenced had a
-    newer claim to be refused by."""
+    newer claim to be refused by (or a discard of its workflow, or a sweep, began before it ended)."""
     operations_ = operations(ops)
     claims: dict[str, list[Operation]] = defaultdict(list)
     maybe_claims: dict[str, list[Operation]] = defaultdict(list)
@@ -55,6 +55,13 @@ def fencing(ops: list[Op], final: dict[str, Any]) -> Verdict:
     by_end = {wf: _Prefix([(c.end, c.token or 0, c) for c in cs]) for wf, cs in claims.items()}
     by_start = {wf: _Prefix([(c.start, c.token or 0, c) for c in cs]) for wf, cs in claims.items()}
     first_maybe = {wf: min(c.start for c in cs) for wf, cs in maybe_claims.items()}
+    # A sweep (of the whole store) or a discard (of one workflow) also raises or removes a fence: a
+    # pass whose claim row it forgot is refused as Fenced with no newer claim behind it.
+    forgets = [o.start for o in operations_ if o.f == "sweep"]
+    first_forget = min(forgets, default=float("inf"))
+    for o in operations_:
+        if o.f == "discard" and o.workflow is not None:
+            first_maybe[o.workflow] = min(first_maybe.get(o.workflow, float("inf")), o.start)
     writes = refused = landed = 0
     for w in operations_:
         if w.f not in FENCED_WRITES or w.workflow is None or w.token is None:
@@ -72,7 +79,7 @@ def fencing(ops: list[Op], final: dict[str, Any]) -> Verdict:
             refused += 1
             began = by_start[w.workflow].highest_before(w.end) if w.workflow in by_start else None
             newer = began is not None and began[0] > w.token
-            unsure = first_maybe.get(w.workflow, float("inf")) < w.end
+            unsure = min(first_maybe.get(w.workflow, float("inf")), first_forget) < w.end
             if not newer and not unsure:
                 bad.append(w.brief("refused as Fenced, but no newer claim was invoked before it"))
     steps = _store_steps(ops, final, leases=True)
