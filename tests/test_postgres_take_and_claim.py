@@ -69,10 +69,10 @@ async def test_its_halves_are_take_claim_and_load_as_written(wd_store: StoreUnde
     take = _words(PostgresScheduler.TAKE).replace(") UPDATE", "), taken AS ( UPDATE", 1)
     assert joined.startswith(take + " ), free AS ("), "the take half drifted from TAKE"
     claim = _words(PostgresCheckpointer.CLAIM)
-    head, rest = claim.split(" VALUES ( %(workflow)s, 1, ", 1)
+    head, rest = claim.split(" VALUES ( %(workflow)s, nextval('workflow_token_seq'), ", 1)
     values, conflict = rest.split(" ) ON CONFLICT ", 1)
     conflict = "ON CONFLICT " + conflict.replace("RETURNING token", "RETURNING held.workflow, held.token")
-    insert = f"claimed AS ( {head} SELECT taken.workflow, 1, {values} FROM taken "
+    insert = f"claimed AS ( {head} SELECT taken.workflow, nextval('workflow_token_seq'), {values} FROM taken "
     assert insert in joined, "CLAIM's insert drifted"
     assert f" {conflict} )" in joined, "CLAIM's takeover drifted"
     load = _words(PostgresCheckpointer.LOAD)
