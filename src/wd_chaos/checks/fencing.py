@@ -54,7 +54,7 @@ def fencing(ops: list[Op], final: dict[str, Any]) -> Verdict:
             bad += [a.brief("earlier claim"), b.brief("later claim got a token not above it")]
     by_end = {wf: _Prefix([(c.end, c.token or 0, c) for c in cs]) for wf, cs in claims.items()}
     by_start = {wf: _Prefix([(c.start, c.token or 0, c) for c in cs]) for wf, cs in claims.items()}
-    first_maybe = {wf: min(c.start for c in cs) for wf, cs in maybe_claims.items()}
+    first_maybe: dict[str, float] = {wf: min(c.start for c in cs) for wf, cs in maybe_claims.items()}
     # A sweep (of the whole store) or a discard (of one workflow) also raises or removes a fence: a
     # pass whose claim row it forgot is refused as Fenced with no newer claim behind it.
     forgets = [o.start for o in operations_ if o.f == "sweep"]

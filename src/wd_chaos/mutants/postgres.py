@@ -9,11 +9,14 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import psycopg
+
 from without_durability._values import Pass, Recorded
-from without_durability.errors import Fenced
+from without_durability.errors import Fenced, InvalidInput, StoreError, StoreUnavailable
 from without_durability.rules import INBOX_DIGITS, INBOX_PREFIX, lifecycle_writes
 from without_durability_postgres import PostgresCheckpointer, PostgresScheduler
-from without_durability_postgres._boundary import connect
+from without_durability_postgres._appends import AppendBatcher
+from without_durability_postgres._boundary import connect, one_flight
 from without_durability_postgres.checkpointer import PostgresEffect
 
 from . import Mutant, swap
@@ -475,3 +478,143 @@ MUTANTS.append(
         swap("checkpointer", ReservedKeysAccepted),
     )
 )
+
+
+# -- clients as users write them (issue 29) ---------------------------------------------------
+
+
+class _BatcherSendsCancelled(AppendBatcher):
+    """The batcher as it was before issue 29: a batch is cut from its waiting callers only before
+    it waits for a connection, so callers that time out while it waits are sent anyway."""
+
+    async def _alone(self, waiting: Any) -> None:
+        workflow, encoded, done = waiting
+        try:
+            key = await self._cp._append_alone(workflow, encoded)
+        except Exception as exc:
+            if not done.done():
+                done.set_exception(exc)
+        else:
+            if not done.done():
+                done.set_result(key)
+
+    async def _together(self, batch: list[Any]) -> None:
+        ordered = sorted(batch, key=lambda w: w[0])
+        cp = self._cp
+        try:
+            async with one_flight(cp.pool, f"appending {len(ordered)} values together") as flight:
+                cursors = [
+                    await flight.conn.execute(cp.APPEND, {"workflow": workflow, "value": encoded})
+                    for workflow, encoded, _ in ordered
+                ]
+            rows = [await c.fetchone() for c in cursors]
+            keys = [str(row[0]) for row in rows if row is not None]
+        except StoreUnavailable as exc:
+            for _, _, done in ordered:
+                if not done.done():
+                    done.set_exception(exc)
+            return
+        except (StoreError, InvalidInput):
+            for waiting in ordered:
+                if not waiting[2].done():
+                    await self._alone(waiting)
+            return
+        for (_, _, done), key in zip(ordered, keys, strict=True):
+            if not done.done():
+                done.set_result(key)
+
+
+class AppendSendsCancelled(PostgresCheckpointer):
+    """Group commit sends the appends of callers that gave up (timed out, cancelled) while their
+    batch waited for a pooled connection: a caller that retries after its timeout appends twice."""
+
+    @property  # a data descriptor: it wins over the instance's own _appends
+    def _appends(self) -> AppendBatcher:
+        batcher: AppendBatcher = self.__dict__["_appends"]
+        batcher.__class__ = _BatcherSendsCancelled
+        return batcher
+
+    @_appends.setter
+    def _appends(self, batcher: AppendBatcher) -> None:
+        self.__dict__["_appends"] = batcher
+
+
+def _unreachable_on_limits(method: Any) -> Any:
+    async def mutated(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await method(self, *args, **kwargs)
+        except InvalidInput as exc:
+            cause = exc.__cause__
+            if isinstance(cause, psycopg.Error) and (getattr(cause, "sqlstate", "") or "").startswith("54"):
+                raise StoreUnavailable(f"Postgres could not be reached: {cause}") from cause
+            raise
+
+    return mutated
+
+
+class LimitsReportedUnreachable(PostgresCheckpointer):
+    """Input the server refuses for its limits (SQLSTATE class 54) is reported as
+    ``StoreUnavailable``, as psycopg files it, instead of as a refusal of that input."""
+
+    claim = _unreachable_on_limits(PostgresCheckpointer.claim)
+    record = _unreachable_on_limits(PostgresCheckpointer.record)
+    supply = _unreachable_on_limits(PostgresCheckpointer.supply)
+    _append_alone = _unreachable_on_limits(PostgresCheckpointer._append_alone)
+
+
+class TokenFromClaimRow(PostgresCheckpointer):
+    """claim counts tokens on the claim row (1 for a new row), as before issue 29: once the sweep
+    drops a lapsed row beside a pass still running, the next claim hands that pass's token out
+    again."""
+
+    CLAIM = """
+INSERT INTO workflow_claim AS held (workflow, token, held_until, alive_until, alive_for)
+VALUES (
+    %(workflow)s, 1,
+    now() + %(budget)s, LEAST(now() + %(alive)s, now() + %(budget)s), %(alive)s
+)
+ON CONFLICT (workflow) DO UPDATE
+    SET token = held.token + 1,
+        held_until = now() + %(budget)s,
+        alive_until = LEAST(now() + %(alive)s, now() + %(budget)s),
+        alive_for = %(alive)s
+    WHERE held.alive_until <= now()
+RETURNING token
+"""
+
+
+MUTANTS += [
+    Mutant(
+        "postgres-append-sends-cancelled",
+        "postgres",
+        "cancelled-calls",
+        "group commit sends the appends of callers that timed out while their batch waited for a connection",
+        (
+            "tests/test_postgres_appends.py::test_callers_that_time_out_while_their_batch_waits_for_a_connection_append_nothing",
+            "chaos:careless-clients:cancelled-calls",
+        ),
+        swap("checkpointer", AppendSendsCancelled),
+    ),
+    Mutant(
+        "postgres-limits-reported-unreachable",
+        "postgres",
+        "errors-classified",
+        "input over the server's limits (SQLSTATE 54) is reported as StoreUnavailable",
+        (
+            f"{PG_TESTS}::test_input_over_the_servers_limits_is_refused_not_unreachable",
+            "chaos:careless-clients:errors-classified",
+        ),
+        swap("checkpointer", LimitsReportedUnreachable),
+    ),
+    Mutant(
+        "postgres-token-from-claim-row",
+        "postgres",
+        "fencing-token",
+        "claim counts tokens on the claim row, which the sweep may drop beside a running pass",
+        (
+            f"{PG_TESTS}::test_a_sweep_beside_a_renewing_pass_never_hands_its_token_out_again",
+            "chaos:careless-clients:tokens-unique",
+        ),
+        swap("checkpointer", TokenFromClaimRow),
+    ),
+]

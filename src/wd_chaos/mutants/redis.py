@@ -11,7 +11,7 @@ from typing import Any
 
 from without_durability_redis import RedisCheckpointer, RedisStreamScheduler
 from without_durability_redis._keys import check_id
-from without_durability_redis._scripts import Scripts, script_source, text
+from without_durability_redis._scripts import DRIVER_ERRORS, Scripts, script_source, text, translated
 
 from . import Mutant, Swap, Wrap, swap
 
@@ -170,3 +170,58 @@ MUTANTS.append(
         swap_scripts("checkpointer", RecordWithoutFence),
     )
 )
+
+
+# -- clients as users write them (issue 29) ---------------------------------------------------
+
+_AHEAD = "  if ahead_ms > ms then\n    ms = ahead_ms\n  end\n"
+
+
+class ClaimHashExpiresAheadOfItsToken(RedisCheckpointer):
+    """The claim hash's TTL is the budget left plus ``ttl`` whatever its token, as before issue 29:
+    after claims faster than one a millisecond ran the tokens ahead of the server's clock, a short
+    ``ttl`` expires the hash and the next claim mints the bare clock, a token already handed out."""
+
+    script_overrides = {  # noqa: RUF012
+        name: _edit(script_source(name), _AHEAD, "")
+        for name in ("append", "claim", "discard", "record", "release", "renew", "supply", "transact")
+    }
+
+
+class CancelSwallowed(RedisCheckpointer):
+    """A call whose task was cancelled returns the reply redis-py handed back (its ``wait_for`` on
+    Python 3.11 does when the cancel lands as the reply arrives), so the caller goes on as if it
+    had not cancelled; a Worker's renewal tick so cancelled ran for ever before issue 29."""
+
+    async def _run(self, what: str, name: str, keys: Any, args: Any) -> Any:
+        try:
+            await self._first_contact()
+            return await self._scripts.run(name, keys, args)
+        except DRIVER_ERRORS as exc:
+            raise translated(self.client, what, exc) from exc
+
+
+MUTANTS += [
+    Mutant(
+        "redis-claim-hash-expires-ahead-of-its-token",
+        "redis-set",
+        "fencing-token",
+        "the claim hash may expire while its token is still ahead of the server's clock",
+        (f"{REDIS_TESTS}::test_a_claim_storm_under_a_short_ttl_never_sees_a_token_again",),
+        swap_scripts("checkpointer", ClaimHashExpiresAheadOfItsToken),
+        unseen_by_chaos="the careless clients' claim storm reaches about one claim per 2 ms from one process, "
+        "so its tokens never run ahead of the server's millisecond clock; a storm from many processes "
+        "(or a clock-step back under a short TTL) would show it to tokens-unique",
+    ),
+    Mutant(
+        "redis-cancel-swallowed",
+        "redis-set",
+        "cancelled-calls",
+        "a cancelled call returns its reply instead of raising CancelledError (Python 3.11's wait_for)",
+        (
+            f"{REDIS_TESTS}::test_a_cancelled_call_raises_cancelled_even_when_its_reply_arrived",
+            "chaos:careless-clients:cancelled-calls",
+        ),
+        swap("checkpointer", CancelSwallowed),
+    ),
+]
