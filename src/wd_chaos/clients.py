@@ -419,14 +419,20 @@ class Careless:
             await sweeping
 
     async def run(self) -> None:
-        rounds = (
+        rounds: tuple[Callable[[], Awaitable[None]], ...] = (
             self.refused_burst,
+            self.sweeps_beside_overruns,
             self.claim_storm,
             self.cancellations,
             self.starved,
-            self.sweeps_beside_overruns,
             self.ticking_pass,  # last: a ticker that never ends holds the round up for 6 s
         )
+        # Each careless process starts its rounds at its own share of the list (careless-1 of two
+        # halfway), so a short run (the mutant gate's 8 s) still reaches every behaviour once.
+        index = int(self.name.rpartition("-")[2]) if self.name.rpartition("-")[2].isdigit() else 0
+        among = max(1, self.cfg.workload.careless_clients)
+        start = (index % among) * len(rounds) // among
+        rounds = (*rounds[start:], *rounds[:start])
         pause = self.cfg.workload.careless_ttl + 0.2  # a claim record left to lapse expires meanwhile
         while not self.stopping:
             self.n += 1
