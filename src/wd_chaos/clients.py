@@ -57,7 +57,7 @@ DEEP = 20_000
 HANG_SECONDS = 6.0
 """How long a pass waits for its cancelled ticker before leaving it behind (past
 ``no-hung-pass``'s margin, so a ticker that never ends is judged)."""
-STORM_CLAIMS = 40
+STORM_CLAIMS = 64
 """Claims a storm has in flight at once (a client's connections are not without end)."""
 STORM_SECONDS = 1.0
 """How long a storm goes on."""
@@ -367,8 +367,12 @@ class Careless:
                 await self.rec.claim(wf, alive, alive)
 
         until = asyncio.get_running_loop().time() + STORM_SECONDS
-        while asyncio.get_running_loop().time() < until and not self.stopping:
-            await asyncio.gather(*(one() for _ in range(STORM_CLAIMS)))
+
+        async def claimer() -> None:  # each claims again as soon as its last returned
+            while asyncio.get_running_loop().time() < until and not self.stopping:
+                await one()
+
+        await asyncio.gather(*(claimer() for _ in range(STORM_CLAIMS)))
         await asyncio.sleep(self.cfg.workload.careless_ttl + 0.3)  # the claim record expires
         with contextlib.suppress(Exception, Contended):
             p = await self.rec.claim(wf, timedelta(seconds=1), timedelta(seconds=2))
