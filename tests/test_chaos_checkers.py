@@ -703,3 +703,26 @@ def test_fencing_allows_a_claim_in_flight_when_the_holder_released() -> None:
     h2.call("release", "A", 1, workflow=WF, token=1)
     v = fencing(h2.lines, {**final([]), **MONOTONIC})
     assert v.valid is False and "while token 1 was alive" in v.evidence[0]["why"], v
+
+
+# -- coverage windows ---------------------------------------------------------------------------
+
+
+def test_coverage_counts_each_window_and_is_unknown_when_one_was_never_reached() -> None:
+    from wd_chaos.checks.coverage import coverage, windows
+
+    assert {"stale-write-refused", "takeover-during-stall", "call-cancelled"} <= set(windows())
+    h = H()
+    stale_write(h, outcome="fenced")
+    reached = coverage(h.lines, ["stale-write-refused"])
+    assert reached.valid is True and reached.counts == {"stale-write-refused": 1}, reached
+    missed = coverage(h.lines, ["stale-write-refused", "call-cancelled"])
+    assert missed.valid == checks.UNKNOWN and missed.counts == {"stale-write-refused": 1, "call-cancelled": 0}
+    assert "call-cancelled" in missed.summary and "not tested" in missed.summary
+
+
+def test_a_scenario_naming_an_unknown_window_is_refused() -> None:
+    from wd_chaos.scenario import ScenarioError, parse
+
+    with pytest.raises(ScenarioError, match="coverage"):
+        parse('name = "x"\ncoverage = ["no-such-window"]\n', "x.toml")

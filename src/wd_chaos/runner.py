@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, checks, history, wallclock
+from .checks.coverage import hits_of
 from .config import validate as validate_config
 from .faults import Nemesis, service_needs
 from .history import HistoryWriter, Tail
@@ -712,7 +713,9 @@ def analyze(run_dir: Path) -> Outcome:
 
     scenario, meta, ops, final = _read_run(run_dir)
     steps = wallclock.steps(ops)
-    verdicts = checks.check(ops, {**final, "wall_clock_steps": steps}, scenario.checks, scenario.bite)
+    verdicts = checks.check(
+        ops, {**final, "wall_clock_steps": steps}, scenario.checks, scenario.bite, scenario.coverage
+    )
     valid = checks.overall(verdicts)
     counts = Counter(f"{o['f']}:{o['outcome']}" for o in ops if o["type"] == "complete")
     summary = {
@@ -720,6 +723,7 @@ def analyze(run_dir: Path) -> Outcome:
         "valid": valid,
         "exit_code": checks.exit_code(valid),
         "verdicts": [v.as_dict() for v in verdicts],
+        "coverage": hits_of(verdicts),
         "counts": dict(sorted(counts.items())),
         "faults": [o for o in ops if o["type"] == "fault"],
         "store_clock": final.get("store_clock", "unrecorded"),

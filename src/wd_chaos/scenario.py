@@ -58,6 +58,16 @@ def _known_bite(name: str) -> str:
     return name
 
 
+def _known_window(name: str) -> str:
+    from .checks.coverage import windows
+
+    if name not in windows():
+        raise ValueError(f"one of {', '.join(repr(n) for n in windows())}")
+    return name
+
+
+WindowName = Annotated[str, AfterValidator(_known_window)]
+"""A coverage window's name (see ``wd_chaos.checks.coverage``)."""
 CheckName = Annotated[str, AfterValidator(_known_check)]
 """A checker's name: any a module of ``wd_chaos.checks`` defines (see ``wd_chaos.checks.registry``)."""
 BiteName = Annotated[str, AfterValidator(_known_bite)]
@@ -240,6 +250,9 @@ class Scenario(_Strict):
     storm: Storm | None = None
     checks: list[CheckName] = Field(default_factory=_default_checks, min_length=1)
     bite: BiteName = "none"
+    coverage: list[WindowName] = Field(default_factory=list)
+    """The dangerous windows this scenario means to reach; a run that reached one 0 times is
+    unknown (see ``wd_chaos.checks.coverage``)."""
     lifecycle: Lifecycle | None = None
     """Retention and retries (the ``long-wait`` scenario): needs the library Worker client."""
     expect: Literal["valid", "lost-writes"] = "valid"

@@ -67,9 +67,16 @@ def run_checker(name: str, fn: CheckFn, ops: list[Op], final: dict[str, Any]) ->
     return verdict
 
 
-def check(ops: list[Op], final: dict[str, Any], checks: Iterable[str], bite_kind: str) -> list[Verdict]:
+def check(
+    ops: list[Op],
+    final: dict[str, Any],
+    checks: Iterable[str],
+    bite_kind: str,
+    coverage: Iterable[str] = (),
+) -> list[Verdict]:
     """Run the named checkers and the bite check, reading the history's wall-clock steps once for
-    all of them (into ``final["wall_clock_steps"]`` unless the caller already did)."""
+    all of them (into ``final["wall_clock_steps"]`` unless the caller already did); and, when the
+    scenario names coverage windows, the ``coverage`` verdict (see ``wd_chaos.checks.coverage``)."""
     from .. import wallclock
 
     if "wall_clock_steps" not in final:
@@ -77,4 +84,9 @@ def check(ops: list[Op], final: dict[str, Any], checks: Iterable[str], bite_kind
     found = checkers()
     out = [run_checker(name, found[name], ops, final) for name in checks]
     out.append(run_checker(f"bite: {bite_kind}", bite(bite_kind), ops, final))
+    windows = list(coverage)
+    if windows:
+        from .coverage import coverage as reached
+
+        out.append(run_checker("coverage", lambda o, _f: reached(o, windows), ops, final))
     return out

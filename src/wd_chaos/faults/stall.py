@@ -26,6 +26,7 @@ from ..checks.core import (
     operations,
     refused_after,
 )
+from ..checks.coverage import window
 from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec
 from .nemesis import Active
 
@@ -180,3 +181,21 @@ STALL = FaultKind(
     window=True,
     detail=("duration", "over"),
 )
+
+
+@window("takeover-during-stall")
+def takeover_during_stall(ops: list[Operation], lines: list[Op]) -> int:
+    """Another process claimed while a worker was stopped (SIGSTOP): a takeover under a live pass."""
+    hits = 0
+    for start, stop in _windows(lines, "stall"):
+        begin, end = int(start["mono"]), float(stop["mono"]) if stop is not None else float("inf")
+        stalled = int(start.get("target_pid") or 0)
+        hits += sum(
+            1
+            for o in ops
+            if o.f in ("claim", "take_and_claim")
+            and o.ok
+            and int(o.invoke.get("pid") or 0) != stalled
+            and begin < o.end < end
+        )
+    return hits
