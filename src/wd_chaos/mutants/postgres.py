@@ -187,13 +187,6 @@ RETURNING value::text
 """
 
 
-class DiscardDeletesClaim(PostgresCheckpointer):
-    """discard deletes the claim row instead of raising the token: the next claim mints token 1
-    again and a pass in flight outranks it."""
-
-    RAISE_FENCE = "DELETE FROM workflow_claim WHERE workflow = %(workflow)s"
-
-
 class TransactCommitsSeparately(PostgresCheckpointer):
     """transact commits the effect in a transaction of its own, then records: a pass superseded
     meanwhile keeps its effect, as does one whose record fails."""
@@ -383,18 +376,6 @@ MUTANTS = [
             "chaos:transact-stall:written-at",
         ),
         swap("checkpointer", StampsTransactAtItsStart),
-    ),
-    Mutant(
-        "postgres-discard-deletes-claim",
-        "postgres",
-        "discard-raises-fence",
-        "discard deletes the claim row instead of raising the token",
-        (
-            "test_discard_raises_the_fence_and_leaves_the_id_claimable",
-            "test_tokens_strictly_increase_across_discards",
-            "chaos:take-storm:tokens-rise",
-        ),
-        swap("checkpointer", DiscardDeletesClaim),
     ),
     Mutant(
         "postgres-transact-commits-separately",
