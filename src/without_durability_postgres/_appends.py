@@ -118,7 +118,8 @@ class AppendBatcher:
         try:
             async with one_flight(cp.pool, f"appending {len(ordered)} values together") as flight:
                 # The connection is held now: a caller cancelled while the batch waited for it is
-                # left out here, with no await between this look and the queuing below.
+                # left out here, with no await before the first statement is queued (a cancel
+                # landing while the rest are queued is a cancel in flight: its outcome unknown).
                 ordered = [w for w in ordered if not w[2].done()]
                 cursors = [
                     await flight.conn.execute(cp.APPEND, {"workflow": workflow, "value": encoded})
