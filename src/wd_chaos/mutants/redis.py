@@ -209,10 +209,12 @@ MUTANTS += [
         "the claim hash may expire while its token is still ahead of the server's clock",
         (f"{REDIS_TESTS}::test_a_claim_storm_under_a_short_ttl_never_sees_a_token_again",),
         swap_scripts("checkpointer", ClaimHashExpiresAheadOfItsToken),
-        unseen_by_chaos="the careless clients' claim storm, through their pool of one connection, runs its "
-        "tokens at most about 0.3 s ahead of the server's millisecond clock, less than the 1 s retention "
-        "it waits out; a storm through many connections (about 3,300 claims a second here, 2.4 s ahead) "
-        "would show it to tokens-unique",
+        unseen_by_chaos="tokens run ahead of the server's millisecond clock only while claims come faster "
+        "than one a millisecond, and the careless clients' storm is bound by its own process's CPU: alone "
+        "against a local Redis it makes about 1,500-2,200 claims a second (0.5-1.2 s ahead after its 2 s, "
+        "against the 1 s retention it waits out), inside a chaos run beside the workers about 750 (never "
+        "ahead); a kill that depends on the machine's load would make the gate flaky, so the unit test's "
+        "storm, on an idle server, is the killer",
     ),
     Mutant(
         "redis-cancel-swallowed",
