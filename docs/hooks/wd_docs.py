@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import itertools
 import json
 import re
 import textwrap
@@ -43,7 +44,7 @@ def _attribute_docs(model: type) -> dict[str, str]:
         except (OSError, TypeError):
             continue
         body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-        for here, after in zip(body, body[1:], strict=False):
+        for here, after in itertools.pairwise(body):
             if (
                 isinstance(here, ast.AnnAssign)
                 and isinstance(here.target, ast.Name)
@@ -108,10 +109,8 @@ _VALIDATED = {
 def _default(field: FieldInfo) -> str:
     if field.is_required():
         return "**required**"
-    if field.default_factory is not None:
-        value = field.default_factory()  # type: ignore[call-arg]
-    else:
-        value = field.default
+    factory = field.default_factory
+    value = factory() if factory is not None else field.default  # type: ignore[call-arg]
     if isinstance(value, BaseModel):
         return "see its table"
     if value is None:
