@@ -303,6 +303,17 @@ def benchmarks() -> str:
             ("workers", *keys),
         )
     )
+    workers = sorted({r["workers"] for r in take["rows"]})
+    rates = {(r["system"], r["workers"]): r["rate"] for r in take["rows"]}
+    systems = list(dict.fromkeys(r["system"] for r in take["rows"]))
+    out += ["", "Deliveries per second by system and worker count:", ""]
+    out.append(
+        _table(
+            [(s, *(_num(rates.get((s, w), "-")) for w in workers)) for s in systems],
+            ("system", *(f"{w} workers" for w in workers)),
+        )
+    )
+    out += ["", "![take throughput by workers](take.svg)"]
     append = _load("append.json")
     out += ["", "## Append throughput", "", _machine(append), ""]
     rows = [
@@ -325,6 +336,7 @@ def benchmarks() -> str:
         for r in pickup["rows"]
     ]
     out.append(_table(rows, ("store", "wakeup", "poll ms", "p50 ms", "p99 ms", "lost")))
+    out += ["", "![pickup latency against poll interval](pickup.svg)"]
     ceiling = _load("sqlite_ceiling.json")
     out += ["", "## SQLite against its own ceiling", "", _machine(ceiling), ""]
     rows = [(r["system"], _num(r["rate"]), _num(r["lost"]), _num(r["duplicated"])) for r in ceiling["rows"]]
@@ -406,6 +418,75 @@ def mutation_results() -> str:
         if part["survived"]:
             out += ["", "Survivors:", ""] + [f"- `{s if isinstance(s, str) else s.get('mutant')}`" for s in part["survived"]]
     return "\n".join(out)
+
+
+# ---- plots, drawn from the same baselines and added to the site as files ----
+
+TAKE_PLOTTED = ("postgres", "pgbench", "psycopg-raw", "pgqueuer-b10", "redis-set", "redis-stream", "sqlite")
+
+
+def _svg(draw: Callable[[Any], None]) -> bytes:
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    matplotlib.rcParams["svg.hashsalt"] = "wd-docs"  # the same baseline draws the same file
+    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    draw(ax)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def take_plot() -> bytes:
+    """Take throughput against workers, one line per system (``take.json``)."""
+    rows = _load("take.json")["rows"]
+
+    def draw(ax: Any) -> None:
+        for system in TAKE_PLOTTED:
+            mine = sorted((r["workers"], r["rate"]) for r in rows if r["system"] == system)
+            if mine:
+                ax.plot(*zip(*mine, strict=True), marker="o", label=system)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")  # Redis runs an order of magnitude above the SQL stores
+        ax.set_xlabel("workers")
+        ax.set_ylabel("deliveries / s")
+
+    return _svg(draw)
+
+
+def pickup_plot() -> bytes:
+    """Pickup latency (p50) against poll interval, one line per store and wakeup (``pickup.json``)."""
+    rows = _load("pickup.json")["rows"]
+
+    def draw(ax: Any) -> None:
+        for store, wakeup in dict.fromkeys((r["store"], r["wakeup"]) for r in rows):
+            mine = sorted((r["poll_ms"], r["p50_ms"]) for r in rows if (r["store"], r["wakeup"]) == (store, wakeup))
+            ax.plot(*zip(*mine, strict=True), marker="o", label=f"{store}{' + wakeup' if wakeup else ''}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("poll interval (ms)")
+        ax.set_ylabel("pickup p50 (ms)")
+
+    return _svg(draw)
+
+
+PLOTS: dict[str, Callable[[], bytes]] = {"results/take.svg": take_plot, "results/pickup.svg": pickup_plot}
+
+
+def on_files(files: Any, config: Any) -> Any:
+    """MkDocs event: add the plots to the site's files, so pages link them like any image."""
+    from mkdocs.structure.files import File
+
+    for uri, plot in PLOTS.items():
+        files.append(File.generated(config, uri, content=plot()))
+    return files
 
 
 GENERATORS: dict[str, Callable[[], str]] = {
