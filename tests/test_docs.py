@@ -136,3 +136,16 @@ def test_the_store_tutorials_example_imports_and_is_registered() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(example / "src"), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"the example store did not import: {done.stderr}"
+
+
+def test_the_readme_workflow_is_the_example_that_runs() -> None:
+    readme = (ROOT / "README.md").read_text()
+    example = (ROOT / "examples" / "hello.py").read_text()
+    block = readme.split("## A workflow", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert block.strip() and block in example, "README: its workflow must be an excerpt of examples/hello.py"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "hello.py")], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.splitlines()[-1:] == ["ok"], (
+        f"examples/hello.py: expected exit 0 and 'ok', got {done.returncode}: {done.stdout}{done.stderr}"
+    )
