@@ -149,3 +149,13 @@ def test_the_readme_workflow_is_the_example_that_runs() -> None:
     assert done.returncode == 0 and done.stdout.splitlines()[-1:] == ["ok"], (
         f"examples/hello.py: expected exit 0 and 'ok', got {done.returncode}: {done.stdout}{done.stderr}"
     )
+
+
+def test_every_wd_chaos_command_the_readme_shows_exists() -> None:
+    from wd_chaos.cli import main
+
+    readme = (ROOT / "README.md").read_text()
+    shown = set(re.findall(r"^wd-chaos ([a-z-]+)", readme, re.MULTILINE))
+    assert shown, "README: expected wd-chaos commands"
+    unknown = shown - set(main.commands)
+    assert not unknown, f"README shows wd-chaos commands that do not exist: {sorted(unknown)}"
