@@ -58,7 +58,7 @@ def _cases() -> list[tuple[str, str]]:
 
 def _lossy_cases() -> list[tuple[str, str]]:
     """Scenarios whose deployment loses acknowledged writes by design, each on its first store
-    only (the gate's time allowance; the README gives the other stores' figures)."""
+    only (the gate's time allowance; wd-chaos run NAME --store STORE runs the others)."""
     found = [(name, load_file(path)) for name, path in available().items()]
     return [(name, stores_for(s)[0]) for name, s in found if s.expect == "lost-writes"]
 

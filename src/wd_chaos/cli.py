@@ -295,6 +295,21 @@ def list_(scenario_dirs: tuple[Path, ...]) -> None:
     Console().print(table)
 
 
+@main.command("show")
+@click.argument("name")
+def show_cmd(name: str) -> None:
+    """Print built-in scenario NAME as TOML, comments included, to start a scenario of your own
+    from: save it as MY.toml, set its name to MY (a file's name must be its name), edit, then
+    wd-chaos run MY.toml. An unknown NAME exits 64 naming the built-in ones."""
+    from .scenario import BUILT_IN
+
+    built_in = {p.name.removesuffix(".toml"): p for p in BUILT_IN.iterdir() if p.name.endswith(".toml")}
+    if name not in built_in:
+        raise click.UsageError(f"no built-in scenario {name!r}; built in: {', '.join(sorted(built_in))}")
+    # the file as shipped, not a re-dump of the model: its comments say why each value is what it is
+    click.echo(built_in[name].read_text(encoding="utf-8"), nl=False)
+
+
 @main.command("run")
 @click.argument("name", required=False)
 @_scenario_dirs

@@ -107,7 +107,7 @@ from one-key ones such as ``schema.MIGRATE_LOCK``."""
 # order: claim row, then this), and waits for nothing afterwards but its own row (or the queue row
 # PostgresDurable schedules in the same transaction), so it adds no deadlock cycle. A hash collision
 # only makes two workflows take turns. The cost: writers of one workflow serialize through their
-# commits (see the README's append figures); writers of different workflows do not.
+# commits (see the append figures in docs/results/benchmarks.md); writers of different workflows do not.
 TAKE_TURN = f"pg_advisory_xact_lock({ORDER_LOCK}, hashtext(%(workflow)s))"
 
 # The fence is an UPDATE, not a read: it takes the claim row's lock, so a claim committing while

@@ -92,7 +92,7 @@ def warn(client: Client, persistence: Persistence) -> None:
         return
     log.warning(
         "%s: an acknowledged write may not survive a crash of the server: %s. Set appendonly yes "
-        "and appendfsync always for writes that survive one (see README, Stores: Redis durability)",
+        "and appendfsync always for writes that survive one (see the docs: Stores and guarantees, Durability)",
         where(client),
         persistence.detail,
     )

@@ -198,8 +198,8 @@ def _plan(
     except KitError as exc:
         if not statements or not tests or not wd_stores:
             raise click.UsageError(
-                f"{exc}. Declare a MutatePlan as your kit's mutate_plan (see the README's 'wd-chaos "
-                "mutate'), or give --statements MODULE, --tests PATH and --wd-store NAME (and "
+                f"{exc}. Declare a MutatePlan as your kit's mutate_plan (see the docs: The mutant "
+                "gate, Generated mutants), or give --statements MODULE, --tests PATH and --wd-store NAME (and "
                 "--pytest-arg=-p --pytest-arg=YOUR_PLUGIN if your store registers itself through a "
                 "pytest plugin)"
             ) from None

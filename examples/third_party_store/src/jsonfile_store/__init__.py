@@ -127,6 +127,7 @@ class FileCheckpointer:
 
     # -- the claim: {token, held_until, alive_until, alive_for}, micros on the lease clock --------
 
+    # --8<-- [start:claim]
     async def claim(self, workflow: str, *, alive: timedelta, budget: timedelta) -> Pass:
         """See ``Checkpointer.claim``."""
         check_workflow(workflow)
@@ -158,6 +159,8 @@ class FileCheckpointer:
 
     def _renew(self, held: dict[str, Any]) -> None:
         held["alive_until"] = min(self.lease_clock() + held["alive_for"], held["held_until"])
+
+    # --8<-- [end:claim]
 
     async def renew(self, pass_: Pass) -> None:
         """See ``Checkpointer.renew``."""
@@ -216,6 +219,7 @@ class FileCheckpointer:
     def _encode(self, workflow: str, key: str, value: object) -> str:
         return encode_value(self.codec, workflow, key, value, self.max_value_bytes)
 
+    # --8<-- [start:record]
     async def record(self, pass_: Pass, key: str, value: object) -> Recorded:
         """See ``Checkpointer.record``."""
         check_pass(pass_)
@@ -229,6 +233,7 @@ class FileCheckpointer:
 
         return await self.file.step(job)
 
+    # --8<-- [end:record]
     async def supply(self, workflow: str, key: str, value: object) -> Recorded:
         """See ``Checkpointer.supply``."""
         check_workflow(workflow)
