@@ -135,6 +135,35 @@ def test_the_index_lists_the_run_with_its_verdict_and_a_filter_hides_it(
     expect(row).to_be_visible()
 
 
+def test_clicking_a_run_opens_its_report_whose_timeline_answers_a_hover(
+    served: str, stored: Path, page: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    page.goto(served)
+    page.locator("#runs tbody tr a", has_text="lease-stall").first.click()
+    expect(page).to_have_title("lease-stall on sqlite")
+    expect(page.locator("h1")).to_contain_text(_shown(_summary(stored)["valid"]))
+    timeline = page.locator("svg#timeline")
+    expect(timeline).to_be_visible()
+    op = page.locator("svg#timeline rect.op[data-f='claim'][data-worker^='worker-']").first
+    op.hover(force=True)
+    tip = page.locator("#tip")
+    expect(tip).to_be_visible()
+    expect(tip).to_contain_text("claim(workflow=")  # the call, as made
+    expect(tip).to_contain_text("result")
+    expect(tip).to_contain_text(op.get_attribute("data-worker"))
+    # the worker filter leaves only that worker's operations drawn
+    worker = op.get_attribute("data-worker")
+    page.select_option("#tl-worker", worker)
+    others = page.locator(f"svg#timeline rect.op:not([data-worker='{worker}'])")
+    assert others.count() > 0
+    expect(others.first).to_be_hidden()
+    # the raw files are one click away
+    page.locator("a", has_text="summary.json").first.click()
+    assert json.loads(page.locator("body").inner_text())["scenario"] == "lease-stall"
+
+
 def test_a_run_folder_downloads_as_a_zip(served: str, stored: Path, page: Any, tmp_path: Path) -> None:
     page.goto(served)
     with page.expect_download() as info:
