@@ -93,7 +93,7 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
-    """A fresh page (its own context, so downloads are accepted and nothing carries over)."""
+    """(Asked for first, so a missing browser is reported before the run is made.) A fresh page (its own context, so downloads are accepted and nothing carries over)."""
     context = browser.new_context(accept_downloads=True)
     pg = context.new_page()
     pg.set_default_timeout(15_000)
@@ -112,7 +112,7 @@ def _shown(valid: object) -> str:
 
 
 def test_the_index_lists_the_run_with_its_verdict_and_a_filter_hides_it(
-    served: str, stored: Path, page: Any
+    page: Any, served: str, stored: Path
 ) -> None:
     from playwright.sync_api import expect
 
@@ -136,7 +136,7 @@ def test_the_index_lists_the_run_with_its_verdict_and_a_filter_hides_it(
 
 
 def test_clicking_a_run_opens_its_report_whose_timeline_answers_a_hover(
-    served: str, stored: Path, page: Any
+    page: Any, served: str, stored: Path
 ) -> None:
     from playwright.sync_api import expect
 
@@ -164,7 +164,7 @@ def test_clicking_a_run_opens_its_report_whose_timeline_answers_a_hover(
     assert json.loads(page.locator("body").inner_text())["scenario"] == "lease-stall"
 
 
-def test_a_run_folder_downloads_as_a_zip(served: str, stored: Path, page: Any, tmp_path: Path) -> None:
+def test_a_run_folder_downloads_as_a_zip(page: Any, served: str, stored: Path, tmp_path: Path) -> None:
     page.goto(served)
     with page.expect_download() as info:
         page.locator("#runs tbody tr a", has_text="zip").first.click()

@@ -161,6 +161,7 @@ class _Handler(BaseHTTPRequestHandler):
     """Serves the index, a run's files and a run's zip from ``server.root``; nothing outside it."""
 
     server: _Server
+    _head = False
 
     def do_GET(self) -> None:
         """Answer one GET: ``/``, ``/runs/<folder>/<file>`` or ``/zip/<folder>.zip``."""
@@ -173,6 +174,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._zip(path[len("/zip/") : -len(".zip")])
         else:
             self._error(HTTPStatus.NOT_FOUND, f"no page at {path}")
+
+    def do_HEAD(self) -> None:
+        """Answer a HEAD as the GET would, headers only."""
+        self._head = True
+        self.do_GET()
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: a browser's requests are not worth a line each on the terminal."""
@@ -225,7 +231,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(size))
             self.send_header("Content-Disposition", f'attachment; filename="{folder.name}.zip"')
             self.end_headers()
-            shutil.copyfileobj(buf, self.wfile)
+            if not self._head:
+                shutil.copyfileobj(buf, self.wfile)
 
     def _send(self, status: HTTPStatus, kind: str, body: bytes) -> None:
         self.send_response(status)
@@ -233,7 +240,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.end_headers()
-        self.wfile.write(body)
+        if not self._head:
+            self.wfile.write(body)
 
     def _redirect(self, to: str) -> None:
         self.send_response(HTTPStatus.MOVED_PERMANENTLY)
