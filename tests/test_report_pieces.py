@@ -111,6 +111,10 @@ def served_folder(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     write_report(run_dir, summary, ops, {})
     (reports / "mutants").mkdir()
     (reports / "mutants" / "summary.json").write_text('{"gate": "not a run"}')
+    stopped = reports / "20261203T130000-lease-stall-redis"
+    stopped.mkdir()
+    (stopped / "run.json").write_text(json.dumps({"scenario": "lease-stall", "store": "redis", "seed": 3}))
+    (stopped / "INTERRUPTED").write_text("Stopped: SIGINT\n")
     server = make_server(reports, 0)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -123,7 +127,8 @@ def served_folder(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 def test_serve_lists_a_stored_run_and_serves_its_files(served_folder: tuple[str, Path]) -> None:
     url, run_dir = served_folder
-    (run,) = stored_runs(run_dir.parent)
+    stopped, run = stored_runs(run_dir.parent)  # newest first
+    assert (stopped.store, stopped.verdict) == ("redis", "INTERRUPTED"), stopped
     assert (run.scenario, run.store, run.verdict, run.started) == (
         "lease-stall", "sqlite", "VALID", "2026-12-03 12:00:00",
     )  # fmt: skip

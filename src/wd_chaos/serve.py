@@ -43,7 +43,7 @@ class StoredRun:
     store: str
     seed: object
     verdict: str
-    """``VALID``, ``INVALID`` or ``UNKNOWN``."""
+    """``VALID``, ``INVALID``, ``UNKNOWN``, or ``INTERRUPTED`` (stopped before its verdict)."""
     started: str
     """When the run started (UTC, ``YYYY-MM-DD HH:MM:SS``), or empty when not known."""
     seconds: object
@@ -69,17 +69,27 @@ def _started(folder: Path, summary: dict[str, Any]) -> str:
 
 
 def stored_runs(root: Path) -> list[StoredRun]:
-    """Every run folder under ``root`` (at any depth), newest first. A ``summary.json`` that cannot
-    be read or is not a run's (the mutant gate writes its own) is left out."""
+    """Every run folder under ``root`` (at any depth), newest first: finished ones (``summary.json``)
+    and interrupted ones (``INTERRUPTED`` beside ``run.json``). A file that cannot be read or is not
+    a run's (the mutant gate writes a ``summary.json`` of its own) is left out."""
     runs = []
-    for found in root.rglob("summary.json"):
-        folder = found.parent
+    found_runs = [(f.parent, f) for f in root.rglob("summary.json")]
+    # a run stopped before its verdict: what was run (run.json) is known, the verdict is not
+    found_runs += [
+        (f.parent, f.parent / "run.json")
+        for f in root.rglob("INTERRUPTED")
+        if not (f.parent / "summary.json").exists() and (f.parent / "run.json").is_file()
+    ]
+    for folder, found in found_runs:
         try:
             summary = json.loads(found.read_text())
         except (OSError, ValueError):
             continue
-        if not isinstance(summary, dict) or "scenario" not in summary or "verdicts" not in summary:
+        if not isinstance(summary, dict) or "scenario" not in summary:
             continue
+        if found.name == "summary.json" and "verdicts" not in summary:
+            continue
+        interrupted = found.name == "run.json"
         coverage = summary.get("coverage") or {}
         runs.append(
             StoredRun(
@@ -87,7 +97,7 @@ def stored_runs(root: Path) -> list[StoredRun]:
                 scenario=str(summary.get("scenario", "")),
                 store=str(summary.get("store", "")),
                 seed=summary.get("seed"),
-                verdict=_verdict(summary.get("valid")),
+                verdict="INTERRUPTED" if interrupted else _verdict(summary.get("valid")),
                 started=_started(folder, summary),
                 seconds=summary.get("wall_seconds"),
                 coverage=", ".join(f"{k} {v}" for k, v in coverage.items())
@@ -102,7 +112,7 @@ def stored_runs(root: Path) -> list[StoredRun]:
 _PAGE_STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;font-size:14px;
 text-align:left}.VALID{background:#d8f3dc}.INVALID{background:#ffccd5;font-weight:bold}
-.UNKNOWN{background:#fff3b0}label{margin-right:1.5em}.none{color:#666}"""
+.UNKNOWN{background:#fff3b0}.INTERRUPTED{background:#e9ecef}label{margin-right:1.5em}.none{color:#666}"""
 
 _FILTER_JS = """(function(){
 const sel=[...document.querySelectorAll('select[data-col]')];
@@ -128,7 +138,7 @@ def index_page(root: Path) -> str:
 
     rows = []
     for r in runs:
-        link = "/runs/" + quote(r.path) + "/report.html"
+        link = "/runs/" + quote(r.path) + ("/INTERRUPTED" if r.verdict == "INTERRUPTED" else "/report.html")
         mutant = f" <small>(mutant {esc(r.mutant)})</small>" if r.mutant else ""
         rows.append(
             f'<tr data-verdict="{esc(r.verdict)}" data-scenario="{esc(r.scenario)}" '
@@ -141,7 +151,7 @@ def index_page(root: Path) -> str:
         )
     filters = " ".join(
         [
-            select("verdict", "verdict", {"VALID", "INVALID", "UNKNOWN"}),
+            select("verdict", "verdict", {"VALID", "INVALID", "UNKNOWN", "INTERRUPTED"}),
             select("scenario", "scenario", {r.scenario for r in runs}),
             select("store", "store", {r.store for r in runs}),
         ]
@@ -215,7 +225,7 @@ class _Handler(BaseHTTPRequestHandler):
         if folder is None:
             self._error(HTTPStatus.FORBIDDEN, "outside the served folder")
             return
-        if not (folder / "summary.json").is_file():
+        if not any((folder / name).is_file() for name in ("summary.json", "INTERRUPTED")):
             self._error(HTTPStatus.NOT_FOUND, f"no run folder {rel}")
             return
         # spooled to disk past 16 MB: a run's store file can be large
