@@ -29,6 +29,8 @@ MAX_LANES = 60
 """Workflows drawn (the first by name); a long run's report stays readable and small."""
 MAX_OPS = 6000
 """Operations drawn; past this the shortest are dropped first, and the page says how many."""
+MAX_LABEL = 48
+"""Characters of a lane's label shown (the rest of a long workflow id is in its tooltip)."""
 READS = frozenset({"load", "history"})
 """Reads are many and say little on a timeline (the checkers judge them): not drawn."""
 
@@ -175,6 +177,8 @@ def render(ops: list[Op], offending: set[str] | None = None) -> str:
     span = max((end - t0) / 1e9, 1e-3)
     common = os.path.commonprefix(lanes) if len(lanes) > 1 else ""  # noqa: RUF071 - strings, not paths
     labels = {wf: wf[len(common) :] or wf for wf in lanes}
+    # a very long id would push the plot off the page: cut, the whole id in the lane's <title>
+    labels = {wf: v if len(v) <= MAX_LABEL else v[: MAX_LABEL - 1] + "\u2026" for wf, v in labels.items()}
     # the left margin fits the longest lane label: nothing is cut
     left = 16 + 7 * max((len(v) for v in labels.values()), default=4)
     width = left + _PLOT_WIDTH + 16
@@ -196,7 +200,7 @@ def render(ops: list[Op], offending: set[str] | None = None) -> str:
             f'<g class="lane" data-lane="{esc(wf)}"><rect x="{left}" y="{top}" width="{_PLOT_WIDTH}" '
             f'height="{_ROW}" fill="{"#f6f6f6" if row[wf] % 2 else "#ffffff"}"/>'
             f'<text x="{left - 6}" y="{top + _ROW / 2 + 4}" text-anchor="end" font-size="11">'
-            f"{esc(labels[wf])}</text></g>"
+            f"<title>{esc(wf)}</title>{esc(labels[wf])}</text></g>"
         )
     fault_rows: list[list[tuple[str, str]]] = []
     plot_top, plot_bottom = _TOP, _TOP + _ROW * max(len(lanes), 1)
