@@ -29,6 +29,7 @@ def _history(tmp_path: Path) -> tuple[list[dict[str, Any]], str]:
     h.complete(op, "claim", "ok", token=1)
     h.event("fault", fault="stall", phase="start", id="s0", target="worker-0", target_pid=1, duration=3.0)
     h.event("fault", fault="stall", phase="stop", id="s0", target="worker-0", target_pid=1, duration=3.0)
+    h.event("fault", fault="kill", phase="disarmed", id="k0")  # armed, never reached: did not happen
     late = h.invoke("record", workflow="wf-0001", key="charge", value={"n": 1}, token=1)
     h.complete(late, "record", "fenced", error="Fenced: token 1 is fenced")
     w = history.HistoryWriter(tmp_path / "w.jsonl", "writer-0")

@@ -125,9 +125,13 @@ def _ticks(span: float) -> list[float]:
 
 
 def fault_kinds_seen(ops: list[Op]) -> list[str]:
-    """The fault kinds that happened in this history (a fault line of the kind), in registry order:
-    the timeline's legend lists these and no others."""
-    seen = {str(o.get("fault")) for o in ops if o.get("type") == "fault"}
+    """The fault kinds that happened in this history (a window opened, or an instant such as a
+    kill's start; a kill disarmed before its failpoint was reached did not happen), in registry
+    order: the timeline's legend lists these and no others."""
+    if not ops:
+        return []
+    t0, end = int(ops[0]["mono"]), max(int(o["mono"]) for o in ops)
+    seen = {kind for kind, _, _, _ in _fault_spans(ops, t0, end)}
     return [name for name in kinds() if name in seen]
 
 
