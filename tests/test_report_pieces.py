@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -142,3 +144,12 @@ def test_serve_lists_a_stored_run_and_serves_its_files(served_folder: tuple[str,
     with pytest.raises(urllib.error.HTTPError) as missing:
         urllib.request.urlopen(f"{url}/runs/{run_dir.name}/nothing.txt")
     assert missing.value.code == 404
+
+
+def test_serve_refuses_a_folder_that_is_not_there(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "wd_chaos.cli", "serve", str(tmp_path / "nowhere"), "--port", "0"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 64, f"expected a usage error (64), got {done.returncode}: {done.stderr}"
+    assert "is not a folder" in done.stderr, done.stderr
