@@ -41,6 +41,7 @@ from .scenario import (
     load_file,
     load_schedule,
 )
+from .serve import serve_command
 from .services import check_available, sweep_stale
 from .shrink import shrink_command
 
@@ -568,6 +569,7 @@ def clean_cmd(report_dir: Path) -> None:
 
 main.add_command(mutants_command)
 main.add_command(mutate_command)
+main.add_command(serve_command)
 
 if __name__ == "__main__":
     main()

@@ -1,8 +1,9 @@
 """The run report: ``report.html`` beside ``summary.json`` and ``history.jsonl``.
 
-One self-contained HTML file: the verdict table with evidence, the fault schedule, a timeline of
-passes per workflow (fault windows shaded, fenced writes marked), and latency and throughput
-plots, drawn with matplotlib and embedded as PNG.
+One self-contained HTML file that needs no network: the verdict table with its evidence as tables,
+the command that reproduces the run, the fault schedule, an interactive timeline of every
+operation per workflow (``timeline.py``: inline SVG, hover and filters), latency and throughput
+plots (matplotlib, embedded as PNG), and links to the run's ``history.jsonl`` and ``summary.json``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import base64
 import html
 import io
 import json
-import os
+import shlex
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,10 @@ from typing import Any
 from .checks.core import not_bitten, operations
 from .faults import kinds
 from .history import Op
+from .scenario import available
 from .shrink import shrink_command
+from .timeline import STYLE as TIMELINE_STYLE
+from .timeline import render as render_timeline
 
 _DETAIL = ("workflow", "key", "why")
 """The fields of a fault line the fault table shows for every kind (each kind adds its ``detail``)."""
@@ -36,112 +40,6 @@ def _png(fig: Any) -> str:
 
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode()
-
-
-def _windows(ops: list[Op], t0: int) -> list[tuple[str, float, float, str]]:
-    starts: dict[str, Op] = {}
-    out = []
-    end = max((o["mono"] for o in ops), default=t0)
-    for line in ops:
-        if line["type"] != "fault":
-            continue
-        kind, phase, key = line.get("fault"), line.get("phase"), str(line.get("id"))
-        if kind in kinds() and kinds()[str(kind)].window and phase == "start":
-            starts[key] = line
-        elif phase == "stop" and key in starts:
-            s = starts.pop(key)
-            out.append(
-                (
-                    str(kind),
-                    (s["mono"] - t0) / 1e9,
-                    (line["mono"] - t0) / 1e9,
-                    str(s.get("target", "")),
-                )
-            )
-    for key, s in starts.items():
-        out.append((str(s["fault"]), (s["mono"] - t0) / 1e9, (end - t0) / 1e9, key))
-    return out
-
-
-def timeline(ops: list[Op], offending: set[str] | None = None) -> str:
-    """Passes per workflow over time, faults shaded, fenced writes marked, and the operations an
-    invalid verdict names (``offending`` op ids) starred."""
-    offending = offending or set()
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    if not ops:
-        return ""
-    t0 = ops[0]["mono"]
-    passes: dict[tuple[str, int, int], list[float]] = defaultdict(list)
-    procs: dict[tuple[str, int, int], str] = {}
-    fenced: list[tuple[str, float, int]] = []
-    starred: list[tuple[str, float, int]] = []
-    for o in operations(ops):
-        wf, tok = o.workflow, o.token
-        if wf is None or tok is None:
-            continue
-        k = (wf, tok, int(o.invoke["pid"]))
-        passes[k] += [(o.start - t0) / 1e9, ((o.end if o.complete else o.start) - t0) / 1e9]
-        procs[k] = str(o.invoke.get("process"))
-        if o.outcome == "fenced":
-            fenced.append((wf, (o.end - t0) / 1e9, tok))
-        if o.invoke.get("op") in offending:
-            starred.append((wf, ((o.end if o.complete else o.start) - t0) / 1e9, tok))
-    wfs = sorted({k[0] for k in passes})[:60]
-    row = {wf: i for i, wf in enumerate(wfs)}
-    names = sorted(set(procs.values()))
-    cmap = plt.get_cmap("tab10")
-    color = {n: cmap(i % 10) for i, n in enumerate(names)}
-    fig, ax = plt.subplots(figsize=(12, max(3.0, 0.28 * len(wfs) + 1.5)))
-    for kind, a, b, _target in _windows(ops, t0):
-        ax.axvspan(a, b, color=kinds()[kind].color, alpha=0.18, lw=0)
-    for line in ops:
-        fk = kinds().get(str(line.get("fault"))) if line["type"] == "fault" else None
-        if fk is None:
-            continue
-        for marker in fk.markers:
-            if line.get("phase") == marker.phase:
-                ax.axvline((line["mono"] - t0) / 1e9, color=fk.color, lw=marker.width, ls=marker.style)
-    drawn = [handle for fk in kinds().values() if fk.draw is not None for handle in fk.draw(ax, ops, t0)]
-    for (wf, tok, pid), times in passes.items():
-        if wf in row:
-            lane = row[wf] + ((tok % 3) - 1) * 0.22  # overlapping passes of one workflow side by side
-            ax.plot(
-                [min(times), max(times)],
-                [lane, lane],
-                lw=3,
-                solid_capstyle="butt",
-                color=color[procs[(wf, tok, pid)]],
-            )
-    xs = [t for wf, t, _ in fenced if wf in row]
-    ys = [row[wf] + ((tok % 3) - 1) * 0.22 for wf, _, tok in fenced if wf in row]
-    ax.scatter(xs, ys, marker="x", color="red", s=60, zorder=5, label="fenced write")
-    if starred:
-        ax.scatter(
-            [t for wf, t, _ in starred if wf in row],
-            [row[wf] + ((tok % 3) - 1) * 0.22 for wf, _, tok in starred if wf in row],
-            marker="*", color="black", s=160, zorder=6, label="violation",
-        )  # fmt: skip
-    ax.set_yticks(range(len(wfs)))
-    common = os.path.commonprefix(wfs) if len(wfs) > 1 else ""  # noqa: RUF071 - strings, not paths
-    ax.set_yticklabels([w[len(common) :] or w for w in wfs], fontsize=7)
-    if common:
-        ax.set_ylabel(f"workflow ({common}...)", fontsize=8)
-    ax.set_xlabel("seconds since start")
-    from matplotlib.patches import Patch
-
-    handles: list[Any] = [Patch(color=color[n], label=n) for n in names]
-    handles += [Patch(color=k.color, alpha=0.3, label=name) for name, k in kinds().items() if k.window]
-    handles.append(ax.scatter([], [], marker="x", color="red", label="fenced"))
-    handles += drawn
-    if starred:
-        handles.append(ax.scatter([], [], marker="*", color="black", s=80, label="violation"))
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
-    ax.set_title("passes per workflow (bars), fault windows (shaded), kills (dotted)")
-    return _png(fig)
 
 
 def latency_throughput(ops: list[Op]) -> str:
@@ -188,6 +86,63 @@ def _verdict_cell(valid: object, untested: bool = False) -> str:
     return f'<td class="{cls}">{label}</td>'
 
 
+def reproduce_command(run_dir: Path, summary: dict[str, Any]) -> str:
+    """The ``wd-chaos run`` command that runs this run again: same scenario, store, seed, time limit,
+    workers, client and mutant, and its recorded fault schedule when that did not come from the seed.
+    A scenario that is not built in is named by the run's own ``scenario.json``."""
+    name = str(summary["scenario"])
+    try:
+        built_in = name in available()
+    except Exception:  # a broken install must not lose the report
+        built_in = False
+    scenario = (
+        name if built_in or not (run_dir / "scenario.json").is_file() else str(run_dir / "scenario.json")
+    )
+    words = ["wd-chaos", "run", scenario, "--store", str(summary["store"]), "--seed", str(summary["seed"])]
+    words += ["--time-limit", f"{summary['time_limit']:g}", "--workers", str(summary["workers"])]
+    if summary.get("client") not in (None, "harness"):
+        words += ["--client", str(summary["client"])]
+    if summary.get("mutant"):
+        words += ["--mutant", str(summary["mutant"])]
+    if str(summary.get("schedule_from", "seed")) != "seed":
+        words += ["--schedule", str(run_dir / "run.json")]
+    return shlex.join(words)
+
+
+def _cell(value: object) -> str:
+    """A value as a table cell reads: text as itself, a structure as compact JSON."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
+    return html.escape(text)
+
+
+def table(rows: list[dict[str, Any]], cls: str = "evidence") -> str:
+    """Records as an HTML table: one column per field, in the order fields first appear."""
+    columns: list[str] = []
+    for r in rows:
+        columns += [k for k in r if k not in columns]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{_cell(r.get(c))}</td>" for c in columns) + "</tr>" for r in rows)
+    return f'<table class="{cls}"><tr>{head}</tr>{body}</table>'
+
+
+def _pairs(counts: dict[str, Any]) -> str:
+    return "<br>".join(f"{html.escape(str(k))}: <b>{_cell(v)}</b>" for k, v in counts.items())
+
+
+def _op_counts(counts: dict[str, int]) -> str:
+    """``f:outcome`` counts as one row per operation, one column per outcome."""
+    by_f: dict[str, dict[str, int]] = defaultdict(dict)
+    for name, n in counts.items():
+        f, _, outcome = name.partition(":")
+        by_f[f][outcome or "count"] = n
+    outcomes = sorted({o for per in by_f.values() for o in per})
+    return table(
+        [{"operation": f, **{o: by_f[f].get(o, "") for o in outcomes}} for f in sorted(by_f)], "counts"
+    )
+
+
 def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: dict[str, Any]) -> Path:
     """Write ``report.html`` for a run; returns its path."""
     esc = html.escape
@@ -195,25 +150,24 @@ def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: d
     for v in summary["verdicts"]:
         ev = ""
         if v["evidence"]:
-            shown = json.dumps(v["evidence"], indent=1, default=str)
             more = (
                 f" (first {len(v['evidence'])} of {v['evidence_total']})"
                 if v["evidence_total"] > len(v["evidence"])
-                else ""
+                else f" ({len(v['evidence'])})"
             )
-            ev = f"<details><summary>evidence{more}</summary><pre>{esc(shown)}</pre></details>"
+            shown = [e if isinstance(e, dict) else {"evidence": e} for e in v["evidence"]]
+            ev = f"<details><summary>evidence{more}</summary>{table(shown)}</details>"
         rows.append(
             f"<tr><td>{esc(v['name'])}</td>"
             f"{_verdict_cell(v['valid'], not_bitten(str(v['name']), v['valid'], v.get('counts', {})))}"
-            f"<td>{esc(v['summary'])}{ev}</td><td><code>{esc(json.dumps(v['counts']))}"
-            "</code></td></tr>"
+            f'<td>{esc(v["summary"])}{ev}</td><td class="pairs">{_pairs(v["counts"])}</td></tr>'
         )
     faults = (
         "".join(
             f"<tr><td>{(f['mono'] - ops[0]['mono']) / 1e9:.2f}</td>"
             f"<td>{esc(str(f.get('fault')))}</td>"
             f"<td>{esc(str(f.get('phase')))}</td><td>{esc(str(f.get('target', '')))}</td>"
-            f"<td><code>{esc(json.dumps({k: f[k] for k in f if k in _detail()}))}</code></td></tr>"
+            f"<td>{'; '.join(f'{esc(k)} {_cell(f[k])}' for k in f if k in _detail())}</td></tr>"
             for f in summary.get("faults", [])
         )
         if ops
@@ -239,20 +193,21 @@ def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: d
             f"<p><b>durability: {kept['counts']['lost']} of {kept['counts']['acknowledged']} "
             "acknowledged writes lost</b></p>"
         )
+    offending = {
+        str(e["op"])
+        for v in summary["verdicts"]
+        if v["valid"] is False
+        for e in v["evidence"]
+        if isinstance(e, dict) and "op" in e
+    }
     try:
-        offending = {
-            str(e["op"])
-            for v in summary["verdicts"]
-            if v["valid"] is False
-            for e in v["evidence"]
-            if isinstance(e, dict) and "op" in e
-        }
-        tl, lt = timeline(ops, offending), latency_throughput(ops)
-        plots = (
-            f'<h2>Timeline</h2><img src="data:image/png;base64,{tl}">'
-            f'<h2>Latency and throughput</h2><img src="data:image/png;base64,{lt}">'
-        )
-    except Exception as exc:  # a plot failure must not lose the verdict
+        drawn = render_timeline(ops, offending)
+    except Exception as exc:  # a drawing failure must not lose the verdict
+        drawn = f"<p>timeline failed: {esc(repr(exc))}</p>"
+    try:
+        lt = latency_throughput(ops)
+        plots = f'<img alt="latency and throughput" src="data:image/png;base64,{lt}">' if lt else ""
+    except Exception as exc:
         plots = f"<p>plots failed: {esc(repr(exc))}</p>"
     mutant = f", mutant {esc(str(summary['mutant']))}" if summary.get("mutant") else ""
     source = str(summary.get("schedule_from", "seed"))
@@ -261,6 +216,7 @@ def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: d
         if source != "seed"
         else ""
     )
+    again = f'<p>run it again: <code class="cmd">{esc(reproduce_command(run_dir, summary))}</code></p>'
     # a failing run says how to find the few faults that matter
     shrink = (
         f"<p>smallest failing fault schedule: <code>{esc(shrink_command(run_dir))}</code></p>"
@@ -273,26 +229,35 @@ def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: d
         if any(not_bitten(str(v["name"]), v["valid"], v.get("counts", {})) for v in summary["verdicts"])
         else ""
     )
+    files = (
+        '<p class="files">files: <a href="summary.json">summary.json</a> (verdicts and figures) · '
+        '<a href="history.jsonl">history.jsonl</a> (every operation, one JSON line each)</p>'
+    )
+    versions = table([{"package": k, "version": v} for k, v in summary.get("versions", {}).items()], "counts")
     doc = f"""<!doctype html><html><head><meta charset="utf-8"><title>{esc(title)}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}}
 table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #ccc;padding:4px 8px;
-vertical-align:top;font-size:14px}}.ok{{background:#d8f3dc}}.bad{{background:#ffccd5;
-font-weight:bold}}.unk{{background:#fff3b0}}pre{{max-height:400px;overflow:auto;font-size:12px}}
-img{{max-width:100%}}</style></head><body>
+vertical-align:top;font-size:14px;text-align:left}}.ok{{background:#d8f3dc}}.bad{{background:#ffccd5;
+font-weight:bold}}.unk{{background:#fff3b0}}table.evidence td,table.evidence th{{font-size:12px;
+max-width:420px;word-break:break-word}}td.pairs{{font-size:12px;white-space:nowrap}}
+code.cmd{{background:#f3f3f3;padding:2px 6px;user-select:all}}img{{max-width:100%}}
+{TIMELINE_STYLE}</style></head><body>
 <h1>{esc(title)}: <span class="{ {True: "ok", False: "bad"}.get(overall, "unk") }">
 { {True: "VALID", False: "INVALID"}.get(overall, "UNKNOWN") }</span></h1>
 <p>seed {summary["seed"]}, time limit {summary["time_limit"]} s, {summary["workers"]} workers,
 {summary["workflows"]} workflows, wall {summary.get("wall_seconds")} s, exit code
 {summary["exit_code"]}{mutant}</p>
+{again}{files}
 {replayed}{untested}{shrink}
 {clock}
 <h2>Verdicts</h2><table><tr><th>checker</th><th>verdict</th><th>summary</th><th>counts</th></tr>
 {"".join(rows)}</table>
 <h2>Fault schedule (as it happened)</h2><table><tr><th>t (s)</th><th>fault</th><th>phase</th>
 <th>target</th><th>detail</th></tr>{faults}</table>
-{plots}
-<h2>Operation counts</h2><pre>{esc(json.dumps(summary["counts"], indent=1))}</pre>
-<h2>Versions</h2><pre>{esc(json.dumps(summary.get("versions", {}), indent=1))}</pre>
+<h2>Timeline</h2>{drawn}
+<h2>Latency and throughput</h2>{plots}
+<h2>Operation counts</h2>{_op_counts(summary["counts"])}
+<h2>Versions</h2>{versions}
 </body></html>"""
     out = run_dir / "report.html"
     out.write_text(doc)

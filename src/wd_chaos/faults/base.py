@@ -98,8 +98,8 @@ class FaultKind:
     what the run's servers must offer for its events (keyword arguments of
     ``services.services``, such as ``partition`` or ``restart``). Its bite checks are
     ``checks.core.bite_check`` functions defined in the same module. The report shades its
-    start-to-stop windows (``window``) in ``color``, draws ``markers`` and lists ``detail``;
-    ``draw`` and ``describe`` (optional) add to the timeline and the report's text."""
+    start-to-stop windows (``window``) in ``color``, draws ``markers`` (a kind with neither: a
+    line at each start) and lists ``detail``; ``describe`` (optional) adds to the report's text."""
 
     name: str
     spec: type[BaseModel]
@@ -112,8 +112,6 @@ class FaultKind:
     color: str = "#999999"
     window: bool = False
     markers: tuple[Marker, ...] = ()
-    draw: Callable[[Any, list[Op], int], list[Any]] | None = None
-    """Extra timeline drawing: (axes, history, t0 in ns) -> legend handles."""
     describe: Callable[[list[Op]], str] | None = None
     """An HTML paragraph for the report about what this kind did in the run ('' for nothing)."""
     detail: tuple[str, ...] = ()

@@ -419,22 +419,6 @@ def clock_step_bite(ops: list[Op], final: dict[str, Any]) -> Verdict:
 CLOCK_STEP_COLOR = "#1b998b"
 
 
-def draw(ax: Any, ops: list[Op], t0: int) -> list[Any]:
-    """On the report's timeline: each step an instant, dashed, labelled with its size and way."""
-    steps = injected(ops)
-    for step in steps:  # an instant: the store's clock jumped by this much, this way
-        x = (step["between"][1] - t0) / 1e9
-        ax.axvline(x, color=CLOCK_STEP_COLOR, lw=1.2, ls="--")
-        label = f"clock {step['seconds']:+g}s {'ahead' if step['seconds'] > 0 else 'back'}"
-        ax.annotate(label, (x, 1.0), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
-                    va="top", ha="right", color=CLOCK_STEP_COLOR)  # fmt: skip
-    if not steps:
-        return []
-    from matplotlib.lines import Line2D
-
-    return [Line2D([], [], color=CLOCK_STEP_COLOR, ls="--", lw=1.2, label="clock step")]
-
-
 def describe(ops: list[Op]) -> str:
     """The report's line about the steps this run made, if any."""
     made = injected(ops)
@@ -460,7 +444,6 @@ CLOCK_STEP = FaultKind(
     services=services,
     heal=heal,
     color=CLOCK_STEP_COLOR,
-    draw=draw,
     describe=describe,
     detail=("seconds", "offset", "clock"),
 )
