@@ -223,6 +223,8 @@ def pytest_collection_modifyitems(
         return
     collector = ChaosCollector.from_parent(session, name="wd-chaos", nodeid="wd-chaos")
     made = [node for node in collector.collect() if isinstance(node, pytest.Item)]
+    # reported as collected, so "collected N items" counts them
+    config.hook.pytest_collectreport(report=pytest.CollectReport(collector.nodeid, "passed", None, list(made)))
     items[:0] = made  # first: they are the long ones, which two workers (-n 2) should start early
 
 
