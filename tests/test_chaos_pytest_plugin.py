@@ -23,7 +23,8 @@ def _pytest(folder: Path, *args: str, timeout: float = 600) -> subprocess.Comple
         text=True,
         timeout=timeout,
         check=False,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        # not this pytest's own (an xdist worker's, the current test's): the inner one is a fresh run
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}, "PYTHONDONTWRITEBYTECODE": "1"},
     )
 
 
@@ -76,6 +77,7 @@ def _properties(junit: Path) -> dict[str, dict[str, str]]:
     }
 
 
+@pytest.mark.timeout(900)  # up to three runs when the stall does not bite
 def test_a_valid_run_passes_and_records_its_run(tmp_path: Path) -> None:
     junit = tmp_path / "junit.xml"
     done = _pytest(
@@ -90,6 +92,7 @@ def test_a_valid_run_passes_and_records_its_run(tmp_path: Path) -> None:
         "--wd-chaos-report-dir",
         "runs",
         f"--junitxml={junit}",
+        timeout=850,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "wd-chaos::lease-stall[sqlite] PASSED" in done.stdout, done.stdout
@@ -100,6 +103,7 @@ def test_a_valid_run_passes_and_records_its_run(tmp_path: Path) -> None:
     assert (run_dir / "summary.json").is_file()
 
 
+@pytest.mark.timeout(1200)
 def test_a_broken_store_fails_with_the_evidence_and_the_fixture_hands_back_outcomes(tmp_path: Path) -> None:
     """The case of ``--wd-chaos`` on a store without the fence on record fails with fencing's
     evidence, the run folder and the reproduce command; beside it, a test of the user's own gets
@@ -121,7 +125,7 @@ def test_a_broken_store_fails_with_the_evidence_and_the_fixture_hands_back_outco
         SHORT,
         "--wd-chaos-mutant",
         "sqlite-record-without-fence",
-        timeout=900,
+        timeout=1100,
     )
     out = done.stdout
     assert done.returncode == pytest.ExitCode.TESTS_FAILED, out + done.stderr
