@@ -136,3 +136,11 @@ def test_a_broken_store_fails_with_the_evidence_and_the_fixture_hands_back_outco
     assert "run folder: " in out and "shrink: wd-chaos shrink " in out, out
     assert "reproduce: wd-chaos run lease-stall --store sqlite --seed " in out, out
     assert "--mutant sqlite-record-without-fence" in out, out
+
+
+def test_a_scenario_that_does_not_apply_to_one_of_the_stores_is_a_skipped_case_saying_why(tmp_path: Path) -> None:
+    # transact-stall needs a transact it can pause (Postgres); its Postgres case is deselected here
+    done = _pytest(tmp_path, "-rs", "--wd-chaos", "transact-stall", "--wd-store", "sqlite,postgres", "-k", "sqlite")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 skipped, 1 deselected" in done.stdout, done.stdout
+    assert "store kit 'sqlite' does not provide transact-pause" in done.stdout, done.stdout
