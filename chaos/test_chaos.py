@@ -1,6 +1,9 @@
 """The chaos gate: every scenario against every store it applies to, in a short form, each a real
-``wd-chaos run`` (real worker processes, real servers, real signals) under a hard timeout; and one
-broken store that must be caught.
+wd-chaos run (real worker processes, real servers, real signals) under a hard timeout; and one
+broken store that must be caught. It is built on the pytest plugin the package ships
+(``wd_chaos.pytest_plugin``, the one a store's own CI uses with ``--wd-chaos``): its cases are the
+plugin's selection, each run is the plugin's ``wd_chaos_run`` and each verdict the plugin's
+assertion.
 
 Run it with ``python -m pytest chaos`` (``.ci/run`` does). ``WD_CHAOS_GATE_SECONDS`` sets the
 workload phase of each run (default 12 s; storms 5 s); reports land in ``reports/chaos-gate/``
@@ -9,32 +12,33 @@ workload phase of each run (default 12 s; storms 5 s); reports land in ``reports
 time (pytest-xdist ``-n 2``).
 
 A run that comes out unknown (its fault did not bite, or this machine's wall clock stepped) tested
-nothing, so it is run again on another seed, up to ``RUNS`` runs in all; a case fails on a real
-verdict it did not expect, or when every run was unknown (the failure names each and why).
+nothing, so it is run again on another seed, up to ``RUNS`` runs in all (``wd_chaos.gate``); a case
+fails on a real verdict it did not expect, or when every run was unknown (the failure names each
+and why).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
-import warnings
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from wd_chaos.faults import service_needs
+from wd_chaos.gate import RUNS, Case, describe, select
 from wd_chaos.kits import chaos_kits, stores_for
-from wd_chaos.scenario import available, load_file
-from wd_chaos.services import check_available
+from wd_chaos.pytest_plugin import ChaosRun
+from wd_chaos.runner import analyze
+from wd_chaos.scenario import available, find, load_file, load_schedule
+from wd_chaos.shrink import shrink_command
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = Path(os.environ.get("WD_CHAOS_GATE_REPORTS") or ROOT / "reports" / "chaos-gate").resolve()
 SECONDS = float(os.environ.get("WD_CHAOS_GATE_SECONDS", "12"))
 HARD_TIMEOUT = 240
+"""The most one run may take (workload, heal, checks); a case's timeout allows ``RUNS`` of them."""
 
 
 FULL = ("sqlite", "postgres", "redis-set")
@@ -43,17 +47,9 @@ runs ``REPRESENTATIVE`` under the library Worker (a full matrix per kit would no
 REPRESENTATIVE = "lease-stall"
 REPRESENTATIVE_SECONDS = 8.0
 
-
-def _cases() -> list[tuple[str, str]]:
-    cases = []
-    for name, path in available().items():
-        scenario = load_file(path)
-        if scenario.expect != "valid":
-            continue
-        for store in stores_for(scenario):
-            if store in FULL:
-                cases.append((name, store))
-    return cases
+CASES = select(["all"], [kit for kit in chaos_kits() if kit in FULL])  # in kit order, as before
+"""Every scenario expected valid on each of ``FULL`` it applies to: ``pytest --wd-chaos all
+--wd-store sqlite,postgres,redis-set``'s cases."""
 
 
 def _lossy_cases() -> list[tuple[str, str]]:
@@ -68,182 +64,96 @@ def _worker_stores() -> list[str]:
     return sorted(chaos_kits())
 
 
-def _case_reports() -> Path:
-    """This test's own folder under ``REPORTS``: cases run side by side (``-n 2``), and a run's
-    folder is found by name afterwards, so two cases of one scenario and store must not share one."""
-    test = os.environ.get("PYTEST_CURRENT_TEST", "outside-a-test").rpartition(" ")[0]
-    return REPORTS / re.sub(r"[^\w.-]+", "_", test.rpartition("::")[2]).strip("_")
+def _seconds(name: str, store: str) -> float:
+    """The gate's short form: ``SECONDS`` of workload, 5 for a storm, at most
+    ``REPRESENTATIVE_SECONDS`` on a store outside ``FULL``."""
+    seconds = min(SECONDS, 5.0) if find(name).storm is not None else SECONDS
+    return seconds if store in FULL else min(seconds, REPRESENTATIVE_SECONDS)
 
 
-def _run(
-    name: str, store: str, *extra: str, seconds: float | None = None, report_dir: Path | None = None
-) -> tuple[int, dict[str, Any], str]:
-    scenario = load_file(available()[name])
-    reason = check_available(store, **service_needs([{"fault": f.kind} for f in scenario.faults]))
-    if reason:
-        pytest.fail(f"{name} on {store}: servers unavailable: {reason}")
-    if seconds is None:
-        seconds = min(SECONDS, 5.0) if scenario.storm is not None else SECONDS
-        if store not in FULL:
-            seconds = min(seconds, REPRESENTATIVE_SECONDS)
-    reports = _case_reports() if report_dir is None else report_dir
-    command = [
-        sys.executable,
-        "-m",
-        "wd_chaos.cli",
-        "run",
-        name,
-        "--store",
-        store,
-        "--time-limit",
-        str(seconds),
-        "--report-dir",
-        str(reports),
-        *extra,
-    ]
-    try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=HARD_TIMEOUT, cwd=ROOT, check=False
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{name} on {store} did not finish within {HARD_TIMEOUT}s")
-    runs = sorted(reports.glob(f"*-{name}-{store}*"), key=lambda p: p.stat().st_mtime)
-    if not runs or not (runs[-1] / "summary.json").is_file():
-        # a run that stopped before judging (a server that would not start) says why in its output
-        pytest.fail(f"{name} on {store} exited {done.returncode} without a summary:\n{done.stdout}{done.stderr}")
-    summary = json.loads((runs[-1] / "summary.json").read_text())
-    summary["run_dir"] = str(runs[-1])
-    return done.returncode, summary, done.stdout + done.stderr
+@pytest.fixture
+def chaos(wd_chaos_run: ChaosRun) -> ChaosRun:
+    """The plugin's ``wd_chaos_run``, storing this test's runs under ``REPORTS``."""
+    wd_chaos_run.report_dir = REPORTS / wd_chaos_run.report_dir.name
+    return wd_chaos_run
 
 
-RUNS = 3
-"""At most this many runs of one case: an unknown run is run again, on another seed."""
+def _bites_valid(verdicts: list[object]) -> bool:
+    bites = [v for v in verdicts if str(getattr(v, "name", "")).startswith("bite")]
+    return bool(bites) and all(getattr(v, "valid", None) is True for v in bites)
 
 
-def _why_unknown(summary: dict[str, Any]) -> str:
-    """What made a run unknown: each verdict that was neither valid nor invalid, and the wall-clock
-    steps the run saw."""
-    why = [
-        f"{v['name']}: {v['summary']}"
-        for v in summary.get("verdicts", [])
-        if v["valid"] is not True and v["valid"] is not False
-    ]
-    if summary.get("wall_clock_steps"):
-        why.append(f"the wall clock stepped ({summary['wall_clock_steps']})")
-    return "; ".join(why) or "no verdict said why"
-
-
-def _run_judged(
-    name: str,
-    store: str,
-    *extra: str,
-    seed: int | None = None,
-    seconds: float | None = None,
-    report_dir: Path | None = None,
-) -> tuple[int, dict[str, Any], str]:
-    """``_run`` until a run gives a real verdict (valid or invalid), at most ``RUNS`` times. An
-    unknown run proves nothing either way: its fault did not bite (a stall that caught a worker
-    between passes), or this machine's wall clock stepped under a store whose leases run on it.
-    It is kept, a warning names it, and the next run takes another seed (``seed``, else the
-    scenario's, plus the retry's number), since the same seed would likely time the same way.
-    ``RUNS`` unknown runs fail the test, naming each run and why it was unknown."""
-    base = load_file(available()[name]).seed if seed is None else seed
-    misses: list[str] = []
-    output = ""
-    for attempt in range(RUNS):
-        chosen = () if seed is None and attempt == 0 else ("--seed", str(base + attempt))
-        code, summary, output = _run(name, store, *extra, *chosen, seconds=seconds, report_dir=report_dir)
-        if code != 2:
-            return code, summary, output
-        missed = f"{summary.get('run_dir')} (seed {summary.get('seed')}): {_why_unknown(summary)}"
-        misses.append(missed)
-        if attempt + 1 < RUNS:
-            warnings.warn(
-                f"{name} on {store}: unknown, running it again on another seed: {missed}", stacklevel=2
-            )
-    pytest.fail(
-        f"{name} on {store}: unknown in all {RUNS} runs, each on another seed, so it tested "
-        "nothing:\n  " + "\n  ".join(misses) + f"\nthe last run's output:\n{output}"
-    )
-
-
-@pytest.mark.parametrize(("name", "store"), _cases(), ids=[f"{n}[{s}]" for n, s in _cases()])
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 @pytest.mark.timeout(RUNS * HARD_TIMEOUT + 30)
-def test_scenario_passes_and_its_fault_bites(name: str, store: str) -> None:
-    code, summary, output = _run_judged(name, store)
-    assert code == 0, f"{name} on {store} exited {code} (0 valid, 1 invalid, 2 unknown):\n{output}"
-    bites = [v for v in summary["verdicts"] if str(v["name"]).startswith("bite")]
-    assert bites and all(v["valid"] is True for v in bites), bites
+def test_scenario_passes_and_its_fault_bites(case: Case, chaos: ChaosRun) -> None:
+    name, store = case.scenario, case.store
+    outcome = chaos.check(name, store, seconds=_seconds(name, store))
+    assert _bites_valid(outcome.verdicts), describe(outcome)
     # the stored run re-checks to the same verdict
-    again = subprocess.run(
-        [sys.executable, "-m", "wd_chaos.cli", "analyze", summary["run_dir"]],
-        capture_output=True,
-        text=True,
-        timeout=HARD_TIMEOUT,
-        check=False,
-    )
-    assert again.returncode == 0, f"analyze disagreed with the run:\n{again.stdout}{again.stderr}"
+    again = analyze(outcome.run_dir)
+    assert again.valid is True, f"analyze disagreed with the run:\n{describe(again)}"
 
 
 @pytest.mark.parametrize(("name", "store"), _lossy_cases(), ids=[f"{n}[{s}]" for n, s in _lossy_cases()])
 @pytest.mark.timeout(RUNS * HARD_TIMEOUT + 30)
-def test_writes_lost_by_design_are_counted_by_durability(name: str, store: str) -> None:
+def test_writes_lost_by_design_are_counted_by_durability(name: str, store: str, chaos: ChaosRun) -> None:
     """Asynchronous replication across a failover: the run must fail, durability must count the
     acknowledged writes the promoted standby never had, and the fault must have bitten."""
-    code, summary, output = _run_judged(name, store)
-    assert code == 1, f"{name} on {store} exited {code}, expected 1 (writes lost):\n{output}"
-    kept = next(v for v in summary["verdicts"] if v["name"] == "durability")
-    assert kept["valid"] is False and kept["counts"]["lost"] > 0, kept
-    assert all(e.get("why") for e in kept["evidence"]), kept
-    bites = [v for v in summary["verdicts"] if str(v["name"]).startswith("bite")]
-    assert bites and all(v["valid"] is True for v in bites), bites
+    outcome = chaos.check(name, store, seconds=_seconds(name, store))  # the scenario expects lost writes
+    assert outcome.valid is False, describe(outcome)
+    kept = next(v for v in outcome.verdicts if v.name == "durability")
+    assert kept.valid is False and kept.counts["lost"] > 0, describe(outcome)
+    assert all(e.get("why") for e in kept.evidence), describe(outcome)
+    assert _bites_valid(outcome.verdicts), describe(outcome)
 
 
 @pytest.mark.parametrize("name", ["lease-stall", "kill-between-effect-and-record"])
 @pytest.mark.timeout(RUNS * HARD_TIMEOUT + 30)
-def test_the_library_worker_under_faults(name: str) -> None:
+def test_the_library_worker_under_faults(name: str, chaos: ChaosRun) -> None:
     """The same workflow as a Run body under the library's own Worker (renewal tick, resume)."""
-    code, summary, output = _run_judged(name, "sqlite", "--client", "worker")
-    assert code == 0, f"{name} with the library Worker exited {code}:\n{output}"
-    assert summary["client"] == "worker"
+    outcome = chaos.check(name, "sqlite", seconds=_seconds(name, "sqlite"), client="worker")
+    assert outcome.summary["client"] == "worker", outcome.summary
 
 
 @pytest.mark.parametrize("store", [s for s in _worker_stores() if s != "sqlite"])
 @pytest.mark.timeout(RUNS * HARD_TIMEOUT + 30)
-def test_the_library_worker_under_faults_on_every_store(store: str) -> None:
+def test_the_library_worker_under_faults_on_every_store(store: str, chaos: ChaosRun) -> None:
     """``REPRESENTATIVE`` under the library Worker on every other kit worker processes can open (the
     Redis stream scheduler and Redis Cluster included), and its fault bites."""
-    code, summary, output = _run_judged(REPRESENTATIVE, store, "--client", "worker")
-    assert code == 0, f"{REPRESENTATIVE} on {store} with the library Worker exited {code}:\n{output}"
-    assert summary["client"] == "worker" and summary["store"] == store, summary
-    bites = [v for v in summary["verdicts"] if str(v["name"]).startswith("bite")]
-    assert bites and all(v["valid"] is True for v in bites), bites
+    outcome = chaos.check(REPRESENTATIVE, store, seconds=_seconds(REPRESENTATIVE, store), client="worker")
+    assert outcome.summary["client"] == "worker" and outcome.summary["store"] == store, outcome.summary
+    assert _bites_valid(outcome.verdicts), describe(outcome)
+
+
+MUTANT = "sqlite-record-without-fence"
 
 
 @pytest.mark.timeout(RUNS * HARD_TIMEOUT + 30)
-def test_a_store_without_the_fence_on_record_is_caught() -> None:
-    code, summary, output = _run_judged("lease-stall", "sqlite", "--mutant", "sqlite-record-without-fence")
-    assert code == 1, f"the mutant was not caught (exit {code}):\n{output}"
-    fencing = next(v for v in summary["verdicts"] if v["name"] == "fencing")
-    assert fencing["valid"] is False, fencing
-    assert any("superseded token" in str(e.get("why")) for e in fencing["evidence"]), fencing
+def test_a_store_without_the_fence_on_record_is_caught(chaos: ChaosRun) -> None:
+    outcome = chaos("lease-stall", "sqlite", seconds=SECONDS, mutant=MUTANT)
+    assert outcome.valid is False, f"the mutant was not caught:\n{describe(outcome)}"
+    fencing = next(v for v in outcome.verdicts if v.name == "fencing")
+    assert fencing.valid is False, describe(outcome)
+    assert any("superseded token" in str(e.get("why")) for e in fencing.evidence), describe(outcome)
 
 
 @pytest.mark.timeout((2 * RUNS + 1) * HARD_TIMEOUT + 60)  # runs, shrink, replays
 @pytest.mark.longest
-def test_a_failing_run_shrinks_to_fewer_faults_that_still_fail_on_replay(tmp_path: Path) -> None:
+def test_a_failing_run_shrinks_to_fewer_faults_that_still_fail_on_replay(
+    tmp_path: Path, chaos: ChaosRun
+) -> None:
     """``wd-chaos shrink`` on the broken store's run finds a smaller schedule within a short budget,
     and that schedule replayed with ``--schedule`` fails the run again."""
-    code, summary, output = _run_judged("lease-stall", "sqlite", "--mutant", "sqlite-record-without-fence")
-    assert code == 1, f"the mutant was not caught (exit {code}):\n{output}"
-    assert f"wd-chaos shrink {summary['run_dir']}" in output  # the failing run says how to shrink it
+    outcome = chaos("lease-stall", "sqlite", seconds=SECONDS, mutant=MUTANT)
+    assert outcome.valid is False, f"the mutant was not caught:\n{describe(outcome)}"
+    assert shrink_command(outcome.run_dir) in describe(outcome)  # the failure says how to shrink it
     shrunk = subprocess.run(
         [
             sys.executable,
             "-m",
             "wd_chaos.cli",
             "shrink",
-            summary["run_dir"],
+            str(outcome.run_dir),
             "--report-dir",
             str(tmp_path),
             "--attempts",
@@ -261,22 +171,22 @@ def test_a_failing_run_shrinks_to_fewer_faults_that_still_fail_on_replay(tmp_pat
     (folder,) = tmp_path.glob("*-shrink-lease-stall-sqlite")
     result = json.loads((folder / "shrink.json").read_text())
     assert result["targets"] == ["fencing"], result["targets"]
-    assert 0 < len(result["shrunk"]["schedule"]) < len(summary["schedule"]), result["shrunk"]
+    assert 0 < len(result["shrunk"]["schedule"]) < len(outcome.summary["schedule"]), result["shrunk"]
     # the replay keeps the shrunk schedule; a retry after an unknown replay takes another seed
-    code, replayed, output = _run_judged(
+    schedule = folder / "schedule.json"
+    replayed = chaos(
         "lease-stall",
         "sqlite",
-        "--mutant",
-        "sqlite-record-without-fence",
-        "--schedule",
-        str(folder / "schedule.json"),
-        seed=int(summary["seed"]),
-        seconds=float(result["shrunk"]["time_limit"]),
+        mutant=MUTANT,
+        schedule=load_schedule(schedule),
+        schedule_source=str(schedule),
+        seed=int(outcome.summary["seed"]),
+        time_limit=float(result["shrunk"]["time_limit"]),
         report_dir=tmp_path / "replay",
     )
-    assert code == 1, f"the replay exited {code}:\n{output}"
-    assert replayed["schedule_from"] == str(folder / "schedule.json")
-    assert len(replayed["schedule"]) == len(result["shrunk"]["schedule"])
-    # the same failure, not merely some exit 1 (some other checker's)
-    fencing = next(v for v in replayed["verdicts"] if v["name"] == "fencing")
-    assert fencing["valid"] is False, fencing
+    assert replayed.valid is False, f"the replay did not fail:\n{describe(replayed)}"
+    assert replayed.summary["schedule_from"] == str(schedule)
+    assert len(replayed.summary["schedule"]) == len(result["shrunk"]["schedule"])
+    # the same failure, not merely some invalid verdict (some other checker's)
+    fencing = next(v for v in replayed.verdicts if v.name == "fencing")
+    assert fencing.valid is False, describe(replayed)

@@ -32,7 +32,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=[],
         metavar="NAME",
         help="run the store conformance suite against NAME (repeatable; 'all' requires every "
-        "registered store; default: every registered store whose server can be had)",
+        "registered store; default: every registered store whose server can be had); --wd-chaos "
+        "runs its scenarios on the same stores",
     )
 
 
