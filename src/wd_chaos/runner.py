@@ -30,7 +30,7 @@ from .faults import Nemesis, service_needs
 from .history import HistoryWriter, Tail
 from .lifeline import Lifeline, die_with_parent
 from .scenario import OptionError, Scenario, TimeLimit, WorkerCount, WorkflowCount, bounded, plan
-from .services import services, sweep_stale
+from .services import check_urls, services, sweep_stale
 from .stores import Spec, open_store, prepare, store_clocks
 from .workload import Recorder
 
@@ -528,6 +528,8 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
     workflows = [f"{scenario.name}-s{seed}-{i:04d}" for i in range(n_wf)]
     starts = sorted(round(rng.uniform(0, spread), 3) for _ in workflows)
     events = plan(scenario, seed, n_workers, limit) if opts.schedule is None else list(opts.schedule)
+    # a refused or malformed URL variable is named now, as --check names it, not by a driver later
+    check_urls(opts.store, **service_needs(events))
     sweep_stale()  # servers an earlier, killed run left behind
     run_dir = _run_dir(opts.report_dir, scenario.name, opts.store)
     lifeline = Lifeline(run_dir)
@@ -550,7 +552,7 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
 
     def report(**more: Any) -> None:
         if progress is not None:
-            progress({"phase": phase, "elapsed": time.monotonic() - started, **more})
+            progress({"phase": phase, "elapsed": time.monotonic() - started, "run_dir": str(run_dir), **more})
 
     report()
     try:

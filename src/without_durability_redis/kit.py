@@ -224,6 +224,7 @@ class RedisKit(StoreKit):
     """The Redis checkpointer with one of its schedulers, on one server or a cluster."""
 
     mutant_modules = ("wd_chaos.mutants.redis",)
+    recipe: ServerRecipe
 
     def __init__(
         self,
