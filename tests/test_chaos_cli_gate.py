@@ -1,0 +1,157 @@
+"""``wd-chaos`` as a CI gate (issue 30): every run reported in the JUnit file even when some could
+not start, a pre-flight that reaches the servers, usage errors with the names meant, one JSON line
+per run, repeats with distinct seeds, help and completion, partial runs judged."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from wd_chaos.cli import CRASHED, USAGE, main
+from without_durability.testing.servers import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "wd_chaos.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "80", **(env or {})},
+        check=False,
+    )
+
+
+def _refused_postgres() -> str:
+    """A Postgres URL on a loopback port nothing listens on."""
+    return f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
+
+
+# -- item 1: the JUnit file is always written ---------------------------------------------------
+
+
+def test_run_all_with_a_refused_server_writes_every_run_as_an_error_case(tmp_path: Path) -> None:
+    junit = tmp_path / "all.xml"
+    done = _cli(
+        "run", "--all", "--store", "postgres", "--junit", str(junit), "--report-dir", str(tmp_path / "r"),
+        env={"WD_POSTGRES_URL": _refused_postgres()},
+    )  # fmt: skip
+    assert done.returncode == CRASHED, f"expected {CRASHED}, got {done.returncode}:\n{done.stderr}"
+    assert junit.exists(), f"no JUnit file written:\n{done.stderr}"
+    suite = ET.parse(junit).getroot()
+    cases = suite.findall("testcase")
+    names = {c.get("name") for c in cases}
+    assert "lease-stall[postgres]" in names and len(cases) > 3, names
+    assert suite.get("errors") == str(len(cases)), ET.tostring(suite)[:500]
+    for case in cases:
+        error = case.find("error")
+        assert error is not None, ET.tostring(case)
+        assert "WD_POSTGRES_URL" in str(error.get("message")), error.get("message")
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        assert props["store"] == "postgres" and props["seed"] == "1", props
+    assert "Traceback" not in done.stderr and "psycopg" not in done.stderr, done.stderr
+
+
+def test_junit_cases_carry_json_evidence_and_properties(tmp_path: Path) -> None:
+    """A finished run's case: properties name seed, store, duration and run folder; evidence is
+    JSON, not a Python repr."""
+    from wd_chaos import checks
+    from wd_chaos.cli import Result, _junit
+    from wd_chaos.runner import Outcome
+
+    bad = checks.Verdict("fencing", False, "1 stale write landed", [{"why": "stale", "token": 3, "ok": True}])
+    good = checks.Verdict("order", True, "ok")
+    outcome = Outcome(tmp_path / "run", [bad, good], False, {"scenario": "s", "store": "sqlite", "seed": 7})
+    junit = tmp_path / "f.xml"
+    _junit(junit, [Result("s", "sqlite", 7, outcome, seconds=3.5)])
+    (case,) = ET.parse(junit).getroot().findall("testcase")
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props == {
+        "scenario": "s", "store": "sqlite", "seed": "7", "seconds": "3.5",
+        "run_dir": str(tmp_path / "run"), "partial": "false",
+    }, props  # fmt: skip
+    failure = case.find("failure")
+    assert failure is not None and "fencing" in str(failure.get("message"))
+    evidence = json.loads(str(failure.text))
+    assert evidence[0]["evidence"] == [{"why": "stale", "token": 3, "ok": True}], evidence
+
+
+# -- item 2: --check is a pre-flight -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "store", "scenario", "expected"),
+    [
+        ("WD_POSTGRES_URL", None, "postgres", "lease-stall", "did not accept a connection"),
+        ("WD_POSTGRES_URL", "not a url at all", "postgres", "lease-stall", "is not a URL"),
+        ("WD_REDIS_URL", "redis://127.0.0.1:{port}/0", "redis", "lease-stall", "did not accept a connection"),
+        ("WD_TOXIPROXY_URL", "http://127.0.0.1:{port}", "sqlite", "lease-stall", None),
+    ],
+)
+def test_check_reaches_the_servers_and_names_the_variable(
+    tmp_path: Path, variable: str, value: str | None, store: str, scenario: str, expected: str | None
+) -> None:
+    url = _refused_postgres() if value is None else value.format(port=free_port())
+    args = ("run", scenario, "--store", store, "--time-limit", "6", "--report-dir", str(tmp_path))
+    checked = _cli(*args, "--check", env={variable: url})
+    if expected is None:  # a run that uses no toxiproxy does not care about its variable
+        assert checked.returncode == 0, checked.stderr
+        return
+    assert checked.returncode == CRASHED, f"--check: expected {CRASHED}, got {checked.returncode}: {checked.stdout}"
+    assert variable in checked.stderr and expected in checked.stderr, checked.stderr
+    assert "would run" not in checked.stdout, checked.stdout
+    ran = _cli(*args, env={variable: url})
+    assert ran.returncode == CRASHED, ran.stderr
+    # the real run meets the same and says the same, not the driver's own message
+    message = checked.stderr.split(": cannot get its servers: ")[-1].strip()
+    assert message in ran.stderr, f"--check said:\n{message}\nthe run said:\n{ran.stderr}"
+    assert list(tmp_path.iterdir()) == [], "no run folder for a run that could not start"
+
+
+def test_check_prints_the_plan(tmp_path: Path) -> None:
+    done = _cli("run", "lease-stall", "--store", "sqlite", "--seed", "5", "--workers", "3", "--check")
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip()
+    for part in ("lease-stall on sqlite", "seed 5", "3 workers", "time limit 24 s", "about", "no server"):
+        assert part in line, f"{part!r} not in {line!r}"
+    every = _cli("run", "--all", "--store", "sqlite", "--check")
+    assert every.returncode == 0, every.stderr
+    assert "min in all" in every.stdout.splitlines()[-1], every.stdout
+
+
+# -- item 3: usage errors with the names meant ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["run", "lease-stal"], "did you mean 'lease-stall'"),
+        (["run", "lease-stall", "--store", "postgress"], "did you mean 'postgres'"),
+        (["run", "--all", "--store", "sqlit", "--check"], "did you mean 'sqlite'"),
+    ],
+)
+def test_an_unknown_name_is_a_usage_error_with_a_suggestion(args: list[str], expected: str) -> None:
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == USAGE, f"{args}: expected {USAGE}, got {result.exit_code}: {result.output}"
+    assert expected in result.output, result.output
+
+
+def test_a_typo_in_a_scenario_files_key_is_a_usage_error(tmp_path: Path) -> None:
+    bad = tmp_path / "typo.toml"
+    bad.write_text('name = "typo"\ntime_limt = 10\n[workload]\nworkrs = 2\n')
+    done = _cli("run", str(bad), "--check")
+    assert done.returncode == USAGE, f"expected {USAGE}, got {done.returncode}: {done.stderr}"
+    assert "time_limt: no such key; did you mean 'time_limit'?" in done.stderr, done.stderr
+    assert "workload.workrs: no such key; did you mean 'workers'" in done.stderr, done.stderr
