@@ -155,3 +155,44 @@ def test_a_typo_in_a_scenario_files_key_is_a_usage_error(tmp_path: Path) -> None
     assert done.returncode == USAGE, f"expected {USAGE}, got {done.returncode}: {done.stderr}"
     assert "time_limt: no such key; did you mean 'time_limit'?" in done.stderr, done.stderr
     assert "workload.workrs: no such key; did you mean 'workers'" in done.stderr, done.stderr
+
+
+# -- item 7: no durability warning about a server the harness started ---------------------------
+
+
+def test_no_durability_warning_for_the_harness_s_own_redis_but_one_for_a_user_s(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The harness's private redis-server is not an operator's deployment: its runs open the store
+    without the "may not survive a crash" warning; a server named by WD_REDIS_URL keeps it."""
+    import asyncio
+    import logging
+
+    from wd_chaos.services import services
+    from without_durability.testing.kit import find_kit
+    from without_durability_redis.local_server import local_redis
+
+    kit = find_kit("redis-set")
+
+    async def first_contact(spec: dict[str, object]) -> None:
+        opened = await kit.open_worker(spec)
+        try:
+            await opened.durable.checkpointer.read_persistence()
+        finally:
+            await opened.close()
+
+    caplog.set_level(logging.WARNING, logger="without_durability_redis")
+    os.environ.pop("WD_REDIS_URL", None)
+    with services("redis-set", tmp_path, []) as own:
+        assert own.server is not None and own.server.source == "local"
+        asyncio.run(first_contact(own.spec))
+    assert "may not survive" not in caplog.text, caplog.text
+    with local_redis() as users:  # a server of the user's, named by the variable
+        os.environ["WD_REDIS_URL"] = users.url
+        try:
+            with services("redis-set", tmp_path, []) as theirs:
+                assert theirs.server is not None and theirs.server.source == "env"
+                asyncio.run(first_contact(theirs.spec))
+        finally:
+            del os.environ["WD_REDIS_URL"]
+    assert "may not survive a crash" in caplog.text, caplog.text
