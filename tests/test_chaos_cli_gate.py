@@ -196,3 +196,90 @@ def test_no_durability_warning_for_the_harness_s_own_redis_but_one_for_a_user_s(
         finally:
             del os.environ["WD_REDIS_URL"]
     assert "may not survive a crash" in caplog.text, caplog.text
+
+
+# -- item 4: one machine-readable line; names and paths whole when piped -------------------------
+
+
+def test_list_never_cuts_a_name_when_piped() -> None:
+    result = CliRunner().invoke(main, ["list"], env={"COLUMNS": "80"})  # captured: not a terminal
+    assert result.exit_code == 0, result.output
+    for name in ("redis-cluster-stream", "kill-between-effect-and-record", "redis-set (also redis)"):
+        assert name in result.output, f"{name!r} cut in:\n{result.output}"
+    assert "…" not in result.output.split("scenarios")[0], result.output
+
+
+def test_list_json_is_one_object_per_line() -> None:
+    result = CliRunner().invoke(main, ["list", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    stores = {r["name"]: r for r in rows if r["type"] == "store"}
+    scenarios = {r["name"]: r for r in rows if r["type"] == "scenario"}
+    assert stores["redis-set"]["aliases"] == ["redis"] and "workers" in stores["postgres"]["provides"]
+    assert "sqlite" in scenarios["lease-stall"]["stores"] and scenarios["lease-stall"]["error"] is None
+
+
+def test_run_json_repeat_prints_one_object_per_run_and_nothing_else(tmp_path: Path) -> None:
+    """``--json --repeat 2``: stdout holds exactly two JSON objects, with distinct seeds, each
+    naming its verdict, exit code, run folder and checkers; tables and progress went to stderr."""
+    done = _cli(
+        "run", "lease-stall", "--store", "sqlite", "--time-limit", "4", "--seed", "11", "--repeat", "2",
+        "--json", "--report-dir", str(tmp_path), timeout=300,
+    )  # fmt: skip
+    assert done.returncode in (0, 1, 2), done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2, f"expected two JSON lines on stdout, got:\n{done.stdout}"
+    runs = [json.loads(line) for line in lines]
+    assert [r["seed"] for r in runs] == [11, 12], runs
+    for r in runs:
+        assert r["scenario"] == "lease-stall" and r["store"] == "sqlite", r
+        assert r["verdict"] in ("valid", "invalid", "unknown") and r["exit_code"] == {"valid": 0, "invalid": 1}.get(
+            r["verdict"], 2
+        ), r
+        assert Path(r["run_dir"]).is_dir() and Path(r["run_dir"]).parent == tmp_path, r
+        names = {c["name"] for c in r["checkers"]}
+        assert {"fencing", "liveness"} <= names, names
+        assert all(c["verdict"] in ("valid", "invalid", "unknown") for c in r["checkers"]), r
+        assert r["coverage"] == json.loads((Path(r["run_dir"]) / "summary.json").read_text())["coverage"], r
+        assert json.loads((Path(r["run_dir"]) / "run.json").read_text())["seed"] == r["seed"]
+    assert "lease-stall on sqlite (seed 11)" in done.stderr, "the verdict tables go to stderr"
+
+
+def test_run_prints_the_run_folder_whole_at_start_and_end(tmp_path: Path) -> None:
+    deep = tmp_path / ("a-rather-long-folder-name-" * 3) / "reports"
+    done = _cli(
+        "run", "lease-stall", "--store", "sqlite", "--time-limit", "4", "--report-dir", str(deep),
+        env={"COLUMNS": "60"}, timeout=300,
+    )  # fmt: skip
+    assert done.returncode in (0, 1, 2), done.stderr
+    (run_dir,) = deep.iterdir()
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"run: lease-stall on sqlite, seed 1: {run_dir}", lines[0]
+    assert f"run folder: {run_dir}" in lines, done.stdout
+
+
+# -- item 5: repeats, random seeds, stopping on a failure ----------------------------------------
+
+
+def test_seed_random_picks_a_seed_and_repeats_count_up_from_it() -> None:
+    seeds = []
+    for _ in range(2):
+        result = CliRunner().invoke(main, ["run", "lease-stall", "--seed", "random", "--repeat", "3", "--check", "--json"])
+        assert result.exit_code == 0, result.output
+        planned = [json.loads(line) for line in result.stdout.splitlines()]
+        assert len(planned) == 3, result.output
+        first = planned[0]["seed"]
+        assert [p["seed"] for p in planned] == [first, first + 1, first + 2], planned
+        seeds.append(first)
+    assert seeds[0] != seeds[1], "two random seeds in a row were the same"
+
+
+def test_stop_on_fail_starts_no_more_runs(tmp_path: Path) -> None:
+    junit = tmp_path / "f.xml"
+    done = _cli(
+        "run", "--all", "--store", "postgres", "--stop-on-fail", "--junit", str(junit),
+        "--report-dir", str(tmp_path / "r"), env={"WD_POSTGRES_URL": _refused_postgres()},
+    )  # fmt: skip
+    assert done.returncode == CRASHED, done.stderr
+    assert len(ET.parse(junit).getroot().findall("testcase")) == 1, junit.read_text()
+    assert "--stop-on-fail" in done.stdout + done.stderr

@@ -412,34 +412,73 @@ def _available(scenario_dirs: Sequence[Path]) -> dict[str, Any]:
 
 @main.command("list")
 @_scenario_dirs
-def list_(scenario_dirs: tuple[Path, ...]) -> None:
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="One JSON object per line instead of the tables: each store kit (type 'store': name, aliases, "
+    "provides, available, reason, description), then each scenario (type 'scenario': name, needs, "
+    "stores, description, error).",
+)
+def list_(scenario_dirs: tuple[Path, ...], as_json: bool) -> None:
     """The installed store kits (what each provides) and the scenarios (built in, and those in
     --scenario-dir) with the stores each runs on."""
     from without_durability.testing.kit import broken_kits, kits
 
     from .kits import stores_for
 
-    stores = Table(Column("store", no_wrap=True), "provides", "server", "description", title="stores")
+    store_rows: list[dict[str, Any]] = []
     for name, kit in kits().items():
         reason = kit.unavailable()
-        aliases = f" (also {', '.join(kit.aliases)})" if kit.aliases else ""
-        stores.add_row(
-            name + aliases,
-            ", ".join(sorted(kit.provides)) or "conformance suite only",
-            "[green]ok" if reason is None else f"[yellow]{reason}",
-            kit.description,
-        )
+        store_rows.append({
+            "type": "store", "name": name, "aliases": list(kit.aliases), "provides": sorted(kit.provides),
+            "available": reason is None, "reason": reason, "description": kit.description,
+        })  # fmt: skip
     for name, why in broken_kits().items():
-        stores.add_row(name, "[red]failed to load", "", why)
-    Console().print(stores)
-    # a scenario's name is what the user copies into `wd-chaos run`: never wrapped
-    table = Table(Column("scenario", no_wrap=True), "needs", "stores", "description", title="scenarios")
+        store_rows.append({
+            "type": "store", "name": name, "aliases": [], "provides": [], "available": False,
+            "reason": f"failed to load: {why}", "description": "",
+        })  # fmt: skip
+    scenario_rows: list[dict[str, Any]] = []
     for name, path in _available(scenario_dirs).items():
         try:
             sc = load_file(path)
-            table.add_row(name, ", ".join(sorted(sc.requires())), ", ".join(stores_for(sc)), sc.description)
+            scenario_rows.append({
+                "type": "scenario", "name": name, "needs": sorted(sc.requires()), "stores": stores_for(sc),
+                "description": sc.description, "error": None,
+            })  # fmt: skip
         except ScenarioError as exc:
-            table.add_row(name, "", "[red]invalid", str(exc))
+            scenario_rows.append({
+                "type": "scenario", "name": name, "needs": [], "stores": [], "description": "", "error": str(exc),
+            })  # fmt: skip
+    if as_json:
+        for row in store_rows + scenario_rows:
+            click.echo(json.dumps(row))
+        return
+    # a name is what the user copies into `wd-chaos run`: never wrapped nor cut, even when piped
+    # (an 80-column pipe would otherwise ellipsize it): its column is at least the longest name
+    labels = [r["name"] + (f" (also {', '.join(r['aliases'])})" if r["aliases"] else "") for r in store_rows]
+    stores = Table(
+        Column("store", no_wrap=True, min_width=max(map(len, labels), default=5)),
+        "provides", "server", "description", title="stores",
+    )  # fmt: skip
+    for label, r in zip(labels, store_rows, strict=True):
+        stores.add_row(
+            label,
+            ", ".join(r["provides"]) or ("[red]failed to load" if not r["description"] else "conformance suite only"),
+            "[green]ok" if r["available"] else f"[yellow]{r['reason']}",
+            r["description"],
+        )
+    Console().print(stores)
+    table = Table(
+        Column("scenario", no_wrap=True, min_width=max((len(r["name"]) for r in scenario_rows), default=8)),
+        "needs", "stores", "description", title="scenarios",
+    )  # fmt: skip
+    for r in scenario_rows:
+        if r["error"] is None:
+            table.add_row(r["name"], ", ".join(r["needs"]), ", ".join(r["stores"]), r["description"])
+        else:
+            table.add_row(r["name"], "", "[red]invalid", r["error"])
     Console().print(table)
 
 
