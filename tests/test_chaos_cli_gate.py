@@ -283,3 +283,46 @@ def test_stop_on_fail_starts_no_more_runs(tmp_path: Path) -> None:
     assert done.returncode == CRASHED, done.stderr
     assert len(ET.parse(junit).getroot().findall("testcase")) == 1, junit.read_text()
     assert "--stop-on-fail" in done.stdout + done.stderr
+
+
+# -- item 6: version, -h, global options anywhere, defaults, examples, completion ----------------
+
+
+def test_version_and_short_help() -> None:
+    from wd_chaos import __version__
+
+    version = CliRunner().invoke(main, ["--version"])
+    assert version.exit_code == 0 and version.stdout.strip() == f"wd-chaos {__version__}", version.output
+    for args in (["-h"], ["run", "-h"], ["list", "-h"]):
+        shown = CliRunner().invoke(main, args)
+        assert shown.exit_code == 0 and "Usage: " in shown.stdout, (args, shown.output)
+
+
+def test_every_help_shows_defaults_and_examples() -> None:
+    for name in ["", *main.commands]:
+        args = [name, "--help"] if name else ["--help"]
+        shown = CliRunner().invoke(main, args, env={"COLUMNS": "120"})
+        assert shown.exit_code == 0, (args, shown.output)
+        assert "Examples:" in shown.stdout, f"wd-chaos {name} --help has no examples:\n{shown.stdout}"
+    run_help = CliRunner().invoke(main, ["run", "--help"], env={"COLUMNS": "120"}).stdout
+    assert "[default: reports]" in run_help and "[default: 1;" in run_help, run_help
+
+
+def test_debug_is_accepted_after_the_subcommand(tmp_path: Path) -> None:
+    done = _cli("analyze", str(tmp_path), "--debug")
+    assert done.returncode == CRASHED, done.stderr
+    assert "Traceback" in done.stderr, done.stderr
+
+
+def test_shell_completion_knows_scenarios_and_stores() -> None:
+    def complete(words: str, cword: int) -> list[str]:
+        env = {"COMP_WORDS": words, "COMP_CWORD": str(cword), "_WD_CHAOS_COMPLETE": "bash_complete"}
+        done = subprocess.run(
+            [sys.executable, "-c", "from wd_chaos.cli import main; main(prog_name='wd-chaos')"],
+            capture_output=True, text=True, env={**os.environ, **env}, check=False, timeout=60,
+        )  # fmt: skip
+        return [line.split(",", 1)[1] for line in done.stdout.splitlines() if "," in line]
+
+    assert complete("wd-chaos run lease", 2) == ["lease-stall"]
+    assert "redis-cluster-stream" in complete("wd-chaos run lease-stall --store red", 4)
+    assert "redis" in complete("wd-chaos run lease-stall --store red", 4)
