@@ -326,3 +326,64 @@ def test_shell_completion_knows_scenarios_and_stores() -> None:
     assert complete("wd-chaos run lease", 2) == ["lease-stall"]
     assert "redis-cluster-stream" in complete("wd-chaos run lease-stall --store red", 4)
     assert "redis" in complete("wd-chaos run lease-stall --store red", 4)
+
+
+# -- item 8: judging an interrupted run, removing interrupted folders ----------------------------
+
+
+def _interrupted_run(base: Path) -> Path:
+    """A real run on SQLite stopped by SIGTERM once its stall fault has stopped a worker."""
+    import signal
+    import time
+
+    import psutil
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wd_chaos.cli", "run", "lease-stall", "--store", "sqlite",
+         "--time-limit", "60", "--report-dir", str(base)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while not any(
+            c.status() == psutil.STATUS_STOPPED for c in psutil.Process(proc.pid).children(recursive=True)
+        ):
+            assert time.monotonic() < deadline, "no worker was stalled within 90 s"
+            time.sleep(0.1)
+        time.sleep(1.0)  # let the other workers record a little more (a margin, not a wait for a condition)
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    (run_dir,) = base.iterdir()
+    assert (run_dir / "INTERRUPTED").exists() and not (run_dir / "history.jsonl").exists()
+    return run_dir
+
+
+def test_analyze_partial_judges_an_interrupted_run_and_clean_removes_it(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    run_dir = _interrupted_run(reports)
+    refused = _cli("analyze", str(run_dir))
+    assert refused.returncode == CRASHED and "--partial" in refused.stderr, refused.stderr
+    junit = tmp_path / "partial.xml"
+    done = _cli("analyze", "--partial", str(run_dir), "--json", "--junit", str(junit), env={"COLUMNS": "200"})
+    assert done.returncode in (1, 2), f"a partial run is never valid: {done.returncode}\n{done.stderr}"
+    (record,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert record["partial"] is True and record["verdict"] in ("invalid", "unknown"), record
+    assert "PARTIAL" in done.stderr, done.stderr  # the table (on stderr with --json)
+    checkers = {c["name"]: c for c in record["checkers"]}
+    assert checkers["fencing"]["verdict"] in ("valid", "invalid"), checkers["fencing"]  # judged on history
+    assert "final state" in checkers["liveness"]["summary"], checkers["liveness"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["partial"] is True and summary["interrupted"].startswith("Stopped"), summary
+    props = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
+    assert props["partial"] == "true", props
+    finished = reports / "finished-run"
+    finished.mkdir()
+    (finished / "summary.json").write_text("{}")
+    cleaned = _cli("clean", "--interrupted", "--report-dir", str(reports))
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert not run_dir.exists() and finished.exists(), cleaned.stdout
+    assert f"removed interrupted run folder {run_dir}" in cleaned.stdout, cleaned.stdout

@@ -847,17 +847,32 @@ def _show_outcome(outcome: Outcome, out: _Out) -> None:
 
 @main.command("analyze")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--junit", type=click.Path(path_type=Path), default=None)
-def analyze_cmd(run_dir: Path, junit: Path | None) -> None:
+@click.option("--junit", type=click.Path(path_type=Path), default=None, metavar="FILE", help="Write a JUnit file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run's JSON object on stdout (as run --json).")
+@click.option(
+    "--partial",
+    is_flag=True,
+    help="Judge an interrupted run on what it recorded: checkers that need the final state are "
+    "unknown, the verdict is never valid (1 on a violation found, else 2), and every output says PARTIAL.",
+)
+def analyze_cmd(run_dir: Path, junit: Path | None, as_json: bool, partial: bool) -> None:
     """Re-check a stored run's history and final state; exit as ``run`` would. A folder that is
-    not a finished run's, or whose history was cut or altered, exits 255 and is left as it was."""
+    not a finished run's (without --partial), or whose history was cut or altered, exits 255 and
+    is left as it was."""
+    from .runner import DamagedRun, analyze_partial
+
     if junit:
         probe_file(junit, "--junit")
-    outcome = analyze(run_dir)
+    try:
+        outcome = analyze_partial(run_dir) if partial else analyze(run_dir)
+    except DamagedRun as exc:
+        raise HarnessError(str(exc)) from exc
     s = outcome.summary
-    result = Result(str(s.get("scenario")), str(s.get("store")), int(s.get("seed", 0)), outcome)
+    result = Result(str(s.get("scenario")), str(s.get("store")), int(s.get("seed") or 0), outcome)
     result.seconds = float(s.get("wall_seconds") or 0.0)
-    Console().print(_verdict_table(outcome))
+    out = _Out(as_json)
+    _show_outcome(outcome, out)
+    out.json(result.record())
     if junit:
         _junit(junit, [result])
     sys.exit(result.exit_code)
@@ -921,13 +936,26 @@ def shrink_cmd(run_dir: Path, report_dir: Path, attempts: int, budget_minutes: f
 
 @main.command("clean")
 @click.option("--report-dir", type=click.Path(path_type=Path), default=Path("reports"))
-def clean_cmd(report_dir: Path) -> None:
+@click.option(
+    "--interrupted",
+    is_flag=True,
+    help="Also remove the run folders marked INTERRUPTED (after cleaning up after them); "
+    "finished runs are kept.",
+)
+def clean_cmd(report_dir: Path, interrupted: bool) -> None:
     """Remove what killed runs left behind: private servers whose owner is gone (killed, folder
     removed), and unfinished run folders whose controller is gone (processes killed, marked
-    INTERRUPTED). Finished runs and running ones are left alone."""
+    INTERRUPTED). Finished runs and running ones are left alone; with --interrupted, the folders
+    marked INTERRUPTED are removed too."""
+    import shutil
+
     from .lifeline import mark_stale_runs
 
     did = mark_stale_runs(report_dir) + [f"removed server folder {p}" for p in sweep_stale()]
+    if interrupted and report_dir.is_dir():
+        for folder in sorted(p for p in report_dir.iterdir() if (p / "INTERRUPTED").is_file()):
+            shutil.rmtree(folder)
+            did.append(f"removed interrupted run folder {folder}")
     for line in did:
         click.echo(line)
     click.echo(f"cleaned: {len(did)} things" if did else "nothing to clean")
