@@ -331,7 +331,7 @@ def test_shell_completion_knows_scenarios_and_stores() -> None:
 # -- item 8: judging an interrupted run, removing interrupted folders ----------------------------
 
 
-def _interrupted_run(base: Path) -> Path:
+def _interrupted_run(base: Path, junit: Path) -> Path:
     """A real run on SQLite stopped by SIGTERM once its stall fault has stopped a worker."""
     import signal
     import time
@@ -340,7 +340,7 @@ def _interrupted_run(base: Path) -> Path:
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "wd_chaos.cli", "run", "lease-stall", "--store", "sqlite",
-         "--time-limit", "60", "--report-dir", str(base)],
+         "--time-limit", "60", "--report-dir", str(base), "--junit", str(junit)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
     try:
@@ -364,7 +364,11 @@ def _interrupted_run(base: Path) -> Path:
 
 def test_analyze_partial_judges_an_interrupted_run_and_clean_removes_it(tmp_path: Path) -> None:
     reports = tmp_path / "reports"
-    run_dir = _interrupted_run(reports)
+    stopped = tmp_path / "stopped.xml"
+    run_dir = _interrupted_run(reports, stopped)
+    (case,) = ET.parse(stopped).getroot().findall("testcase")  # written though the run was stopped
+    error = case.find("error")
+    assert error is not None and "stopped by SIGTERM" in str(error.get("message")), ET.tostring(case)
     refused = _cli("analyze", str(run_dir))
     assert refused.returncode == CRASHED and "--partial" in refused.stderr, refused.stderr
     junit = tmp_path / "partial.xml"

@@ -1,10 +1,12 @@
 """``wd-chaos``: list, run, analyze and shrink scenarios' runs, and clean up after a killed run.
 
 Exit codes, and nothing else produces them: 0 valid, 1 invalid, 2 unknown (a verdict); 64 a usage
-error (a bad option or value, an output path that cannot be written; the run never started); 130
-interrupted by SIGINT, 143 by SIGTERM (the run's folder says ``INTERRUPTED``); 255 the harness
-itself failed (a server could not be had or reached, a bad scenario file, a damaged run folder),
-with one line naming the cause (``--debug`` adds the traceback).
+error (a bad option or value, an unknown scenario, store or scenario-file key, an output path that
+cannot be written; the run never started); 130 interrupted by SIGINT, 143 by SIGTERM (the run's
+folder says ``INTERRUPTED``); 255 the harness itself failed (a server could not be had or reached,
+a bad scenario file, a damaged run folder), with one line naming the cause (``--debug`` adds the
+traceback). Of several runs (``--all``, ``--repeat``): 255 if any could not start or finish, else
+the worst verdict. docs/cli-gate.md is the reference of the CI-facing options.
 """
 
 from __future__ import annotations
@@ -714,8 +716,7 @@ def run_cmd(
     results: list[Result] = []
     try:
         for sc, opts in planned:
-            result = _run_one(sc, opts, out)
-            results.append(result)
+            result = _run_one(sc, opts, out, results)
             if stop_on_fail and result.exit_code in (1, CRASHED):
                 out.note(f"--stop-on-fail: {sc.name} on {opts.store} failed; {len(planned) - len(results)} runs not started")
                 break
@@ -795,11 +796,13 @@ def _events(sc: Scenario) -> list[dict[str, Any]]:
     return [{"fault": f.kind} for f in sc.faults]
 
 
-def _run_one(sc: Scenario, opts: Options, out: _Out) -> Result:
-    """Run one planned run and report it; a run that could not start or finish (a server refused,
-    a crashed process) becomes a ``Result`` with its ``error``, reported, and the caller carries on."""
+def _run_one(sc: Scenario, opts: Options, out: _Out, results: list[Result]) -> Result:
+    """Run one planned run, report it and add it to ``results``; a run that could not start or
+    finish (a server refused, a crashed process) becomes a ``Result`` with its ``error``, and the
+    caller carries on. One stopped by a signal is added as such before the signal goes on."""
     assert opts.seed is not None
     result = Result(sc.name, opts.store, opts.seed)
+    results.append(result)
     started = time.monotonic()
     seen: dict[str, str] = {}
     try:
@@ -822,6 +825,11 @@ def _run_one(sc: Scenario, opts: Options, out: _Out) -> Result:
                 live.update(_progress_view(state))
 
             result.outcome = run(sc, opts, show)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the JUnit file still names this run
+        result.error = f"{sc.name} on {opts.store} (seed {opts.seed}): stopped by {str(exc) or 'SIGINT'}"
+        result.run_dir = Path(seen["run_dir"]) if seen.get("run_dir") else None
+        result.seconds = time.monotonic() - started
+        raise
     except Exception as exc:
         cause = str(exc) if isinstance(exc, ServerUnavailable) else f"{type(exc).__name__}: {exc}"
         result.error = f"{sc.name} on {opts.store} (seed {opts.seed}): {_one_line(cause)}"
