@@ -54,6 +54,15 @@ from .services import ServerUnavailable, check_available, preflight, sweep_stale
 from .shrink import shrink_command
 
 console = Console(stderr=True)
+PIPED_WIDTH = 160
+"""The least width tables are laid out in when the output is not a terminal (a CI log, a pipe):
+rich would take 80 columns there and squeeze, or cut, long names."""
+
+
+def _table_console(stderr: bool = False) -> Console:
+    """A console for tables: a terminal's own width; at least ``PIPED_WIDTH`` when piped."""
+    found = Console(stderr=stderr)
+    return found if found.is_terminal else Console(stderr=stderr, width=max(found.width, PIPED_WIDTH))
 USAGE = 64
 """A usage error (sysexits' EX_USAGE): none of the verdicts' 0, 1, 2."""
 SIGINT_EXIT = 128 + signal.SIGINT
@@ -462,7 +471,8 @@ def list_(scenario_dirs: tuple[Path, ...], as_json: bool) -> None:
     labels = [r["name"] + (f" (also {', '.join(r['aliases'])})" if r["aliases"] else "") for r in store_rows]
     stores = Table(
         Column("store", no_wrap=True, min_width=max(map(len, labels), default=5)),
-        "provides", "server", "description", title="stores",
+        Column("provides", overflow="fold"), Column("server", overflow="fold"),
+        Column("description", overflow="fold"), title="stores",
     )  # fmt: skip
     for label, r in zip(labels, store_rows, strict=True):
         stores.add_row(
@@ -471,17 +481,18 @@ def list_(scenario_dirs: tuple[Path, ...], as_json: bool) -> None:
             "[green]ok" if r["available"] else f"[yellow]{r['reason']}",
             r["description"],
         )
-    Console().print(stores)
+    _table_console().print(stores)
     table = Table(
         Column("scenario", no_wrap=True, min_width=max((len(r["name"]) for r in scenario_rows), default=8)),
-        "needs", "stores", "description", title="scenarios",
+        Column("needs", overflow="fold"), Column("stores", overflow="fold"),
+        Column("description", overflow="fold"), title="scenarios",
     )  # fmt: skip
     for r in scenario_rows:
         if r["error"] is None:
             table.add_row(r["name"], ", ".join(r["needs"]), ", ".join(r["stores"]), r["description"])
         else:
             table.add_row(r["name"], "", "[red]invalid", r["error"])
-    Console().print(table)
+    _table_console().print(table)
 
 
 class _Seed(click.ParamType[Any, Any]):
@@ -747,7 +758,7 @@ class _Out:
     def __init__(self, as_json: bool) -> None:
         self.as_json = as_json
         # tables never cut a name: the name columns have their longest name as their minimum width
-        self.tables = Console(stderr=as_json)
+        self.tables = _table_console(stderr=as_json)
         self.lines = Console(stderr=as_json, soft_wrap=True, highlight=False)
 
     def line(self, text: str) -> None:
