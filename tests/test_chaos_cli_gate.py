@@ -140,6 +140,7 @@ def test_check_prints_the_plan(tmp_path: Path) -> None:
         (["run", "lease-stal"], "did you mean 'lease-stall'"),
         (["run", "lease-stall", "--store", "postgress"], "did you mean 'postgres'"),
         (["run", "--all", "--store", "sqlit", "--check"], "did you mean 'sqlite'"),
+        (["run", "--all", "--store", "memory", "--check"], "no scenario runs on store 'memory'"),
     ],
 )
 def test_an_unknown_name_is_a_usage_error_with_a_suggestion(args: list[str], expected: str) -> None:

@@ -716,6 +716,8 @@ def run_cmd(
             except OptionError as exc:
                 raise click.UsageError(f"{sc.name} on {st}: {exc}") from exc
             planned.append((sc, opts))
+    if not planned:  # a gate that ran nothing must not pass
+        raise click.UsageError(f"no scenario runs on store {store!r} (wd-chaos list shows where each runs)")
     # every output path is tried before the first run: a lost report or junit file is found now
     probe_dir(report_dir, "--report-dir")
     if junit:
