@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 import wd_chaos
-from wd_chaos.cli import CRASHED, main
+from wd_chaos.cli import CRASHED, USAGE, main
 from wd_chaos.scenario import BUILT_IN, ScenarioError, available, find
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +53,7 @@ def test_a_scenario_dir_adds_its_scenarios_to_list_and_run(tmp_path: Path) -> No
     assert listed.exit_code == 0, listed.output
     assert "a user scenario" in listed.output and "lease-stall" in listed.output
     args = ["run", "mine", "--check", "--report-dir", str(tmp_path / "r")]
-    assert CliRunner().invoke(main, args).exit_code == CRASHED  # not found without the folder
+    assert CliRunner().invoke(main, args).exit_code == USAGE  # not found without the folder
     ran = CliRunner().invoke(main, [*args, "--scenario-dir", str(tmp_path / "mine")])
     assert ran.exit_code == 0, ran.output
 
@@ -63,12 +63,10 @@ def test_a_scenario_dir_adds_its_scenarios_to_list_and_run(tmp_path: Path) -> No
     [
         ("missing", r"nope\.toml: no such scenario file"),
         ("bad-toml", r"broken\.toml: not valid TOML"),
-        ("bad-field", r"odd\.toml: time_limt: expected no such field"),
         ("clash-path", r"lease-stall\.toml: scenario name 'lease-stall' is already a built-in scenario"),
         ("clash-dir", r"lease-stall\.toml: scenario name 'lease-stall' is already a built-in scenario"),
         ("clash-two-dirs", r"b/mine\.toml: scenario name 'mine' is already the scenario in .*a/mine\.toml"),
         ("no-dir", r"--scenario-dir .*absent: no such directory"),
-        ("unknown-name", r"no scenario 'nosuch'; available: .*lease-stall"),
     ],
 )
 def test_a_bad_user_scenario_exits_255_with_one_line_naming_it(
@@ -104,6 +102,28 @@ def test_a_bad_user_scenario_exits_255_with_one_line_naming_it(
     import re
 
     assert re.search(expected, errors[0]), errors[0]
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("bad-field", r"odd\.toml: time_limt: no such key; did you mean 'time_limit'\?"),
+        ("unknown-name", r"no scenario 'nosuch'; available: .*lease-stall"),
+    ],
+)
+def test_an_unknown_name_or_key_is_a_usage_error(tmp_path: Path, case: str, expected: str) -> None:
+    """Nothing started and nothing is broken: the user typed a name that is not there (exit 64)."""
+    args = ["run", "--check", "--report-dir", str(tmp_path / "r")]
+    if case == "bad-field":
+        (tmp_path / "odd.toml").write_text('name = "odd"\ntime_limt = 3\n')
+        args += [str(tmp_path / "odd.toml")]
+    else:
+        args += ["nosuch"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == USAGE, result.output
+    import re
+
+    assert re.search(expected, result.output), result.output
 
 
 def test_the_library_call_raises_scenario_error_for_a_clash(tmp_path: Path) -> None:

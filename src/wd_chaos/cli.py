@@ -1,24 +1,31 @@
 """``wd-chaos``: list, run, analyze and shrink scenarios' runs, and clean up after a killed run.
 
 Exit codes, and nothing else produces them: 0 valid, 1 invalid, 2 unknown (a verdict); 64 a usage
-error (a bad option or value, an output path that cannot be written; the run never started); 130
-interrupted by SIGINT, 143 by SIGTERM (the run's folder says ``INTERRUPTED``); 255 the harness
-itself failed (a server could not be had or reached, a bad scenario file, a damaged run folder),
-with one line naming the cause (``--debug`` adds the traceback).
+error (a bad option or value, an unknown scenario, store or scenario-file key, an output path that
+cannot be written; the run never started); 130 interrupted by SIGINT, 143 by SIGTERM (the run's
+folder says ``INTERRUPTED``); 255 the harness itself failed (a server could not be had or reached,
+a bad scenario file, a damaged run folder), with one line naming the cause (``--debug`` adds the
+traceback). Of several runs (``--all``, ``--repeat``): 255 if any could not start or finish, else
+the worst verdict. docs/cli-gate.md is the reference of the CI-facing options.
 """
 
 from __future__ import annotations
 
+import json
+import secrets
 import signal
 import sys
+import time
 import traceback
+from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
-from xml.sax.saxutils import escape
 
 import click
+from click.shell_completion import CompletionItem
 from rich.console import Console
 from rich.live import Live
 from rich.table import Column, Table
@@ -35,17 +42,28 @@ from .scenario import (
     Scenario,
     ScenarioError,
     TimeLimit,
+    UnknownName,
     WorkerCount,
     available,
+    close_to,
     find,
     load_file,
     load_schedule,
 )
 from .serve import serve_command
-from .services import check_available, sweep_stale
+from .services import ServerUnavailable, check_available, preflight, sweep_stale
 from .shrink import shrink_command
 
 console = Console(stderr=True)
+PIPED_WIDTH = 160
+"""The least width tables are laid out in when the output is not a terminal (a CI log, a pipe):
+rich would take 80 columns there and squeeze, or cut, long names."""
+
+
+def _table_console(stderr: bool = False) -> Console:
+    """A console for tables: a terminal's own width; at least ``PIPED_WIDTH`` when piped."""
+    found = Console(stderr=stderr)
+    return found if found.is_terminal else Console(stderr=stderr, width=max(found.width, PIPED_WIDTH))
 USAGE = 64
 """A usage error (sysexits' EX_USAGE): none of the verdicts' 0, 1, 2."""
 SIGINT_EXIT = 128 + signal.SIGINT
@@ -145,8 +163,11 @@ def _label(valid: checks.Valid, yes: str, no: str, unsure: str) -> str:
 def _verdict_table(outcome: Outcome) -> Table:
     s = outcome.summary
     label = _label(outcome.valid, "[green]VALID", "[red bold]INVALID", "[yellow]UNKNOWN")
+    if s.get("partial"):
+        label += " [yellow](PARTIAL: an interrupted run, judged on what it recorded)"
     table = Table(title=f"{s['scenario']} on {s['store']} (seed {s['seed']}): {label}", show_lines=False)
-    table.add_column("checker")
+    # a checker's name is what a reader searches for: never cut, however narrow the output
+    table.add_column("checker", no_wrap=True, min_width=max((len(v.name) for v in outcome.verdicts), default=7))
     table.add_column("verdict")
     table.add_column("summary", overflow="fold")
     for v in outcome.verdicts:
@@ -160,7 +181,7 @@ def _verdict_table(outcome: Outcome) -> Table:
                 f"{k}={first[k]}" for k in ("process", "workflow", "key", "token", "op") if k in first
             )
         table.add_row(v.name, mark, text)
-    caption = f"report: {outcome.run_dir / 'report.html'}  ({s.get('wall_seconds')} s)"
+    caption = f"{s.get('wall_seconds')} s"  # the report's path follows on a line of its own
     if any(checks.not_bitten(v.name, v.valid, v.counts) for v in outcome.verdicts):
         caption = (
             "the store was NOT tested by the fault: it did not bite (run it again, with another "
@@ -203,46 +224,186 @@ def _progress_view(state: dict[str, Any]) -> Table:
     return t
 
 
-def _junit(path: Path, outcomes: list[Outcome]) -> None:
-    cases = []
-    for o in outcomes:
-        s = o.summary
-        for v in o.verdicts:
-            name = escape(f"{s['scenario']}[{s['store']}] {v.name}", {'"': "&quot;"})
-            body = ""
-            if v.valid is False:
-                body = (
-                    f'<failure message="{escape(v.summary, {chr(34): "&quot;"})}">'
-                    f"{escape(str(v.evidence[:5]))}</failure>"
-                )
-            elif v.valid is not True:
-                body = f'<skipped message="unknown: {escape(v.summary, {chr(34): "&quot;"})}"/>'
-            cases.append(f'<testcase classname="wd-chaos" name="{name}">{body}</testcase>')
-    failures = sum(1 for o in outcomes for v in o.verdicts if v.valid is False)
-    path.write_text(
-        '<?xml version="1.0" encoding="utf-8"?>\n'
-        f'<testsuite name="wd-chaos" tests="{len(cases)}" failures="{failures}">'
-        + "".join(cases)
-        + "</testsuite>\n"
-    )
+VERDICT_NAMES = {True: "valid", False: "invalid"}
 
 
-@click.group(cls=_Cli)
-@click.option("--debug", is_flag=True, help="Show the traceback of a harness error.")
-def main(debug: bool) -> None:
+def _verdict_name(valid: checks.Valid) -> str:
+    return VERDICT_NAMES.get(valid, "unknown") if isinstance(valid, bool) else "unknown"
+
+
+@dataclass
+class Result:
+    """One planned run as the CLI reports it: its outcome, or why it could not start or finish
+    (``error``, one line naming the cause)."""
+
+    scenario: str
+    store: str
+    seed: int
+    outcome: Outcome | None = None
+    error: str | None = None
+    run_dir: Path | None = None
+    seconds: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        """255 for a run that could not start or finish, else its verdict's code (0, 1, 2)."""
+        return CRASHED if self.outcome is None else checks.exit_code(self.outcome.valid)
+
+    def record(self) -> dict[str, Any]:
+        """The run's JSON line (``--json``): scenario, store, seed, verdict (valid, invalid, unknown,
+        error), exit_code, run_dir, seconds, partial, checkers (name, verdict, summary), coverage
+        (when the scenario counts windows), error (when it could not run)."""
+        out: dict[str, Any] = {
+            "scenario": self.scenario,
+            "store": self.store,
+            "seed": self.seed,
+            "verdict": "error",
+            "exit_code": self.exit_code,
+            "run_dir": str(self.run_dir) if self.run_dir is not None else None,
+            "seconds": round(self.seconds, 2),
+            "partial": False,
+            "checkers": [],
+        }
+        if self.outcome is None:
+            out["error"] = self.error
+            return out
+        s = self.outcome.summary
+        out["verdict"] = _verdict_name(self.outcome.valid)
+        out["run_dir"] = str(self.outcome.run_dir)
+        out["partial"] = bool(s.get("partial", False))
+        if s.get("wall_seconds") is not None:
+            out["seconds"] = s["wall_seconds"]
+        out["checkers"] = [
+            {"name": v.name, "verdict": _verdict_name(v.valid), "summary": v.summary}
+            for v in self.outcome.verdicts
+        ]
+        if s.get("coverage"):
+            out["coverage"] = s["coverage"]
+        return out
+
+
+def _junit(path: Path, results: Sequence[Result]) -> None:
+    """Write ``results`` as a JUnit file: one test case per run (``SCENARIO[STORE]``, with its seed
+    when a pair ran more than once) whose properties carry scenario, store, seed, duration and run
+    folder; an invalid run is a ``<failure>`` whose text is the failing checkers' evidence as JSON,
+    an unknown one ``<skipped>``, one that could not start or finish an ``<error>`` naming why."""
+    import xml.etree.ElementTree as ET
+
+    pairs = Counter((r.scenario, r.store) for r in results)
+    suite = ET.Element("testsuite", name="wd-chaos")
+    counts = Counter[str]()
+    for r in results:
+        name = f"{r.scenario}[{r.store}]" + (f" seed {r.seed}" if pairs[(r.scenario, r.store)] > 1 else "")
+        case = ET.SubElement(suite, "testcase", classname="wd-chaos", name=name, time=f"{r.seconds:.2f}")
+        props = ET.SubElement(case, "properties")
+        rec = r.record()
+        for key in ("scenario", "store", "seed", "seconds", "run_dir", "partial"):
+            value = rec[key]
+            shown = "" if value is None else json.dumps(value) if isinstance(value, bool) else str(value)
+            ET.SubElement(props, "property", name=key, value=shown)
+        if r.outcome is None:
+            counts["errors"] += 1
+            err = ET.SubElement(case, "error", message=str(r.error), type="harness")
+            err.text = str(r.error)
+            continue
+        partial = " (partial: an interrupted run's records)" if rec["partial"] else ""
+        bad = [v for v in r.outcome.verdicts if v.valid is not True]
+        if r.outcome.valid is False:
+            counts["failures"] += 1
+            failed = [v for v in bad if v.valid is False]
+            fail = ET.SubElement(
+                case,
+                "failure",
+                message=f"INVALID{partial}: " + "; ".join(f"{v.name}: {v.summary}" for v in failed),
+                type="invalid",
+            )
+            fail.text = json.dumps(
+                [{"checker": v.name, "summary": v.summary, "evidence": v.evidence[:5]} for v in failed],
+                indent=1,
+                default=str,
+            )
+        elif r.outcome.valid is not True:
+            counts["skipped"] += 1
+            ET.SubElement(
+                case,
+                "skipped",
+                message=f"UNKNOWN{partial}: " + "; ".join(f"{v.name}: {v.summary}" for v in bad),
+            )
+    suite.set("tests", str(len(results)))
+    for key in ("failures", "errors", "skipped"):
+        suite.set(key, str(counts[key]))
+    tmp = path.with_name(path.name + ".tmp")
+    ET.ElementTree(suite).write(tmp, encoding="utf-8", xml_declaration=True)
+    tmp.replace(path)  # a reader never sees half a file
+
+
+RUN_EXAMPLES = """\b
+Examples:
+  wd-chaos run lease-stall --store postgres
+  wd-chaos run lease-stall --store redis --repeat 5 --seed random --stop-on-fail
+  wd-chaos run --all --store postgres --junit chaos.xml --json > runs.jsonl
+  wd-chaos run --all --check          (pre-flight: servers reached, plan and duration)
+  wd-chaos run ./my-scenario.toml --time-limit 10
+"""
+MAIN_EXAMPLES = """\b
+Examples:
+  wd-chaos list
+  wd-chaos run lease-stall --store postgres --check
+  wd-chaos run --all --junit chaos.xml
+  wd-chaos analyze reports/20261203T120000-lease-stall-postgres
+  wd-chaos clean --interrupted
+"""
+EXAMPLES = {
+    "list": "\b\nExamples:\n  wd-chaos list\n  wd-chaos list --json | jq -r '.name'",
+    "analyze": "\b\nExamples:\n  wd-chaos analyze reports/RUN --junit run.xml\n"
+    "  wd-chaos analyze --partial reports/RUN    (a run that was interrupted)",
+    "shrink": "\b\nExamples:\n  wd-chaos shrink reports/RUN --budget-minutes 10",
+    "clean": "\b\nExamples:\n  wd-chaos clean\n  wd-chaos clean --interrupted --report-dir reports",
+    "mutants": "\b\nExamples:\n  wd-chaos mutants --store postgres\n  wd-chaos mutants --store redis --no-chaos",
+    "mutate": "\b\nExamples:\n  wd-chaos mutate --store postgres",
+    "show": "\b\nExamples:\n  wd-chaos show lease-stall > my.toml    (then set its name to \"my\")",
+    "serve": "\b\nExamples:\n  wd-chaos serve\n  wd-chaos serve reports --port 0    (a free port; the URL is printed)",
+}
+"""The examples each command's ``--help`` ends with (``run`` and the group have their own)."""
+
+
+def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        _debug["on"] = True
+
+
+_DEBUG_HELP = "Show the traceback of a harness error (before or after the command)."
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+@click.group(
+    cls=_Cli,
+    epilog=MAIN_EXAMPLES,
+    context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
+)
+@click.version_option(_version(), "--version", "-V", prog_name="wd-chaos", message="%(prog)s %(version)s")
+@click.option("--debug", is_flag=True, expose_value=False, callback=_set_debug, help=_DEBUG_HELP)
+def main() -> None:
     """Fault-injection harness for without-durability's stores. Exit codes: 0 valid, 1 invalid,
     2 unknown; 64 a usage error; 130/143 stopped by SIGINT/SIGTERM; 255 the harness failed."""
-    _debug["on"] = debug
 
 
 def _kit_name(store: str) -> str:
     """``store``'s kit name, or a usage error naming the installed kits."""
     from without_durability.testing.kit import KitError, resolve
 
+    from .kits import chaos_kits
+
     try:
         return resolve(store)
     except KitError as exc:
-        raise click.BadParameter(str(exc), param_hint="--store") from exc
+        names = [n for name, kit in chaos_kits().items() for n in (name, *kit.aliases)]
+        raise click.BadParameter(str(exc) + close_to(store, names), param_hint="--store") from exc
 
 
 _scenario_dirs = click.option(
@@ -265,35 +426,76 @@ def _available(scenario_dirs: Sequence[Path]) -> dict[str, Any]:
 
 @main.command("list")
 @_scenario_dirs
-def list_(scenario_dirs: tuple[Path, ...]) -> None:
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="One JSON object per line instead of the tables: each store kit (type 'store': name, aliases, "
+    "provides, available, reason, description), then each scenario (type 'scenario': name, needs, "
+    "stores, description, error).",
+)
+def list_(scenario_dirs: tuple[Path, ...], as_json: bool) -> None:
     """The installed store kits (what each provides) and the scenarios (built in, and those in
     --scenario-dir) with the stores each runs on."""
     from without_durability.testing.kit import broken_kits, kits
 
     from .kits import stores_for
 
-    stores = Table(Column("store", no_wrap=True), "provides", "server", "description", title="stores")
+    store_rows: list[dict[str, Any]] = []
     for name, kit in kits().items():
         reason = kit.unavailable()
-        aliases = f" (also {', '.join(kit.aliases)})" if kit.aliases else ""
-        stores.add_row(
-            name + aliases,
-            ", ".join(sorted(kit.provides)) or "conformance suite only",
-            "[green]ok" if reason is None else f"[yellow]{reason}",
-            kit.description,
-        )
+        store_rows.append({
+            "type": "store", "name": name, "aliases": list(kit.aliases), "provides": sorted(kit.provides),
+            "available": reason is None, "reason": reason, "description": kit.description,
+        })  # fmt: skip
     for name, why in broken_kits().items():
-        stores.add_row(name, "[red]failed to load", "", why)
-    Console().print(stores)
-    # a scenario's name is what the user copies into `wd-chaos run`: never wrapped
-    table = Table(Column("scenario", no_wrap=True), "needs", "stores", "description", title="scenarios")
+        store_rows.append({
+            "type": "store", "name": name, "aliases": [], "provides": [], "available": False,
+            "reason": f"failed to load: {why}", "description": "",
+        })  # fmt: skip
+    scenario_rows: list[dict[str, Any]] = []
     for name, path in _available(scenario_dirs).items():
         try:
             sc = load_file(path)
-            table.add_row(name, ", ".join(sorted(sc.requires())), ", ".join(stores_for(sc)), sc.description)
+            scenario_rows.append({
+                "type": "scenario", "name": name, "needs": sorted(sc.requires()), "stores": stores_for(sc),
+                "description": sc.description, "error": None,
+            })  # fmt: skip
         except ScenarioError as exc:
-            table.add_row(name, "", "[red]invalid", str(exc))
-    Console().print(table)
+            scenario_rows.append({
+                "type": "scenario", "name": name, "needs": [], "stores": [], "description": "", "error": str(exc),
+            })  # fmt: skip
+    if as_json:
+        for row in store_rows + scenario_rows:
+            click.echo(json.dumps(row))
+        return
+    # a name is what the user copies into `wd-chaos run`: never wrapped nor cut, even when piped
+    # (an 80-column pipe would otherwise ellipsize it): its column is at least the longest name
+    labels = [r["name"] + (f" (also {', '.join(r['aliases'])})" if r["aliases"] else "") for r in store_rows]
+    stores = Table(
+        Column("store", no_wrap=True, min_width=max(map(len, labels), default=5)),
+        Column("provides", overflow="fold"), Column("server", overflow="fold"),
+        Column("description", overflow="fold"), title="stores",
+    )  # fmt: skip
+    for label, r in zip(labels, store_rows, strict=True):
+        stores.add_row(
+            label,
+            ", ".join(r["provides"]) or ("[red]failed to load" if not r["description"] else "conformance suite only"),
+            "[green]ok" if r["available"] else f"[yellow]{r['reason']}",
+            r["description"],
+        )
+    _table_console().print(stores)
+    table = Table(
+        Column("scenario", no_wrap=True, min_width=max((len(r["name"]) for r in scenario_rows), default=8)),
+        Column("needs", overflow="fold"), Column("stores", overflow="fold"),
+        Column("description", overflow="fold"), title="scenarios",
+    )  # fmt: skip
+    for r in scenario_rows:
+        if r["error"] is None:
+            table.add_row(r["name"], ", ".join(r["needs"]), ", ".join(r["stores"]), r["description"])
+        else:
+            table.add_row(r["name"], "", "[red]invalid", r["error"])
+    _table_console().print(table)
 
 
 @main.command("show")
@@ -304,15 +506,79 @@ def show_cmd(name: str) -> None:
     wd-chaos run MY.toml. An unknown NAME exits 64 naming the built-in ones."""
     from .scenario import BUILT_IN
 
+    from .scenario import close_to
+
     built_in = {p.name.removesuffix(".toml"): p for p in BUILT_IN.iterdir() if p.name.endswith(".toml")}
     if name not in built_in:
-        raise click.UsageError(f"no built-in scenario {name!r}; built in: {', '.join(sorted(built_in))}")
+        raise click.UsageError(
+            f"no built-in scenario {name!r}{close_to(name, sorted(built_in))} (built in: {', '.join(sorted(built_in))})"
+        )
     # the file as shipped, not a re-dump of the model: its comments say why each value is what it is
     click.echo(built_in[name].read_text(encoding="utf-8"), nl=False)
 
 
-@main.command("run")
-@click.argument("name", required=False)
+class _Seed(click.ParamType[Any, Any]):
+    """A seed: an integer, or ``random`` for one picked now (and printed with the run)."""
+
+    name = "integer|random"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "random":
+            return secrets.randbelow(2**31)
+        return click.INT.convert(value, param, ctx)
+
+
+def _complete_scenarios(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    dirs = ctx.params.get("scenario_dirs") or ()
+    try:
+        names = list(available(dirs))
+    except ScenarioError:
+        names = list(available())
+    return [CompletionItem(n) for n in names if n.startswith(incomplete)]
+
+
+def _complete_stores(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    from .kits import chaos_kits
+
+    names = [n for name, kit in chaos_kits().items() for n in (name, *kit.aliases)]
+    return [CompletionItem(n) for n in names if n.startswith(incomplete)]
+
+
+def _estimate(sc: Scenario, opts: Options) -> tuple[float, float]:
+    """A run's likely and longest wall time in seconds: servers and processes starting, the
+    workload (or storm), the heal (at most ``heal_seconds``), the checkers."""
+    overhead = 8.0  # servers, processes and the checkers, as measured on a laptop
+    if sc.storm is not None:
+        seconds = sc.storm.seconds if opts.time_limit is None else opts.time_limit
+        return seconds + overhead, seconds + overhead + 60
+    limit = sc.time_limit if opts.time_limit is None else opts.time_limit
+    return limit + overhead + 2, limit + overhead + sc.heal_seconds
+
+
+def _plan_line(sc: Scenario, opts: Options, servers: Sequence[Any]) -> str:
+    likely, most = _estimate(sc, opts)
+    where = "; ".join(f"{p.role}: {p.detail}" if p.source == "none" else f"{p.role} ({p.source}): {p.detail}" for p in servers)
+    return (
+        f"{sc.name} on {opts.store}: would run with seed {opts.seed}, "
+        f"{opts.workers or sc.workload.workers} workers, time limit "
+        f"{opts.time_limit if opts.time_limit is not None else sc.time_limit:g} s, "
+        f"about {likely:.0f} s (at most {most:.0f} s); servers: {where}"
+    )
+
+
+def _scenario_or_usage(name: str, dirs: Sequence[Path]) -> Scenario:
+    """The scenario ``name``; an unknown name or a scenario file's unknown key is a usage error
+    (exit 64, with the names it may have meant), any other bad file a harness error (255)."""
+    try:
+        return find(name, dirs)
+    except UnknownName as exc:
+        raise click.UsageError(str(exc)) from exc
+    except ScenarioError as exc:
+        raise HarnessError(str(exc)) from exc
+
+
+@main.command("run", epilog=RUN_EXAMPLES)
+@click.argument("name", required=False, shell_complete=_complete_scenarios)
 @_scenario_dirs
 @click.option(
     "--all",
@@ -324,24 +590,51 @@ def show_cmd(name: str) -> None:
     "--store",
     default=None,
     metavar="NAME",
+    shell_complete=_complete_stores,
     help="The store kit to run against (default sqlite; wd-chaos list shows those installed).",
 )
-@click.option("--seed", type=int, default=None, help="Fixes the workload and the fault schedule.")
+@click.option(
+    "--seed",
+    type=_Seed(),
+    default=None,
+    help="Fixes the workload and the fault schedule (default: the scenario's own); 'random' picks one, "
+    "printed with the run.",
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(1, 1000),
+    default=1,
+    help="Run each scenario this many times, with the seeds SEED, SEED+1, ... (each printed, and in "
+    "the JSON); the exit code is the worst verdict.",
+)
+@click.option("--stop-on-fail", is_flag=True, help="Start no more runs after one is invalid or could not run.")
 @click.option(
     "--time-limit",
     type=Bounded(TimeLimit, click.FLOAT, "time_limit"),
     default=None,
     help="Seconds of workload and faults (0 < s <= 3600, past the first fault); longer scales "
-    "the workflows (at most 10000) and repeats the faults.",
+    "the workflows (at most 10000) and repeats the faults. Default: the scenario's own.",
 )
 @click.option(
     "--workers",
     type=Bounded(WorkerCount, click.INT, "workload.workers"),
     default=None,
-    help="Worker processes (1 to 64).",
+    help="Worker processes (1 to 64). Default: the scenario's own.",
 )
-@click.option("--report-dir", type=click.Path(path_type=Path), default=Path("reports"))
-@click.option("--junit", type=click.Path(path_type=Path), default=None)
+@click.option("--report-dir", type=click.Path(path_type=Path), default=Path("reports"), help="Where run folders go.")
+@click.option(
+    "--junit",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Write a JUnit file: one test case per run, written even when runs could not start.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON object per run on stdout and nothing else there (tables go to stderr).",
+)
 @click.option(
     "--client",
     type=click.Choice(["harness", "worker"]),
@@ -368,14 +661,15 @@ def show_cmd(name: str) -> None:
     "--locust-workers",
     type=click.IntRange(0, 64),
     default=0,
-    help="A storm's locust in its distributed mode: a master and N worker processes (default 0: one "
+    help="A storm's locust in its distributed mode: a master and N worker processes (0: one "
     "process). More machines join with locust --worker --master-host, given the same run.",
 )
 @click.option(
     "--check",
     "check_only",
     is_flag=True,
-    help="Validate the options and the servers' availability, print the runs, start nothing.",
+    help="Pre-flight: check the options, reach every server the runs would use (URLs, Docker, "
+    "binaries), print the plan and its duration, start nothing. Exit 0, or 255 naming what is missing.",
 )
 def run_cmd(
     name: str | None,
@@ -383,10 +677,13 @@ def run_cmd(
     run_all: bool,
     store: str | None,
     seed: int | None,
+    repeat: int,
+    stop_on_fail: bool,
     time_limit: float | None,
     workers: int | None,
     report_dir: Path,
     junit: Path | None,
+    as_json: bool,
     client: str | None,
     mutant: str | None,
     schedule_file: Path | None,
@@ -394,7 +691,7 @@ def run_cmd(
     check_only: bool,
 ) -> None:
     """Run scenario NAME (a name from ``wd-chaos list``, or the path of your own .toml file), or
-    --all, and print a verdict; exit 0 valid, 1 invalid, 2 unknown."""
+    --all, and print a verdict; exit 0 valid, 1 invalid, 2 unknown, 255 when a run could not start."""
     if name and run_all:
         raise click.UsageError("give a scenario NAME or --all, not both")
     if schedule_file is not None and run_all:
@@ -405,96 +702,223 @@ def run_cmd(
             schedule = load_schedule(schedule_file)
         except OptionError as exc:
             raise click.BadParameter(str(exc), param_hint="--schedule") from exc
-    try:
-        if run_all:
-            jobs: list[tuple[Scenario, str]] = []
-            for sc_name in available(scenario_dirs):
-                sc = find(sc_name, scenario_dirs)
-                if sc.expect != "valid":  # shows writes lost by design; run it by name
-                    continue
-                for one in stores_for(sc):
-                    if store is None or one == _kit_name(store):
-                        jobs.append((sc, one))
-        elif name:
-            sc = find(name, scenario_dirs)
-            jobs = [(sc, store or "sqlite")]
-        else:
-            raise click.UsageError("give a scenario NAME or --all (see wd-chaos list)")
-    except ScenarioError as exc:
-        raise HarnessError(str(exc)) from exc
+    if store is not None:
+        store = _kit_name(store)
+    if run_all:
+        jobs: list[tuple[Scenario, str]] = []
+        for sc_name in _available(scenario_dirs):
+            sc = _scenario_or_usage(sc_name, scenario_dirs)
+            if sc.expect != "valid":  # shows writes lost by design; run it by name
+                continue
+            for one in stores_for(sc):
+                if store is None or one == store:
+                    jobs.append((sc, one))
+    elif name:
+        jobs = [(_scenario_or_usage(name, scenario_dirs), store or "sqlite")]
+    else:
+        raise click.UsageError("give a scenario NAME or --all (see wd-chaos list)")
     planned: list[tuple[Scenario, Options]] = []
     for sc, st in jobs:
-        opts = Options(
-            store=st,
-            seed=seed,
-            time_limit=time_limit,
-            workers=workers,
-            report_dir=report_dir,
-            client=client,
-            mutant=mutant,
-            schedule=schedule,
-            schedule_source=str(schedule_file) if schedule_file is not None else None,
-            locust_workers=locust_workers,
-        )
-        try:
-            check_options(sc, opts)
-        except OptionError as exc:
-            raise click.UsageError(f"{sc.name} on {st}: {exc}") from exc
-        reason = check_available(st, **service_needs([{"fault": f.kind} for f in sc.faults]))
-        if reason:
-            raise HarnessError(f"{sc.name} on {st}: cannot get its servers: {reason}")
-        planned.append((sc, opts))
+        base = sc.seed if seed is None else seed
+        for i in range(repeat):
+            opts = Options(
+                store=st,
+                seed=base + i,
+                time_limit=time_limit,
+                workers=workers,
+                report_dir=report_dir,
+                client=client,
+                mutant=mutant,
+                schedule=schedule,
+                schedule_source=str(schedule_file) if schedule_file is not None else None,
+                locust_workers=locust_workers,
+            )
+            try:
+                check_options(sc, opts)
+            except OptionError as exc:
+                raise click.UsageError(f"{sc.name} on {st}: {exc}") from exc
+            planned.append((sc, opts))
+    if not planned:  # a gate that ran nothing must not pass
+        raise click.UsageError(f"no scenario runs on store {store!r} (wd-chaos list shows where each runs)")
     # every output path is tried before the first run: a lost report or junit file is found now
     probe_dir(report_dir, "--report-dir")
     if junit:
         probe_file(junit, "--junit")
+    out = _Out(as_json)
     if check_only:
-        for sc, opts in planned:
-            replay = (
-                f", replaying {len(schedule)} faults from {schedule_file}" if schedule is not None else ""
-            )
-            Console().print(f"{sc.name} on {opts.store}: would run (report in {report_dir}{replay})")
+        _check(planned, out)
         return
-    outcomes: list[Outcome] = []
+    results: list[Result] = []
+    try:
+        for sc, opts in planned:
+            result = _run_one(sc, opts, out, results)
+            if stop_on_fail and result.exit_code in (1, CRASHED):
+                out.note(f"--stop-on-fail: {sc.name} on {opts.store} failed; {len(planned) - len(results)} runs not started")
+                break
+    finally:  # whatever happened, even Ctrl-C, the file says what ran
+        if junit:
+            _junit(junit, results)
+    if len(results) > 1:
+        out.note(_totals(results))
+    sys.exit(_worst(results))
+
+
+def _worst(results: Sequence[Result]) -> int:
+    """255 if any run could not start or finish, else the worst verdict's code."""
+    if any(r.outcome is None for r in results):
+        return CRASHED
+    return checks.exit_code(checks.overall([checks.Verdict("run", r.outcome.valid, "") for r in results if r.outcome]))
+
+
+def _totals(results: Sequence[Result]) -> str:
+    counts = Counter(r.record()["verdict"] for r in results)
+    return f"{len(results)} runs: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+
+
+class _Out:
+    """Where a command's output goes: with ``--json``, JSON lines alone on stdout and everything
+    else on stderr; otherwise tables and lines on stdout, progress on stderr."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        # tables never cut a name: the name columns have their longest name as their minimum width
+        self.tables = _table_console(stderr=as_json)
+        self.lines = Console(stderr=as_json, soft_wrap=True, highlight=False)
+
+    def line(self, text: str) -> None:
+        """One unwrapped line (a path a script picks out)."""
+        self.lines.print(text, markup=False)
+
+    def note(self, text: str) -> None:
+        self.lines.print(text)
+
+    def json(self, record: dict[str, Any]) -> None:
+        if self.as_json:
+            click.echo(json.dumps(record, default=str))
+
+
+def _check(planned: Sequence[tuple[Scenario, Options]], out: _Out) -> None:
+    """``--check``: reach every server each planned run would use and print the plan; exits 255
+    (after the whole plan) naming what is missing when any run could not have its servers."""
+    failed: list[str] = []
+    total = [0.0, 0.0]
     for sc, opts in planned:
         try:
-            with Live(
-                _progress_view({"phase": "starting"}),
-                console=console,
-                refresh_per_second=4,
-                transient=True,
-            ) as live:
+            servers = preflight(opts.store, **service_needs(_events(sc)))
+        except ServerUnavailable as exc:
+            failed.append(f"{sc.name} on {opts.store}: cannot get its servers: {exc}")
+            out.json({"scenario": sc.name, "store": opts.store, "seed": opts.seed, "check": "error", "error": failed[-1]})
+            continue
+        likely, most = _estimate(sc, opts)
+        total[0] += likely
+        total[1] += most
+        replay = f", replaying {len(opts.schedule)} faults" if opts.schedule is not None else ""
+        out.line(_plan_line(sc, opts, servers) + replay + f"; report in {opts.report_dir}")
+        out.json({
+            "scenario": sc.name, "store": opts.store, "seed": opts.seed, "check": "ok",
+            "workers": opts.workers or sc.workload.workers,
+            "time_limit": opts.time_limit if opts.time_limit is not None else sc.time_limit,
+            "estimated_seconds": round(likely), "at_most_seconds": round(most),
+            "servers": [{"role": p.role, "source": p.source, "detail": p.detail} for p in servers],
+        })  # fmt: skip
+    if len(planned) > 1:
+        out.line(f"{len(planned)} runs, about {total[0] / 60:.1f} min in all (at most {total[1] / 60:.1f} min)")
+    if failed:
+        raise HarnessError(" | ".join(failed))
 
-                def show(state: dict[str, Any], live: Live = live) -> None:
-                    live.update(_progress_view(state))
 
-                outcome = run(sc, opts, show)
-        except Exception as exc:
-            raise HarnessError(f"{sc.name} on {opts.store}: {type(exc).__name__}: {exc}") from exc
-        Console().print(_verdict_table(outcome))
-        if outcome.valid is False:  # one line of its own, so it copies whole
-            Console(soft_wrap=True).print(
-                f"smallest failing fault schedule: {shrink_command(outcome.run_dir)}", highlight=False
-            )
-        outcomes.append(outcome)
-    if junit:
-        _junit(junit, outcomes)
-    sys.exit(checks.exit_code(checks.overall([checks.Verdict("run", o.valid, "") for o in outcomes])))
+def _events(sc: Scenario) -> list[dict[str, Any]]:
+    return [{"fault": f.kind} for f in sc.faults]
+
+
+def _run_one(sc: Scenario, opts: Options, out: _Out, results: list[Result]) -> Result:
+    """Run one planned run, report it and add it to ``results``; a run that could not start or
+    finish (a server refused, a crashed process) becomes a ``Result`` with its ``error``, and the
+    caller carries on. One stopped by a signal is added as such before the signal goes on."""
+    assert opts.seed is not None
+    result = Result(sc.name, opts.store, opts.seed)
+    results.append(result)
+    started = time.monotonic()
+    seen: dict[str, str] = {}
+    try:
+        reason = check_available(opts.store, **service_needs(_events(sc)))
+        if reason:
+            raise ServerUnavailable(reason)
+        with Live(
+            _progress_view({"phase": "starting"}),
+            console=console,
+            refresh_per_second=4,
+            transient=True,
+            redirect_stdout=False,  # stdout is the JSON lines' or the verdicts', never the progress's
+        ) as live:
+
+            def show(state: dict[str, Any], live: Live = live) -> None:
+                folder = state.get("run_dir")
+                if folder and "run_dir" not in seen:
+                    seen["run_dir"] = folder
+                    out.line(f"run: {sc.name} on {opts.store}, seed {opts.seed}: {folder}")
+                live.update(_progress_view(state))
+
+            result.outcome = run(sc, opts, show)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the JUnit file still names this run
+        result.error = f"{sc.name} on {opts.store} (seed {opts.seed}): stopped by {str(exc) or 'SIGINT'}"
+        result.run_dir = Path(seen["run_dir"]) if seen.get("run_dir") else None
+        result.seconds = time.monotonic() - started
+        raise
+    except Exception as exc:
+        cause = str(exc) if isinstance(exc, ServerUnavailable) else f"{type(exc).__name__}: {exc}"
+        result.error = f"{sc.name} on {opts.store} (seed {opts.seed}): {_one_line(cause)}"
+        if _debug["on"]:
+            traceback.print_exc()
+        click.echo(f"wd-chaos: error: {result.error}", err=True)
+    result.seconds = time.monotonic() - started
+    if seen.get("run_dir"):
+        result.run_dir = Path(seen["run_dir"])
+    if result.outcome is not None:
+        _show_outcome(result.outcome, out)
+    out.json(result.record())
+    return result
+
+
+def _show_outcome(outcome: Outcome, out: _Out) -> None:
+    out.tables.print(_verdict_table(outcome))
+    if outcome.valid is False and not outcome.summary.get("partial"):  # one line of its own, so it copies whole
+        out.line(f"smallest failing fault schedule: {shrink_command(outcome.run_dir)}")
+    out.line(f"report: {outcome.run_dir / 'report.html'}")
+    out.line(f"run folder: {outcome.run_dir}")
 
 
 @main.command("analyze")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--junit", type=click.Path(path_type=Path), default=None)
-def analyze_cmd(run_dir: Path, junit: Path | None) -> None:
+@click.option("--junit", type=click.Path(path_type=Path), default=None, metavar="FILE", help="Write a JUnit file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run's JSON object on stdout (as run --json).")
+@click.option(
+    "--partial",
+    is_flag=True,
+    help="Judge an interrupted run on what it recorded: checkers that need the final state are "
+    "unknown, the verdict is never valid (1 on a violation found, else 2), and every output says PARTIAL.",
+)
+def analyze_cmd(run_dir: Path, junit: Path | None, as_json: bool, partial: bool) -> None:
     """Re-check a stored run's history and final state; exit as ``run`` would. A folder that is
-    not a finished run's, or whose history was cut or altered, exits 255 and is left as it was."""
+    not a finished run's (without --partial), or whose history was cut or altered, exits 255 and
+    is left as it was."""
+    from .runner import DamagedRun, analyze_partial
+
     if junit:
         probe_file(junit, "--junit")
-    outcome = analyze(run_dir)
-    Console().print(_verdict_table(outcome))
+    try:
+        outcome = analyze_partial(run_dir) if partial else analyze(run_dir)
+    except DamagedRun as exc:
+        raise HarnessError(str(exc)) from exc
+    s = outcome.summary
+    result = Result(str(s.get("scenario")), str(s.get("store")), int(s.get("seed") or 0), outcome)
+    result.seconds = float(s.get("wall_seconds") or 0.0)
+    out = _Out(as_json)
+    _show_outcome(outcome, out)
+    out.json(result.record())
     if junit:
-        _junit(junit, [outcome])
-    sys.exit(checks.exit_code(outcome.valid))
+        _junit(junit, [result])
+    sys.exit(result.exit_code)
 
 
 @main.command("shrink")
@@ -555,13 +979,26 @@ def shrink_cmd(run_dir: Path, report_dir: Path, attempts: int, budget_minutes: f
 
 @main.command("clean")
 @click.option("--report-dir", type=click.Path(path_type=Path), default=Path("reports"))
-def clean_cmd(report_dir: Path) -> None:
+@click.option(
+    "--interrupted",
+    is_flag=True,
+    help="Also remove the run folders marked INTERRUPTED (after cleaning up after them); "
+    "finished runs are kept.",
+)
+def clean_cmd(report_dir: Path, interrupted: bool) -> None:
     """Remove what killed runs left behind: private servers whose owner is gone (killed, folder
     removed), and unfinished run folders whose controller is gone (processes killed, marked
-    INTERRUPTED). Finished runs and running ones are left alone."""
+    INTERRUPTED). Finished runs and running ones are left alone; with --interrupted, the folders
+    marked INTERRUPTED are removed too."""
+    import shutil
+
     from .lifeline import mark_stale_runs
 
     did = mark_stale_runs(report_dir) + [f"removed server folder {p}" for p in sweep_stale()]
+    if interrupted and report_dir.is_dir():
+        for folder in sorted(p for p in report_dir.iterdir() if (p / "INTERRUPTED").is_file()):
+            shutil.rmtree(folder)
+            did.append(f"removed interrupted run folder {folder}")
     for line in did:
         click.echo(line)
     click.echo(f"cleaned: {len(did)} things" if did else "nothing to clean")
@@ -570,6 +1007,14 @@ def clean_cmd(report_dir: Path) -> None:
 main.add_command(mutants_command)
 main.add_command(mutate_command)
 main.add_command(serve_command)
+for _name, _command in main.commands.items():
+    # global options work after the subcommand too (wd-chaos run NAME --debug)
+    if not any(p.name == "debug" for p in _command.params):
+        _command.params.append(
+            click.Option(["--debug"], is_flag=True, expose_value=False, callback=_set_debug, help=_DEBUG_HELP)
+        )
+    if _command.epilog is None and _name in EXAMPLES:
+        _command.epilog = EXAMPLES[_name]
 
 if __name__ == "__main__":
     main()

@@ -30,7 +30,7 @@ from .faults import Nemesis, service_needs
 from .history import HistoryWriter, Tail
 from .lifeline import Lifeline, die_with_parent
 from .scenario import OptionError, Scenario, TimeLimit, WorkerCount, WorkflowCount, bounded, plan
-from .services import services, sweep_stale
+from .services import check_urls, services, sweep_stale
 from .stores import Spec, open_store, prepare, store_clocks
 from .workload import Recorder
 
@@ -528,6 +528,8 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
     workflows = [f"{scenario.name}-s{seed}-{i:04d}" for i in range(n_wf)]
     starts = sorted(round(rng.uniform(0, spread), 3) for _ in workflows)
     events = plan(scenario, seed, n_workers, limit) if opts.schedule is None else list(opts.schedule)
+    # a refused or malformed URL variable is named now, as --check names it, not by a driver later
+    check_urls(opts.store, **service_needs(events))
     sweep_stale()  # servers an earlier, killed run left behind
     run_dir = _run_dir(opts.report_dir, scenario.name, opts.store)
     lifeline = Lifeline(run_dir)
@@ -550,7 +552,7 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
 
     def report(**more: Any) -> None:
         if progress is not None:
-            progress({"phase": phase, "elapsed": time.monotonic() - started, **more})
+            progress({"phase": phase, "elapsed": time.monotonic() - started, "run_dir": str(run_dir), **more})
 
     report()
     try:
@@ -696,7 +698,10 @@ def _read_run(run_dir: Path) -> tuple[Scenario, dict[str, Any], list[history.Op]
     stopped = run_dir / "INTERRUPTED"
     if stopped.exists() and not (run_dir / "history.jsonl").exists():
         why = stopped.read_text(errors="replace").strip()
-        raise DamagedRun(f"{run_dir}: the run did not finish ({why}); nothing to judge")
+        raise DamagedRun(
+            f"{run_dir}: the run did not finish ({why}); nothing to judge as a finished run "
+            "(wd-chaos analyze --partial judges what it recorded)"
+        )
     scenario, (meta, final) = read_parts(run_dir, "run.json", "final.json")
     try:
         ops = history.load_finished(run_dir / "history.jsonl")
@@ -733,4 +738,96 @@ def analyze(run_dir: Path) -> Outcome:
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     write_report(run_dir, summary, ops, final)
+    return Outcome(run_dir, verdicts, valid, summary)
+
+
+class FinalUnread(LookupError):
+    """What a checker meets when it reads the store's final state in a partial analysis: an
+    interrupted run never read it."""
+
+
+class _Unread(dict[str, Any]):
+    """The final state of an interrupted run: only what it holds (the wall-clock steps, read from
+    the history; the clocks, unrecorded); any other read raises ``FinalUnread``, so a checker that
+    needs the store's final state says unknown rather than judging an empty store."""
+
+    def __getitem__(self, key: str) -> Any:
+        if dict.__contains__(self, key):
+            return super().__getitem__(key)
+        raise FinalUnread(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key]
+
+    def __contains__(self, key: object) -> bool:
+        if dict.__contains__(self, key):
+            return True
+        raise FinalUnread(key)
+
+
+def _read_partial(run_dir: Path) -> tuple[Scenario, dict[str, Any], list[history.Op]]:
+    """An interrupted run's scenario, what its controller recorded about the run, and every
+    complete line its processes wrote (a torn last line, cut by the kill, skipped)."""
+    try:
+        scenario = Scenario.model_validate_json((run_dir / "scenario.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise DamagedRun(f"{run_dir}: not a run's folder: {exc}") from exc
+    files = sorted((run_dir / "procs").glob("*.jsonl"))
+    if not files:
+        raise DamagedRun(f"{run_dir}: no per-process histories (procs/*.jsonl): nothing was recorded")
+    ops: list[history.Op] = []
+    for path in files:
+        try:
+            ops.extend(history.read_lines(path))
+        except ValueError as exc:
+            raise DamagedRun(f"{path}: a line that is not JSON ({exc}); this history cannot be judged") from exc
+    ops.sort(key=lambda o: (o.get("mono", 0), o.get("process", ""), o.get("op", "")))
+    started = next((o for o in ops if o.get("type") == "info" and o.get("what") == "run"), None)
+    if started is None:
+        raise DamagedRun(f"{run_dir}: the controller's history never recorded the run's start")
+    meta = {k: started.get(k) for k in ("scenario", "store", "seed", "time_limit", "workers", "workflows", "schedule")}
+    return scenario, meta, ops
+
+
+def analyze_partial(run_dir: Path) -> Outcome:
+    """Judge what an interrupted run recorded: its per-process histories, never merged, and no
+    final state (the run stopped before reading it). Checkers that need the final state are
+    unknown; the others judge the history as far as it goes. The outcome is never valid (a run
+    cut short proves nothing whole): invalid on a violation found, else unknown. Writes
+    ``summary.json`` with ``"partial": true`` (the folder stays ``INTERRUPTED``); a finished run's
+    folder is analyzed as ``analyze`` does."""
+    if not (run_dir / "INTERRUPTED").exists() or (run_dir / "history.jsonl").exists():
+        return analyze(run_dir)
+    scenario, meta, ops = _read_partial(run_dir)
+    steps = wallclock.steps(ops)
+    judged = checks.check(
+        ops,
+        _Unread({"wall_clock_steps": steps, "store_clock": "unrecorded", "lease_clock": "unrecorded"}),
+        scenario.checks,
+        scenario.bite,
+        scenario.coverage,
+    )
+    verdicts = []
+    for v in judged:
+        if v.valid == checks.UNKNOWN and "FinalUnread" in str(v.evidence[:1]):
+            v = checks.Verdict(v.name, checks.UNKNOWN, "not judged: it needs the store's final state, which "
+                               "the interrupted run never read")  # fmt: skip
+        verdicts.append(v)
+    valid: checks.Valid = False if checks.overall(verdicts) is False else checks.UNKNOWN
+    why = (run_dir / "INTERRUPTED").read_text(errors="replace").strip()
+    counts = Counter(f"{o['f']}:{o['outcome']}" for o in ops if o.get("type") == "complete")
+    summary = {
+        **meta,
+        "partial": True,
+        "interrupted": why,
+        "valid": valid,
+        "exit_code": checks.exit_code(valid),
+        "verdicts": [v.as_dict() for v in verdicts],
+        "coverage": hits_of(verdicts),
+        "counts": dict(sorted(counts.items())),
+        "faults": [o for o in ops if o.get("type") == "fault"],
+        "wall_clock_steps": steps,
+        "analyzed_at": datetime.now(UTC).isoformat(),
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return Outcome(run_dir, verdicts, valid, summary)

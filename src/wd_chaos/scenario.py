@@ -97,6 +97,19 @@ class ScenarioError(ValueError):
     expected."""
 
 
+class UnknownName(ScenarioError):
+    """A name that is not known: a scenario that does not exist, or a key a scenario file may not
+    have (a typo); the message says which names come close. A usage error, not a broken file."""
+
+
+def close_to(name: str, known: Sequence[str]) -> str:
+    """``; did you mean 'x'?`` naming the known names closest to ``name`` (difflib), or ``""``."""
+    import difflib
+
+    near = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
+
+
 class OptionError(ValueError):
     """A command-line value outside the bounds a scenario file is held to; the message names the
     option, the limit and the value."""
@@ -343,6 +356,36 @@ def _where(loc: tuple[object, ...]) -> str:
     return out or "(top level)"
 
 
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The model a field's annotation holds (through Optional, list and Annotated), if any."""
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _fields_at(loc: tuple[object, ...]) -> list[str]:
+    """The keys a scenario file may have at ``loc`` (pydantic's error location of the table that
+    holds an unknown key): the fields of the model there."""
+    model: type[BaseModel] | None = Scenario
+    for part in loc:
+        if model is None:
+            return []
+        if isinstance(part, int):
+            continue
+        if part in kinds() and str(part) not in model.model_fields:  # a fault's branch: its kind's model
+            model = kinds()[str(part)].spec
+            continue
+        info = model.model_fields.get(str(part))
+        model = None if info is None else _model_of(info.annotation)
+    return sorted(model.model_fields) if model is not None else []
+
+
 def parse(text: str, source: str) -> Scenario:
     """Validate scenario TOML ``text``; ``source`` names it in errors."""
     try:
@@ -353,11 +396,21 @@ def parse(text: str, source: str) -> Scenario:
         return Scenario.model_validate(data)
     except ValidationError as exc:
         lines = []
+        unknown = False
         for err in exc.errors():
+            loc = tuple(err["loc"])
+            if err["type"] == "extra_forbidden":
+                unknown = True
+                fields = _fields_at(loc[:-1])
+                lines.append(
+                    f"{source}: {_where(loc)}: no such key{close_to(str(loc[-1]), fields)}"
+                    + (f" (known here: {', '.join(fields)})" if fields else "")
+                )
+                continue
             got = err.get("input")
             shown = "" if err["type"] == "missing" else f", got {got!r}"
-            lines.append(f"{source}: {_where(tuple(err['loc']))}: expected {_expected(dict(err))}{shown}")
-        raise ScenarioError("\n".join(lines)) from exc
+            lines.append(f"{source}: {_where(loc)}: expected {_expected(dict(err))}{shown}")
+        raise (UnknownName if unknown else ScenarioError)("\n".join(lines)) from exc
 
 
 def load_file(path: Traversable) -> Scenario:
@@ -445,9 +498,9 @@ def find(name: str, dirs: Sequence[Path] = ()) -> Scenario:
     files_ = available(dirs)
     if name not in files_:
         places = ", ".join(["the built-in scenarios", *(str(d) for d in dirs)])
-        raise ScenarioError(
-            f"no scenario {name!r}; available: {', '.join(files_) or 'none'} (searched {places}; "
-            "a path to a .toml file works too)"
+        raise UnknownName(
+            f"no scenario {name!r}{close_to(name, list(files_)) or ';'} available: {', '.join(files_) or 'none'} "
+            f"(searched {places}; a path to a .toml file works too)"
         )
     return load_file(files_[name])
 

@@ -7,8 +7,10 @@ store spec worker processes open; this module puts toxiproxy between workers and
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import shutil
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +20,12 @@ from urllib.parse import urlsplit, urlunsplit
 from without_durability.testing.kit import KitError, StoreKit, find_kit
 from without_durability.testing.replicated import Replicated
 from without_durability.testing.servers import (
+    INSTALL_HINT,
     Server,
+    ServerRecipe,
     ServerUnavailable,
+    choose,
+    probe,
     provide,
     sweep_stale,
     why_unavailable,
@@ -29,7 +35,7 @@ from .faults import clock_step as stepped_clock
 from .stores import WALL_OFFSET, Spec
 from .toxiproxy_server import TOXIPROXY_SERVER
 
-__all__ = ["Services", "ServerUnavailable", "services", "sweep_stale"]
+__all__ = ["Planned", "Services", "ServerUnavailable", "check_urls", "preflight", "services", "sweep_stale"]
 
 
 @dataclass
@@ -104,6 +110,153 @@ def check_available(
     if failover:
         return kit.replication_unavailable()
     return None
+
+
+REACH_TIMEOUT = 2.0
+"""Seconds a pre-flight waits for a server named by a URL variable to accept a connection."""
+
+
+@dataclass(frozen=True)
+class Planned:
+    """Where one server of a run will come from, as a pre-flight found it: ``role`` (``store``,
+    ``toxiproxy``), ``source`` (``env``, ``testcontainers``, ``local``, ``replicated``) and one line
+    saying which (the variable and address, the image, the binaries)."""
+
+    role: str
+    source: str
+    detail: str
+
+
+def _malformed(variable: str, value: str, example: str) -> ServerUnavailable:
+    return ServerUnavailable(
+        f"{variable}={value!r} is not a URL like {example}: set {variable} to your server's URL, "
+        "or unset it and wd-chaos starts a private server itself"
+    )
+
+
+_EXAMPLES = {
+    "WD_POSTGRES_URL": "postgresql://user@host:5432/postgres",
+    "WD_REDIS_URL": "redis://host:6379/0",
+    "WD_REDIS_CLUSTER_URLS": "redis://host:7000,redis://host:7001",
+    "WD_TOXIPROXY_URL": "http://host:8474",
+}
+
+
+def reach(recipe: ServerRecipe, timeout: float = REACH_TIMEOUT) -> str | None:
+    """When ``recipe``'s URL variable is set: check each URL in it is well formed and that its
+    address accepts a TCP connection within ``timeout`` seconds; returns the address(es) reached,
+    or raises ``ServerUnavailable`` naming the variable and what to do. None when it is not set
+    (the server will come from elsewhere). Connects, and sends nothing."""
+    from urllib.parse import urlsplit
+
+    variable = recipe.env
+    value = os.environ.get(variable) or ""
+    if not value.strip():
+        return None
+    example = _EXAMPLES.get(variable, "scheme://host:port")
+    reached = []
+    for url in (u.strip() for u in value.split(",") if u.strip()):
+        try:
+            parts = urlsplit(url)
+            host, port = parts.hostname, parts.port
+        except ValueError as exc:  # a port that is not a number
+            raise _malformed(variable, url, example) from exc
+        if not parts.scheme or "://" not in url:
+            raise _malformed(variable, url, example)
+        if host is None:  # e.g. postgresql:///db, a Unix socket: nothing to reach over TCP
+            reached.append(url)
+            continue
+        port = port or _DEFAULT_PORTS.get(parts.scheme, 0)
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                pass
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+            raise ServerUnavailable(
+                f"{variable} names {host}:{port}, which did not accept a connection within "
+                f"{timeout:g} s ({why}): start that server, fix {variable}, or unset it and wd-chaos "
+                "starts a private server itself"
+            ) from exc
+        reached.append(f"{host}:{port}")
+    return ", ".join(reached)
+
+
+_DEFAULT_PORTS = {"postgresql": 5432, "postgres": 5432, "redis": 6379, "rediss": 6379, "http": 80, "https": 443}
+
+
+def _plan_recipe(role: str, recipe: ServerRecipe, *, private: bool = False) -> Planned:
+    """Where a ``recipe`` server comes from, checked: its URL reached, Docker asked (when a
+    container would be used), the binaries found."""
+    if private:  # a server the run signals or steps: always started here
+        found = probe(recipe)
+        if found.missing:
+            raise ServerUnavailable(
+                f"{role}: this run starts a private {recipe.kind} itself, and "
+                f"{', '.join(found.missing)} is not on PATH: {INSTALL_HINT}"
+            )
+        return Planned(role, "local", f"a private {recipe.kind} started from the installed binaries")
+    address = reach(recipe)
+    if address is not None:
+        return Planned(role, "env", f"{recipe.env} ({address}, answered)")
+    choice = choose(recipe, probe(recipe))
+    if choice.source is None:
+        raise ServerUnavailable(choice.why)
+    return Planned(role, choice.source, choice.why.removeprefix(f"{recipe.kind}: "))
+
+
+def preflight(
+    store: str,
+    partition: bool = False,
+    failover: object = None,
+    clock_step: bool = False,
+    restart: bool = False,
+) -> list[Planned]:
+    """Where every server a run of ``store`` with these faults would use comes from, each one
+    checked now: a URL variable's address reached (``reach``), Docker asked when a container would
+    be used, the binaries of a private server found. Raises ``ServerUnavailable`` with one message
+    naming what is missing (the variable, the server, the binary) and what to do. Starts nothing."""
+    reason = check_available(store, partition, failover, clock_step, restart)
+    kit = find_kit(store)
+    planned: list[Planned] = []
+    recipe = kit.recipe
+    if recipe is not None:
+        reach(recipe)  # as check_urls does before a real run: the same message
+    if failover:
+        if reason:
+            raise ServerUnavailable(reason)
+        planned.append(Planned("store", "replicated", f"a private replicated {kit.name} deployment"))
+    elif recipe is None:
+        if reason:
+            raise ServerUnavailable(reason)
+        planned.append(Planned("store", "none", f"{kit.name} needs no server"))
+    else:
+        stepped = clock_step and kit.server_binary is not None
+        if restart and not stepped and reach(recipe) is not None:
+            raise ServerUnavailable(
+                f"a store restart needs a private {kit.name} server this run starts itself, and "
+                f"{recipe.env} names one of yours: unset {recipe.env} for this run"
+            )
+        planned.append(_plan_recipe("store", recipe, private=stepped or restart))
+    if partition:
+        planned.append(_plan_recipe("toxiproxy", TOXIPROXY_SERVER))
+    if reason:  # a reason none of the above explained (a driver missing, a stepped clock's tool)
+        raise ServerUnavailable(reason)
+    return planned
+
+
+def check_urls(
+    store: str, partition: bool = False, failover: object = None, clock_step: bool = False, **_: object
+) -> None:
+    """Reach the servers a run's URL variables name (``reach``), raising ``ServerUnavailable`` with
+    the pre-flight's own message: what a run calls before it starts anything, so a refused or
+    malformed URL is named, not reported by a driver. Cheap: no Docker, no binaries. The store's
+    variable is reached even for a run that starts its own server (a failover's, a stepped
+    clock's): a variable that names no server is a mistake in the environment, said at once."""
+    kit = find_kit(store)
+    if kit.recipe is not None:  # even a run that starts its own: a variable set must be right
+        reach(kit.recipe)
+    if partition:
+        reach(TOXIPROXY_SERVER)
 
 
 @contextlib.contextmanager

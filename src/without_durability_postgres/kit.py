@@ -253,6 +253,7 @@ class PostgresKit(StoreKit):
     description = "PostgreSQL via psycopg 3 (a real server)"
     provides = frozenset({"workers", "restart", "proxy", "transact-pause", "failover"})
     mutant_modules = ("wd_chaos.mutants.postgres",)
+    recipe = POSTGRES_SERVER
     mutate_plan = MutatePlan(
         statements=("without_durability_postgres",),
         tests=(

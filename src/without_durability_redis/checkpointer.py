@@ -127,7 +127,8 @@ class RedisCheckpointer:
     - A write is as durable as the server's persistence makes it: with default settings (no AOF
       fsync, asynchronous replication) a write that returned can still be lost in a crash. The
       checkpointer reads those settings the first time it reaches the server and says so:
-      ``persistence.durable`` (and a logged warning when it is not True).
+      ``persistence.durable`` (and a logged warning when it is not True, unless
+      ``warn_persistence=False``: a server whose settings the caller chose, as a test harness's own).
     - Replication is asynchronous: a write the primary acknowledged and had not yet sent to a
       replica is lost when that replica is promoted (Sentinel failover). ``replicas=n`` makes
       every write wait (``WAIT n``, at most ``replica_timeout``) until ``n`` replicas have it; a
@@ -151,8 +152,12 @@ class RedisCheckpointer:
         max_value_bytes: int = MAX_VALUE_BYTES,
         replicas: int = 0,
         replica_timeout: timedelta = timedelta(seconds=1),
+        warn_persistence: bool = True,
     ) -> None:
         self.client = client
+        # False for a server whose persistence the caller chose itself (a test harness's private
+        # server): the warning is for an operator's server; ``persistence`` is read all the same
+        self.warn_persistence = warn_persistence
         if not isinstance(replicas, int) or replicas < 0:
             raise InvalidInput(
                 f"replicas must be an int >= 0 (how many replicas each write waits for), got {replicas!r}"
@@ -264,7 +269,7 @@ class RedisCheckpointer:
         with boundary(self.client, "read the persistence settings"):
             await self._scripts.ready()
             found = await read_persistence(self.client)
-        if self._persistence is None:
+        if self._persistence is None and self.warn_persistence:
             warn(self.client, found)
         self._persistence = found
         return found

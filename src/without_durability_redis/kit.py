@@ -171,6 +171,8 @@ async def open_redis_worker(spec: Spec, *, scheduler: str, cluster: bool) -> Ope
         options["ttl"] = timedelta(seconds=float(spec["ttl"]))
     if spec.get("wait_replicas"):  # a failover run's WAIT
         options["replicas"] = int(spec["wait_replicas"])
+    if spec.get("own_server"):  # a server the harness started: its persistence is the harness's choice
+        options["warn_persistence"] = False
     checkpointer = RedisCheckpointer(client, **options)
     sched: Any
     if scheduler == "stream":
@@ -224,6 +226,7 @@ class RedisKit(StoreKit):
     """The Redis checkpointer with one of its schedulers, on one server or a cluster."""
 
     mutant_modules = ("wd_chaos.mutants.redis",)
+    recipe: ServerRecipe
 
     def __init__(
         self,
@@ -289,6 +292,9 @@ class RedisKit(StoreKit):
         """The server's URL and the run's own key prefix; for a replicated deployment, its
         Sentinels and service too, so every connection asks where the primary is."""
         spec: Spec = {"url": server.url, "prefix": f"{tag}:"}
+        # a server this run started itself (not a user's, named by a URL variable): no warning
+        # that its writes may not survive a crash, which the run chose (issue 30)
+        spec["own_server"] = getattr(server, "source", "replicated") != "env"
         if isinstance(server, RedisReplicated):
             spec["sentinels"] = [list(s) for s in server.sentinels]
             spec["service"] = server.service

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 from ..clock import monotonic_micros, system_clock
 from .harness import StoreFactory, StoreUnderTest
 from .replicated import Replicated
+from .servers import ServerRecipe
 
 ENTRY_POINT_GROUP = "without_durability.stores"
 
@@ -183,6 +184,11 @@ class StoreKit:
         """Why this store cannot run here (its driver is missing, no server can be had), with what
         to do; None when it can. Starts nothing."""
         return None
+
+    recipe: ServerRecipe | None = None
+    """Where this store's server comes from (its URL variable, binaries, container), for a tool
+    that checks before it starts anything (``wd-chaos run --check``); None for a store without
+    one, or a kit that does not say."""
 
     server_binary: str | None = None
     """The server program whose clock decides this store's leases and stamps (``postgres``,
