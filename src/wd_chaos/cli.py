@@ -504,9 +504,7 @@ def show_cmd(name: str) -> None:
     """Print built-in scenario NAME as TOML, comments included, to start a scenario of your own
     from: save it as MY.toml, set its name to MY (a file's name must be its name), edit, then
     wd-chaos run MY.toml. An unknown NAME exits 64 naming the built-in ones."""
-    from .scenario import BUILT_IN
-
-    from .scenario import close_to
+    from .scenario import BUILT_IN, close_to
 
     built_in = {p.name.removesuffix(".toml"): p for p in BUILT_IN.iterdir() if p.name.endswith(".toml")}
     if name not in built_in:
