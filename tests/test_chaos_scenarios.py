@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from wd_chaos.scenario import ScenarioError, available, load_file, parse, plan
+from wd_chaos.scenario import ScenarioError, UnknownName, available, load_file, parse, plan
 
 
 def test_every_shipped_scenario_validates() -> None:
@@ -21,7 +21,6 @@ def test_every_shipped_scenario_validates() -> None:
     ("text", "field", "expected"),
     [
         ('name = "x"\ntime_limit = "soon"', "time_limit", "a number"),
-        ('name = "x"\ntime_limt = 3', "time_limt", "no such field"),
         ('name = "x"\n[lease]\nalive = -1', "lease.alive", "greater than 0"),
         ('name = "x"\nstores = ["oracle"]', "stores", "no store kit 'oracle'; installed: memory,"),
         ('name = "x"\n[[faults]]\nkind = "flood"\nat = 1', "faults[0]", "kind = one of"),
@@ -38,6 +37,14 @@ def test_a_bad_scenario_names_file_field_and_form(text: str, field: str, expecte
     assert message.startswith("scenarios/x.toml: "), message
     assert f": {field}: expected " in message, message
     assert expected in message, message
+
+
+def test_a_misspelt_key_is_an_unknown_name_with_a_suggestion() -> None:
+    # a usage error (wd-chaos exits 64), not a broken file: the message names the key and the
+    # key it was probably meant to be
+    with pytest.raises(UnknownName) as caught:
+        parse('name = "x"\ntime_limt = 3', "scenarios/x.toml")
+    assert str(caught.value).startswith("scenarios/x.toml: time_limt: no such key; did you mean 'time_limit'?")
 
 
 def test_bad_toml_is_refused_with_the_file() -> None:
