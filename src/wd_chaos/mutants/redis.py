@@ -211,10 +211,9 @@ MUTANTS += [
         swap_scripts("checkpointer", ClaimHashExpiresAheadOfItsToken),
         unseen_by_chaos="tokens run ahead of the server's millisecond clock only while claims come faster "
         "than one a millisecond, and the careless clients' storm is bound by its own process's CPU: alone "
-        "against a local Redis it makes about 1,500-2,200 claims a second (0.5-1.2 s ahead after its 2 s, "
-        "against the 1 s retention it waits out), inside a chaos run beside the workers about 750 (never "
-        "ahead); a kill that depends on the machine's load would make the gate flaky, so the unit test's "
-        "storm, on an idle server, is the killer",
+        "against a local Redis a storm makes about 1,500-2,200 claims a second, inside a chaos run beside "
+        "the workers about 750 (never ahead of the clock by the 1 s retention it waits out); a kill that "
+        "depends on the machine's load would make the gate flaky, so the unit test's storm is the killer",
     ),
     Mutant(
         "redis-cancel-swallowed",
