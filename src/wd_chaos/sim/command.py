@@ -1,0 +1,404 @@
+"""``wd-chaos sim``: many seeded simulated runs (``wd_chaos.sim.world``), a verdict per run, the
+command that replays each failing seed, and a sweep's failures kept in one file.
+
+Exit codes: 0 every run valid, 1 any run invalid, 2 none invalid but a checker crashed on one
+(unknown), 64 a usage error, 255 the simulator itself failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+import warnings
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..scenario import Scenario, ScenarioError, find
+from . import SIM_STORES
+from .shrink import parse_plan, plan_text
+
+DEFAULT_SCENARIOS = ("lease-stall",)
+"""What ``wd-chaos sim`` runs when no scenario is named."""
+
+STORES = SIM_STORES
+"""The stores a simulated run can hold (one process, no server, a clock it is handed)."""
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One run's outcome as the command reports it (small, so it crosses a process boundary)."""
+
+    scenario: str
+    seed: int
+    valid: bool | str
+    failing: tuple[str, ...]
+    steps: int
+    history_sha256: str | None
+    """The SHA-256 of the run's ``history.jsonl`` bytes for a run that was not valid (what its
+    replay reproduces); None for a valid run, whose history a sweep never writes (serialising
+    every run's history cost a sweep a tenth of its time)."""
+
+
+def replay_command(
+    scenario: str, seed: int, store: str, mutant: str | None, plan: Iterable[str] | None = None
+) -> str:
+    """The command that runs exactly this simulated run again (same history, byte for byte);
+    ``plan``: the faults a shrunk run injects (``--faults``), None for all the seed draws."""
+    parts = ["wd-chaos", "sim", scenario, "--store", store, "--seed", str(seed), "--seeds", "1"]
+    if mutant:
+        parts += ["--mutant", mutant]
+    if plan is not None:
+        parts += ["--faults", plan_text(sorted(plan, key=_fault_order))]
+    return shlex.join(parts)
+
+
+def _fault_order(fault: str) -> tuple[str, int]:
+    kind, _, number = fault.rpartition("-")
+    return kind, int(number) if number.isdigit() else 0
+
+
+def simulate(
+    scenario: Scenario,
+    seed: int,
+    mutant: str | None,
+    plan: frozenset[str] | None = None,
+    *,
+    store: str = "memory",
+) -> Any:
+    """One simulated run's ``Result`` (``wd_chaos.sim.world``) on ``store``, with the catalogue
+    mutant named, injecting only the faults ``plan`` names (None: every fault the seed draws)."""
+    from .world import Sim
+
+    broken = None
+    if mutant:
+        from ..stores import find_mutant
+
+        broken = find_mutant(mutant, store)
+    return Sim(scenario, seed, mutant=broken, plan=plan, store=store).run()
+
+
+Job = tuple[Scenario, int, str | None, frozenset[str] | None, str]
+"""One simulated run to judge: scenario, seed, mutant, fault plan, store."""
+
+
+def _judge(job: Job) -> Judged:
+    import hashlib
+
+    _hush()
+    scenario, seed, mutant, plan, store = job
+    result = simulate(scenario, seed, mutant, plan, store=store)
+    sha = None if result.valid is True else hashlib.sha256(result.history_bytes()).hexdigest()
+    return Judged(scenario.name, seed, result.valid, tuple(result.failing()), result.steps, sha)
+
+
+_hushed = False
+
+
+def _hush() -> None:
+    """A crashed process's coroutines are collected after their run, some never started: that is
+    the simulation working, not a warning for whoever reads the sweep. Once per process: each
+    new filter resets the warnings registry's caches."""
+    global _hushed
+    if _hushed:
+        return
+    _hushed = True
+    warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
+
+
+def default_jobs() -> int:
+    """The processes ``--jobs`` defaults to: the cores this process may run on."""
+    try:
+        return max(1, min(64, len(os.sched_getaffinity(0))))
+    except AttributeError:  # no affinity on this platform
+        return max(1, min(64, os.cpu_count() or 1))
+
+
+def _runs(jobs: list[Job], workers: int) -> Iterator[Judged]:
+    if workers <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            yield _judge(job)
+        return
+    from without_durability.testing.kit import find_kit
+
+    from ..checks import checkers
+    from . import world  # noqa: F401  # imported before the fork: each worker process inherits it
+
+    # found before the fork too (each is looked up once, on a process's first run)
+    checkers()
+    for store in sorted({job[4] for job in jobs}):
+        find_kit(store)
+    # small chunks: a run is about a tenth of a second, and a big last chunk leaves the other
+    # processes idle at the end of a short sweep
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        yield from pool.map(_judge, jobs, chunksize=max(1, min(4, len(jobs) // (workers * 8))))
+
+
+def _scenarios(names: tuple[str, ...]) -> list[Scenario]:
+    found: list[Scenario] = []
+    for name in names or DEFAULT_SCENARIOS:
+        try:
+            scenario = find(name)
+        except ScenarioError as exc:
+            raise click.UsageError(str(exc)) from exc
+        if scenario.storm is not None or scenario.workload.workers < 1 or scenario.lifecycle is not None:
+            raise click.UsageError(
+                f"scenario {scenario.name!r} is a storm or a lifecycle run, which sim does not model; "
+                f"sim runs worker workloads such as {', '.join(DEFAULT_SCENARIOS)}"
+            )
+        found.append(scenario)
+    return found
+
+
+@click.command("sim")
+@click.argument("scenarios", nargs=-1, metavar="[SCENARIO]...")
+@click.option(
+    "--store", type=click.Choice(STORES), default="memory", show_default=True, help="The store simulated."
+)
+@click.option(
+    "--seeds", type=click.IntRange(1), default=100, show_default=True, help="How many seeds to run."
+)
+@click.option("--seed", "first", type=click.IntRange(0), default=0, show_default=True, help="The first seed.")
+@click.option("--mutant", default=None, help="Run a catalogue mutant of the store instead of the real one.")
+@click.option(
+    "--jobs",
+    type=click.IntRange(1, 64),
+    default=default_jobs,
+    show_default="the machine's cores",
+    help="Processes to run seeds in.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON line per failing seed, then a summary line.")
+@click.option(
+    "--failures",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Append each new failing seed's replay command to this file (a sweep's findings).",
+)
+@click.option(
+    "--history",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With one seed: write its history.jsonl here (what a replay reproduces byte for byte).",
+)
+@click.option(
+    "--faults",
+    "faults_text",
+    default=None,
+    metavar="IDS",
+    help="With one seed: inject only these faults (ids joined by commas, or none), as a shrink prints them.",
+)
+@click.option(
+    "--shrink",
+    is_flag=True,
+    help="Reduce the first failing seed's faults to a smaller plan that still fails the same checker; "
+    "print the plan and its replay command.",
+)
+@click.option(
+    "--shrink-runs",
+    type=click.IntRange(1),
+    default=200,
+    show_default=True,
+    help="The most simulated runs a shrink spends.",
+)
+@click.option(
+    "--cluster",
+    default=None,
+    metavar="ADDRESS",
+    help="Run the seeds on the Dask distributed cluster whose scheduler is at ADDRESS (tcp://host:8786) "
+    "instead of local processes (needs the [cluster] extra).",
+)
+def sim_command(
+    scenarios: tuple[str, ...],
+    store: str,
+    seeds: int,
+    first: int,
+    mutant: str | None,
+    jobs: int,
+    as_json: bool,
+    failures: Path | None,
+    history: Path | None,
+    faults_text: str | None,
+    shrink: bool,
+    shrink_runs: int,
+    cluster: str | None,
+) -> None:
+    """Run SCENARIO (default: lease-stall) on a deterministic simulation of many workers and
+    workflows in one process, for --seeds seeds from --seed: the library's own Worker, Run and dag
+    code, faults at its awaits (crashes, stalls past the lease, cancels, lost replies, deliveries
+    handed out twice, wall-clock steps, a reboot), judged by the same checkers as wd-chaos run.
+    Every failing seed prints the command that replays it. Exit 0 all valid, 1 any invalid."""
+    found = _scenarios(scenarios)
+    if mutant:
+        from ..stores import find_mutant
+
+        try:
+            find_mutant(mutant, store)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from exc
+    if history is not None and (seeds != 1 or len(found) != 1):
+        raise click.UsageError("--history writes one run's history: give one scenario and --seeds 1")
+    plan: frozenset[str] | None = None
+    if faults_text is not None:
+        if seeds != 1 or len(found) != 1:
+            raise click.UsageError("--faults is one seed's plan: give one scenario and --seeds 1")
+        try:
+            plan = parse_plan(faults_text)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from exc
+    if history is not None:
+        result = simulate(found[0], first, mutant, plan, store=store)
+        history.write_bytes(result.history_bytes())
+    jobs_list: list[Job] = [
+        (sc, seed, mutant, plan, store) for sc in found for seed in range(first, first + seeds)
+    ]
+    known = set(failures.read_text().splitlines()) if failures is not None and failures.exists() else set()
+    started = time.monotonic()
+    runs = invalid = unknown = 0
+    worst = 0
+    first_failing: Judged | None = None
+    jobs = 1 if cluster is not None else min(jobs, len(jobs_list))
+    if cluster is not None:
+        from .cluster import run_on_cluster
+
+        judged_runs = run_on_cluster(cluster, jobs_list, _judge)
+    else:
+        judged_runs = _runs(jobs_list, jobs)
+    try:
+        for judged in judged_runs:
+            runs += 1
+            if judged.valid is False and first_failing is None:
+                first_failing = judged
+            if judged.valid is True:
+                continue
+            invalid, unknown, worst = _report(
+                judged, store, mutant, plan, as_json, failures, known, invalid, unknown, worst
+            )
+    except Exception as exc:
+        from .cluster import ClusterUnavailable
+
+        if not isinstance(exc, ClusterUnavailable):
+            raise
+        click.echo(f"wd-chaos sim: {exc}", err=True)
+        sys.exit(255)
+    elapsed = max(time.monotonic() - started, 1e-9)
+    if shrink:
+        if first_failing is None:
+            click.echo("--shrink: no seed failed, nothing to shrink", err=True)
+        else:
+            _shrink(first_failing, found, store, mutant, plan, shrink_runs, as_json)
+    summary = {
+        "runs": runs,
+        "runs_per_minute": round(runs * 60 / elapsed, 1),
+        "failures": invalid,
+        "unknown": unknown,
+        "jobs": jobs,
+        "cluster": cluster,
+        "seconds": round(elapsed, 2),
+        "store": store,
+        "scenarios": [sc.name for sc in found],
+        "mutant": mutant,
+    }
+    if as_json:
+        click.echo(json.dumps(summary))
+    else:
+        where = f"cluster {cluster}" if cluster else f"{jobs} job(s)"
+        click.echo(
+            f"{runs} runs, {invalid} invalid, {unknown} unknown, {summary['runs_per_minute']} runs/min "
+            f"({where}, {summary['seconds']} s)",
+            err=as_json,
+        )
+    sys.exit(worst)
+
+
+def _report(
+    judged: Judged,
+    store: str,
+    mutant: str | None,
+    plan: frozenset[str] | None,
+    as_json: bool,
+    failures: Path | None,
+    known: set[str],
+    invalid: int,
+    unknown: int,
+    worst: int,
+) -> tuple[int, int, int]:
+    """Print one run that was not valid (and add it to the failures file); the new counts."""
+    command = replay_command(judged.scenario, judged.seed, store, mutant, plan)
+    if judged.valid is False:
+        invalid += 1
+        worst = 1
+    else:
+        unknown += 1
+        worst = max(worst, 2) if worst != 1 else 1
+    verdict = "invalid" if judged.valid is False else "unknown"
+    if as_json:
+        line = {
+            "scenario": judged.scenario,
+            "seed": judged.seed,
+            "verdict": verdict,
+            "failing": list(judged.failing),
+            "replay": command,
+        }
+        click.echo(json.dumps(line))
+    else:
+        click.echo(
+            f"{verdict.upper()} {judged.scenario} seed {judged.seed}: {', '.join(judged.failing) or 'a checker crashed'}"
+        )
+        click.echo(f"  replay: {command}")
+    if failures is not None and command not in known:
+        known.add(command)
+        with failures.open("a") as handle:
+            handle.write(command + "\n")
+    return invalid, unknown, worst
+
+
+def _shrink(
+    failing: Judged,
+    found: list[Scenario],
+    store: str,
+    mutant: str | None,
+    plan: frozenset[str] | None,
+    budget: int,
+    as_json: bool,
+) -> None:
+    """Shrink ``failing``'s fault plan (``wd_chaos.sim.shrink``) and print the smaller plan and
+    the command that replays it."""
+    from .shrink import shrink as shrink_plan
+
+    scenario = next(sc for sc in found if sc.name == failing.scenario)
+
+    def run(trial: frozenset[str] | None) -> Any:
+        _hush()
+        return simulate(scenario, failing.seed, mutant, plan if trial is None else trial, store=store)
+
+    shrunk = shrink_plan(scenario, failing.seed, run, budget=budget)
+    if shrunk is None:  # the seed failed in the sweep: a run that does not fail again is the harness's
+        raise RuntimeError(f"seed {failing.seed} failed in the sweep and not when run again")
+    command = replay_command(failing.scenario, failing.seed, store, mutant, shrunk.plan)
+    if as_json:
+        line = {
+            "shrink": True,
+            "scenario": failing.scenario,
+            "seed": failing.seed,
+            "checker": shrunk.checker,
+            "faults_before": len(shrunk.before),
+            "plan": list(shrunk.plan),
+            "runs": shrunk.runs,
+            "minimal": shrunk.complete,
+            "replay": command,
+        }
+        click.echo(json.dumps(line))
+        return
+    click.echo(
+        f"SHRUNK {failing.scenario} seed {failing.seed}: {shrunk.checker} still fails with "
+        f"{len(shrunk.plan)} of {len(shrunk.before)} faults ({shrunk.runs} runs"
+        f"{'' if shrunk.complete else ', budget spent before one-minimal'}): {plan_text(shrunk.plan)}"
+    )
+    click.echo(f"  replay: {command}")

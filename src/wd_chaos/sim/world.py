@@ -1,0 +1,503 @@
+"""One simulated run: the library's own Worker, Run and dag code against a store, in one process on a
+``SimLoop``, with faults at its awaits, recorded as the process harness records a run.
+
+Everything a run does follows from ``(scenario, seed, mutant)``: the workload (the scenario's
+workflows, workers and writers, each a simulated *process*), the store's clocks (virtual: a wall
+clock that steps forward and back, a lease clock that a reboot restarts), the nemesis's schedule and
+the scheduler's choices. The history is the process harness's format (``wd_chaos.history``: the
+same invoke, complete, effect, fault and info lines, stamped with virtual ``mono`` and ``wall``), so
+the same checkers (``wd_chaos.checks``) judge it.
+
+Faults:
+
+- ``kill``: a worker process crashes (its tasks vanish at whatever await they were at; nothing in
+  them runs again) and a new incarnation starts later;
+- ``stall``: a worker is frozen past its lease (``over: alive``) or its whole budget, then resumes;
+- ``wall-step``: the wall clock the store stamps records and queue times with steps forward or back;
+- ``reboot``: every worker crashes and the store's lease clock restarts from a small number (the
+  store's records are kept: the Memory store's as they are, the SQLite store's in its file, which
+  the workers started after the reboot open again; ``wd_chaos.sim.stores``);
+- at every store call (the *wire*): a request and a reply latency (an await where a cancel lands
+  before the store applied the call, or after), a reply lost after the store applied it (the caller
+  gets ``StoreUnavailable``: an unknown outcome), a delivery handed out twice by ``take``;
+- writers give up on a call after a short timeout (``wait_for``): a cancel at any await of it.
+
+A call cancelled before the store applied it is marked ``unsent`` on its complete line, one whose
+cancel the call swallowed (it returned as if never cancelled) ``cancel_swallowed``:
+``cancelled-calls`` judges both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import json
+import logging
+import random
+import sys
+import warnings
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+from without_durability import Fenced, InvalidInput, RetryPolicy, Worker
+from without_durability.dag import Node, run_durably
+from without_durability.errors import Contended
+
+from .. import wallclock
+from ..checks import UNKNOWN, checkers, overall, run_checker
+from ..checks.core import paired_once
+from ..client import careless
+from ..client.workload import plan_writes, recording_durable
+from ..rundir import FinalState
+from ..scenario import Scenario
+from .loop import PROCESS, SimLoop
+from .stores import open_sim_store
+from .wire import (
+    POLL_FLOOR,
+    READ_BACK,
+    READ_FLOOR,
+    SIM_CHECKS,
+    Rates,
+    Result,
+    SimHistory,
+    SimRecorder,
+    World,
+)
+
+# -- the processes -------------------------------------------------------------------------------------
+
+
+def _as_dict(value: object) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a mapping, got {value!r}")
+    return value
+
+
+def _as_list(value: object) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list, got {value!r}")
+    return value
+
+
+class Sim:
+    """Builds and runs one simulated run (see the module docstring); ``run`` returns its ``Result``."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        seed: int,
+        *,
+        mutant: Any = None,
+        rates: Rates | None = None,
+        plan: frozenset[str] | None = None,
+        store: str = "memory",
+    ) -> None:
+        self.scenario = scenario
+        self.seed = seed
+        self.mutant = mutant
+        self.rng = random.Random(f"sim:{scenario.name}:{seed}")
+        self.loop = SimLoop(random.Random(f"sim-loop:{scenario.name}:{seed}"))  # type: ignore[abstract]
+        self.world = World(self.loop, self.rng, rates or Rates(), plan)
+        work = scenario.workload
+        self.work = work
+        self.lease = scenario.lease
+        world = self.world
+        self.sim_store = open_sim_store(store, world, mutant)
+        self.store = self.sim_store.durable
+        self.workflows = [f"{scenario.name}-s{seed}-{i:04d}" for i in range(work.workflows)]
+        self.starts = sorted(round(self.rng.uniform(0, work.spread_seconds), 3) for _ in self.workflows)
+        self.workers: dict[str, tuple[str, Worker[Any]]] = {}
+        self.serving: dict[str, asyncio.Task[Any]] = {}
+        """Live worker by name: its process id on the loop and its library Worker."""
+        self.incarnation = 0
+        self.nonce = 0
+        self.healed = False
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def process(self, name: str, *, faults: bool = True) -> tuple[SimHistory, SimRecorder, str]:
+        """A new simulated process's history writer, recorder (whose calls meet the wire's faults
+        unless ``faults`` is False) and loop id."""
+        world = self.world
+        pid = world.pid()
+        hist = SimHistory(world, name, pid)
+        rec = self.sim_store.recorder(world, hist, faults=faults)
+        return hist, rec, f"{name}#{pid}"
+
+    def spawn(self, proc: str, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        context = contextvars.copy_context()
+        context.run(PROCESS.set, proc)
+        return self.loop.create_task(coro, context=context)
+
+    def ledger_effect(self, workflow: str, key: str, token: int) -> Callable[[Any], object]:
+        return self.sim_store.ledger_effect(workflow, key, token)
+
+    # -- workers ---------------------------------------------------------------------------------
+
+    def body(self, hist: SimHistory) -> Callable[[Any], Awaitable[object]]:
+        """The scenario's workflow as a ``Run`` body (``wd_chaos.client.workload.LibraryClient``'s), with
+        a dag node whose list result must survive the codec and a step that records a tuple."""
+        work = self.work
+        sim = self
+
+        def external(run: Any, key: str, **extra: Any) -> Callable[[], Awaitable[object]]:
+            async def effect() -> object:
+                token = run.pass_.token
+                sim.nonce += 1
+                nonce = f"{hist.process}:{hist.pid}:{token}:{sim.nonce}"
+                op = hist.invoke("effect", workflow=run.workflow, key=key, token=token)
+                await asyncio.sleep(work.step_seconds * (0.5 + sim.rng.random()))
+                hist.event("effect", workflow=run.workflow, key=key, token=token, nonce=nonce)
+                hist.complete(op, "effect", "ok", nonce=nonce)
+                return {"nonce": nonce, "token": token, **extra}
+
+            return effect
+
+        async def pair() -> object:
+            return (run_token[0], "pair")  # a tuple: the store hands back a list, and won stays True
+
+        run_token = [0]
+
+        async def body(run: Any) -> object:
+            op = hist.invoke("body", workflow=run.workflow, token=run.pass_.token)
+            try:
+                result = await steps(run)
+            except BaseException as exc:
+                hist.complete(op, "body", "ok", token=run.pass_.token, ended=type(exc).__name__)
+                raise
+            hist.complete(op, "body", "ok", token=run.pass_.token, ended="returned")
+            return result
+
+        async def steps(run: Any) -> object:
+            await run.step("charge", external(run, "charge"), _as_dict)
+            token = run.pass_.token
+            await run.transact("ledger", self.ledger_effect(run.workflow, "ledger", token), _as_dict)
+
+            async def listed(_inputs: dict[str, object]) -> object:
+                return [token, "list"]  # survives the codec unchanged: a real store hands it back equal
+
+            await run_durably([Node("listed", listed)], run)
+            run_token[0] = token
+            await run.step("pair", pair, _as_list)
+            for writer in range(work.writers):
+                await run.awaiting(f"approval-{writer}", _as_dict)
+            await run.sleep("nap", timedelta(seconds=work.nap_seconds))
+            inbox = [k for k, _ in run.inbox()]
+            await run.step("seen", external(run, "seen", inbox=inbox), _as_dict)
+
+            async def done() -> object:
+                return {"token": token}
+
+            await run.step("done", done, _as_dict)
+            return None
+
+        return body
+
+    def start_worker(self, name: str) -> None:
+        hist, rec, proc = self.process(name)
+        hist.event("info", what="start", role="worker")
+        lease = self.lease
+        worker: Worker[Any] = Worker(
+            recording_durable(rec),
+            self.body(hist),
+            alive=timedelta(seconds=lease.alive),
+            budget=timedelta(seconds=lease.budget),
+            visibility=timedelta(seconds=lease.visibility),
+            poll_interval=timedelta(seconds=max(lease.poll_interval, POLL_FLOOR)),
+            retry_contended=timedelta(seconds=lease.alive),
+            # any failure of the body is final: with a store that keeps its promises the body never
+            # fails, so a workflow that fails shows up as unfinished (liveness)
+            retry=RetryPolicy(maximum_attempts=1),
+        )
+        self.workers[name] = (proc, worker)
+
+        async def serve() -> None:
+            try:
+                await worker.run()
+            finally:
+                hist.event("info", what="exit", role="worker")
+
+        self.serving[name] = self.spawn(proc, serve())
+
+    # -- outside writers and a reader --------------------------------------------------------------
+
+    async def writer(self, index: int) -> None:
+        hist, rec, _ = self.process(f"writer-{index}")
+        work = self.work
+        rng = random.Random(f"sim:{self.seed}:writer:{index}")
+        plan = plan_writes(work, self.workflows, self.starts, index, rng)
+        world = self.world
+        for at, wf, what, m in plan:
+            delay = at - world.elapsed()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            for attempt in range(100):
+                timeout = (
+                    world.rates.latency * rng.random() * 2 if rng.random() < world.rates.timeout else None
+                )
+                if timeout is not None and not world.permits(world.next_id("timeout")):
+                    timeout = None
+                try:
+                    await asyncio.wait_for(self.write(rec, wf, what, index, m, attempt), timeout)
+                    if rng.random() < READ_BACK:
+                        with contextlib.suppress(Exception):
+                            await rec.read(wf, via="writer")
+                    break
+                except (Exception, Contended, Fenced, asyncio.CancelledError) as exc:
+                    if isinstance(exc, asyncio.CancelledError) and _cancelling():
+                        raise  # this writer itself is being cancelled
+                    await asyncio.sleep(0.3)
+        del hist
+
+    async def write(self, rec: SimRecorder, wf: str, what: str, index: int, m: int, attempt: int) -> None:
+        """One attempt of a writer's call. Each attempt's value is its own (``try``), so a call that
+        was cancelled or lost is told apart from its retry in the store (what cancelled-calls and
+        order need to judge a call by its value)."""
+        if what == "message":
+            await rec.deliver(wf, {"from": index, "n": m, "try": attempt})
+        elif what == "forge":
+            with contextlib.suppress(InvalidInput):
+                await rec.supply(wf, careless.FORGED_KEY, {"by": index, "try": attempt}, forged=True)
+        elif what == "approval":
+            await rec.arrive(wf, f"approval-{index}", {"by": index, "try": attempt})
+        else:
+            await rec.supply(wf, f"approval-{index}", {"by": index, "again": True, "try": attempt})
+
+    async def reader(self, stop: asyncio.Event) -> None:
+        _, rec, _ = self.process("reader-0")
+        world = self.world
+        n = 0
+        while not stop.is_set():
+            due = [
+                wf for wf, s in zip(self.workflows, self.starts, strict=True) if s <= world.elapsed() + 0.5
+            ]
+            if due:
+                n += 1
+                with contextlib.suppress(Exception):
+                    await rec.read(self.rng.choice(due), "history" if n % 2 else "load")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(self.work.read_pause, READ_FLOOR))
+
+    # -- the nemesis -------------------------------------------------------------------------------
+
+    def fault(self, hist: SimHistory, fault: str, phase: str, **more: Any) -> None:
+        hist.event("fault", fault=fault, phase=phase, **more)
+
+    async def nemesis(self, until: float) -> None:
+        hist, _, _ = self.process("nemesis")
+        world, rng, loop = self.world, self.rng, self.loop
+        lease = self.lease
+        n = 0
+        while True:
+            await asyncio.sleep(rng.expovariate(1 / world.rates.nemesis_every))
+            if world.elapsed() >= until or self.healed:
+                return
+            n += 1
+            live = sorted(self.workers)
+            roll = rng.random()
+            if roll < world.rates.reboot and not world.rebooted:  # one: a second would find the first's
+                # deadlines in its own range (both boots started small), unlike a real machine's
+                if not world.permits(f"reboot-{n}"):
+                    continue
+                self.fault(hist, "reboot", "start", id=f"reboot-{n}")
+                self.down = True  # no worker restarts on a machine that is down
+                for name in live:
+                    self.kill(hist, name, n, restart=False)
+                # down for longer than a budget, as a reboot is: every claim of before lapses in real
+                # time, so a claim after it is fair, and one refused for a deadline of the old
+                # uptime is the store's mistake
+                await asyncio.sleep(lease.budget + rng.uniform(0.5, 2.0))
+                world.reboot()
+                self.sim_store.reboot()  # a file store opens its file again
+                self.store = self.sim_store.durable
+                world.count("reboot")
+                self.down = False
+                for i in range(self.work.workers):
+                    if f"worker-{i}" not in self.workers:
+                        self.start_worker(f"worker-{i}")
+                self.fault(hist, "reboot", "stop", id=f"reboot-{n}")
+            elif roll < 0.35 and live:
+                name = rng.choice(live)
+                if world.permits(f"kill-{n}"):
+                    self.kill(hist, name, n)
+            elif roll < 0.75 and live:
+                name = rng.choice(live)
+                proc, _ = self.workers[name]
+                over = "alive" if rng.random() < 0.6 else "budget"
+                base = lease.alive if over == "alive" else lease.budget
+                duration = round(base + rng.uniform(0.5, 2.0), 3)
+                pid = int(proc.rsplit("#", 1)[1])
+                ev = {
+                    "id": f"stall-{n}",
+                    "target": name,
+                    "target_pid": pid,
+                    "duration": duration,
+                    "over": over,
+                }
+                if not world.permits(f"stall-{n}"):
+                    continue
+                self.fault(hist, "stall", "start", **ev)
+                loop.stall(proc, loop.time() + duration)
+                world.count("stall")
+                loop.call_at(
+                    loop.time() + duration,
+                    lambda ev=ev: self.fault(hist, "stall", "stop", **ev),
+                    context=contextvars.Context(),
+                )
+            else:
+                seconds = rng.choice((30.0, -3.0, 10.0, -1.0))
+                if not world.permits(f"wall-step-{n}"):
+                    continue
+                world.wall_offset += seconds
+                world.count("wall_step")
+                self.fault(hist, "wall-step", "start", id=f"wall-step-{n}", seconds=seconds, target="store")
+
+    def kill(self, hist: SimHistory, name: str, n: int, *, restart: bool = True) -> None:
+        proc, _ = self.workers.pop(name)
+        pid = int(proc.rsplit("#", 1)[1])
+        self.fault(hist, "kill", "start", id=f"kill-{n}", target=name, target_pid=pid)
+        self.loop.crash(proc)
+        self.world.count("kill")
+        if restart:
+            self.loop.call_later(
+                self.rng.uniform(0.3, 2.0), lambda: self.restart(name), context=contextvars.Context()
+            )
+
+    def restart(self, name: str) -> None:
+        if name not in self.workers and not self.healed_all and not self.down:
+            self.start_worker(name)
+
+    healed_all = False
+    down = False
+
+    # -- the run -----------------------------------------------------------------------------------
+
+    async def main(self) -> dict[str, Any]:
+        hist, rec, _ = self.process("controller", faults=False)
+        scenario = self.scenario
+        hist.event("info", what="run", scenario=scenario.name, store=self.sim_store.name, seed=self.seed, sim=True,
+                   workers=self.work.workers, workflows=len(self.workflows),
+                   mutant=getattr(self.mutant, "name", None),
+                   **({} if self.world.plan is None else {"faults": sorted(self.world.plan)}))  # fmt: skip
+        now = await rec.now()
+        for wf, start in zip(self.workflows, self.starts, strict=True):
+            await rec.schedule(wf, now + timedelta(seconds=start))
+        for i in range(self.work.workers):
+            self.start_worker(f"worker-{i}")
+        writers = [self.spawn(f"writer-{i}", self.writer(i)) for i in range(self.work.writers)]
+        stop_reading = asyncio.Event()
+        reader = self.spawn("reader-0", self.reader(stop_reading))
+        limit = scenario.time_limit
+        self.spawn("nemesis", self.nemesis(limit))
+        await asyncio.sleep(limit)
+        self.healed = True
+        self.fault(hist, "heal", "start")
+        # the heal: no new faults; wait for every workflow to finish, or the heal's time to run out
+        deadline = self.world.elapsed() + self.scenario.heal_seconds
+        while self.world.elapsed() < deadline:
+            finished = sum(1 for wf in self.workflows if self.sim_store.holds(wf, "done"))
+            if finished == len(self.workflows) and all(w.done() for w in writers):
+                break
+            await asyncio.sleep(0.5)
+        self.fault(hist, "heal", "stop", finished=finished)
+        hist.event("info", what="stop")
+        self.healed_all = True
+        stop_reading.set()
+        for _, worker in self.workers.values():
+            worker.stop()
+        # room for passes to end (a hung one does not); a stopped worker's task ends with its pass
+        serving = [self.serving[name] for name in self.workers if name in self.serving]
+        if serving:
+            await asyncio.wait(serving, timeout=self.lease.budget + 1)
+        del reader
+        # the final reads, after everything: what cancelled-calls and the checkers compare against
+        _, final_rec, _ = self.process("final-reader", faults=False)
+        for wf in self.workflows:
+            with contextlib.suppress(Exception):
+                await final_rec.read(wf, "load")
+        return await self.final()
+
+    async def final(self) -> dict[str, Any]:
+        """The store's final state as ``wd_chaos.control.runner.read_final`` reads it, through the store's
+        own ``history`` and ``load``."""
+        cp = self.store.checkpointer
+        out: dict[str, Any] = {}
+        for wf in self.workflows:
+            try:
+                entries = await cp.history(wf)
+                keys = list(await cp.load(wf))
+            except Exception as exc:  # a store that cannot read its own records holds none we know of
+                out[wf] = {"history": [], "load_keys": [], "read_error": f"{type(exc).__name__}: {exc}"}
+                continue
+            out[wf] = {
+                "history": [[e.key, e.value, e.written_at.isoformat()] for e in entries],
+                "load_keys": keys,
+            }
+        return {
+            "workflows": json.loads(json.dumps(out, default=repr)),
+            "ledger": self.sim_store.ledger_rows(),
+            "expected_workflows": list(self.workflows),
+            "store_clock": "local",
+            "lease_clock": "monotonic",
+        }
+
+    def run(self) -> Result:
+        with _quiet():
+            try:
+                final = self.loop.run_until_complete(self.main())
+                self.world.closed = True
+                self.loop.teardown()
+                self.workers.clear()
+            finally:
+                self.sim_store.close()
+        steps = self.loop.steps
+        lines = self.world.lines
+        checks = list(dict.fromkeys([*self.scenario.checks, *SIM_CHECKS]))
+        # the scenario's checkers only: its bite check and coverage windows ask whether a planned
+        # fault touched something, and sim's faults are drawn anew for every seed (counted in stats)
+        final = {**final, "wall_clock_steps": wallclock.steps(lines)}
+        judged_final = FinalState.from_json(final)
+        found = checkers()
+        with paired_once(lines):
+            verdicts = [run_checker(name, found[name], lines, judged_final) for name in checks]
+        judged = verdicts
+        # a checker with nothing to judge (no cancel this run) does not make the run unknown; one
+        # that crashed does (never valid)
+        crashed = any(v.summary == "the checker crashed" for v in judged)
+        valid: bool | str = False if overall(judged) is False else UNKNOWN if crashed else True
+        return Result(
+            self.seed,
+            self.scenario.name,
+            getattr(self.mutant, "name", None),
+            lines,
+            final,
+            verdicts,
+            valid,
+            steps,
+            dict(self.world.stats),
+            list(self.world.fired),
+        )
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """The library logs each fault it meets, and a crashed process's coroutines complain as they
+    are closed; thousands of runs a minute would drown a terminal."""
+    log = logging.getLogger("without_durability")
+    was, hook = log.level, sys.unraisablehook
+    log.setLevel(logging.CRITICAL + 1)  # its children (the worker's) inherit it
+    sys.unraisablehook = lambda _unraisable: None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        log.setLevel(was)
+        sys.unraisablehook = hook

@@ -1,0 +1,271 @@
+"""wd-chaos sim: the deterministic loop, replays byte for byte, the mutants it finds, the command's
+JSON lines and exit codes. Each simulated run takes about a second on a loaded machine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from wd_chaos.checks.core import operations, paired_once
+from wd_chaos.cli import main
+from wd_chaos.scenario import find
+from wd_chaos.sim.command import simulate
+from wd_chaos.sim.loop import PROCESS, SimLoop
+from wd_chaos.sim.wire import Rates, World, _jsonable
+
+SCENARIO = find("lease-stall")
+
+FOUND_AT = {
+    "memory-leases-on-wall-clock": 8,
+    "memory-skips-codec": 0,
+    "memory-supply-takes-reserved-keys": 0,
+    "memory-won-by-decoded-value": 0,
+    "memory-batch-sends-cancelled": 0,
+    "memory-renew-swallows-cancel": 0,
+}
+"""A seed at which sim finds each mutant (found by ``wd-chaos sim --mutant NAME``)."""
+
+
+def _interleaving(seed: int) -> list[int]:
+    order: list[int] = []
+
+    async def one(i: int) -> None:
+        for _ in range(4):
+            await asyncio.sleep(0)
+            order.append(i)
+
+    async def all_of_them() -> None:
+        await asyncio.gather(*(one(i) for i in range(4)))
+
+    SimLoop(random.Random(seed)).run_until_complete(all_of_them())  # type: ignore[abstract]
+    return order
+
+
+def test_the_loop_picks_the_next_ready_task_by_seed_and_repeats_it() -> None:
+    assert _interleaving(7) == _interleaving(7)
+    orders = {tuple(_interleaving(s)) for s in range(6)}
+    assert len(orders) > 1, "every seed interleaved the tasks the same way"
+    fifo = [i for _ in range(4) for i in range(4)]
+    assert any(list(o) != fifo for o in orders), "the loop ran ready callbacks first in first out"
+
+
+def test_virtual_time_jumps_and_a_crashed_process_never_runs_again() -> None:
+    loop = SimLoop(random.Random(1))  # type: ignore[abstract]
+    seen: list[str] = []
+
+    async def victim() -> None:
+        try:
+            await asyncio.sleep(10)
+            seen.append("victim woke")
+        finally:
+            seen.append("victim finally")
+
+    async def run() -> float:
+        import contextvars
+
+        context = contextvars.copy_context()
+        context.run(PROCESS.set, "p")
+        loop.create_task(victim(), context=context)
+        await asyncio.sleep(1)
+        loop.crash("p")
+        await asyncio.sleep(3600)  # an hour passes at once
+        return loop.time()
+
+    end = loop.run_until_complete(run())
+    assert end >= 1000 + 3601 and seen == [], seen
+
+
+def test_a_seed_replays_byte_for_byte_and_seeds_differ() -> None:
+    one = simulate(SCENARIO, 5, None)
+    again = simulate(SCENARIO, 5, None)
+    other = simulate(SCENARIO, 6, None)
+    assert one.history_bytes() == again.history_bytes(), "one seed gave two histories"
+    assert one.history_bytes() != other.history_bytes(), "two seeds gave one history"
+    assert one.valid is True, [v.as_dict() for v in one.verdicts if v.valid is not True]
+
+
+def test_the_real_memory_store_passes_the_seeds_that_find_the_mutants() -> None:
+    """The mutants' killer: a store the gate swaps for one of them fails here."""
+    for seed in sorted(set(FOUND_AT.values())):
+        result = simulate(SCENARIO, seed, None)
+        assert result.valid is True, (seed, [v.as_dict() for v in result.verdicts if v.valid is False])
+
+
+@pytest.mark.parametrize("mutant", sorted(FOUND_AT))
+def test_sim_finds_each_mutant(mutant: str) -> None:
+    result = simulate(SCENARIO, FOUND_AT[mutant], mutant)
+    assert result.valid is False, f"{mutant} survived seed {FOUND_AT[mutant]}"
+
+
+def _lines(output: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+
+
+def test_json_lines_a_failing_seed_and_its_replay_exit_1(tmp_path: Path) -> None:
+    runner = CliRunner()
+    seed = FOUND_AT["memory-batch-sends-cancelled"]
+    found = tmp_path / "failures.txt"
+    args = ["sim", "--seeds", "1", "--seed", str(seed), "--mutant", "memory-batch-sends-cancelled", "--json"]
+    args += ["--failures", str(found)]
+    done = runner.invoke(main, args)
+    assert done.exit_code == 1, done.output
+    failing, summary = _lines(done.output)
+    assert set(failing) >= {"seed", "verdict", "failing", "replay"} and failing["seed"] == seed
+    assert failing["verdict"] == "invalid" and "cancelled-calls" in failing["failing"]
+    assert set(summary) >= {"runs", "runs_per_minute", "failures"} and summary["failures"] == 1
+    replay = shlex.split(failing["replay"])
+    assert replay[:2] == ["wd-chaos", "sim"]
+    again = runner.invoke(main, [*replay[1:], "--failures", str(found)])
+    assert again.exit_code == 1, again.output
+    assert found.read_text().splitlines() == [failing["replay"]], "a sweep's file keeps each failure once"
+
+
+def test_a_replay_writes_the_same_history_bytes(tmp_path: Path) -> None:
+    runner = CliRunner()
+    for name in ("a.jsonl", "b.jsonl"):
+        done = runner.invoke(main, ["sim", "--seed", "3", "--seeds", "1", "--history", str(tmp_path / name)])
+        assert done.exit_code == 0, done.output
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+
+
+def test_all_valid_exits_0_with_only_the_summary_line() -> None:
+    done = CliRunner().invoke(main, ["sim", "--seeds", "1", "--seed", "2", "--json"])
+    assert done.exit_code == 0, done.output
+    (summary,) = _lines(done.output)
+    assert summary["runs"] == 1 and summary["failures"] == 0 and summary["runs_per_minute"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["sim", "no-such-scenario"], "no scenario"),
+        (["sim", "take-storm"], "storm"),
+        (["sim", "--mutant", "no-such-mutant"], "no mutant"),
+        (["sim", "--mutant", "sqlite-claim-ignores-restart"], "breaks the sqlite store"),
+    ],
+)
+def test_bad_input_is_a_usage_error(args: list[str], says: str) -> None:
+    done = CliRunner().invoke(main, args)
+    assert done.exit_code == 64 and says in done.output, done.output
+
+
+def _line(kind: str, op: str, mono: int, **more: object) -> dict[str, object]:
+    return {"type": kind, "op": op, "f": "take", "mono": mono, "process": "p", "pid": 1, **more}
+
+
+def test_one_pairing_per_judged_history_is_never_served_stale() -> None:
+    """``paired_once`` shares one pairing among the checkers, for that list only and only while
+    it is unchanged: another list, a line appended, or the block's end pairs anew."""
+    ops = [_line("invoke", "a", 1), _line("complete", "a", 2, outcome="ok")]
+    with paired_once(ops):
+        first = operations(ops)
+        assert [o.outcome for o in first] == ["ok"]
+        first.clear()  # a caller may change the list it is given
+        assert len(operations(ops)) == 1, "the shared pairing was changed through a caller's list"
+        other = [_line("invoke", "b", 1)]
+        assert [o.outcome for o in operations(other)] == ["unknown"], "another list got the memo"
+        ops.append(_line("invoke", "c", 3))
+        assert [o.invoke["op"] for o in operations(ops)] == ["a", "c"], "a changed list was served stale"
+    ops[1] = _line("complete", "a", 2, outcome="fail")
+    assert [o.outcome for o in operations(ops)] == ["fail", "unknown"], "the memo outlived its block"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, True, 3, -0.0, float("inf"), float("nan"), 2.5e300, "é\ud800", [1, (2, "x")], {"a": {"b": [None, 1.5]}},
+     {1: "int key"}, {"t": (1, 2)}, {"set": {1}}, object(), [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],
+)  # fmt: skip
+def test_a_history_value_is_what_its_json_round_trip_gives(value: object) -> None:
+    """The direct copy of plain values gives exactly what ``json.loads(json.dumps(v))`` does (or
+    the ``repr`` of what has no JSON), and a fresh copy, never the caller's object."""
+    try:
+        expected = json.loads(json.dumps(value))
+    except (TypeError, ValueError):
+        expected = repr(value)
+    got = _jsonable(value)
+    assert repr(got) == repr(expected)  # repr tells a tuple from a list, and -0.0 from 0.0
+    if isinstance(value, (list, dict)):
+        assert got is not value
+
+
+def test_the_wall_stamp_is_the_wall_clocks_isoformat() -> None:
+    loop = SimLoop(random.Random(1))  # type: ignore[abstract]
+    world = World(loop, random.Random(2), Rates())
+    stamps = [(1000.0, 0.0), (1000.5, 0.0), (1000.5000004, -3.0), (1001.0, -3.25), (5000.123, 30.0)]
+    for now, offset in stamps:
+        loop._now = now
+        world.wall_offset = offset
+        assert world.wall_text() == world.wall().isoformat(), (now, offset)
+
+
+def test_jobs_default_to_the_machines_cores() -> None:
+    from wd_chaos.sim.command import default_jobs, sim_command
+
+    (jobs,) = [p for p in sim_command.params if p.name == "jobs"]
+    assert callable(jobs.default) and jobs.default() == default_jobs() >= 1
+
+
+SHRINKABLE = ("memory-batch-sends-cancelled", 0, "timeout-33,timeout-34,timeout-35,timeout-36")
+"""A mutant, a seed that finds it, and four faults of the seed's plan (writers' calls cancelled by
+their timeouts) with which the run still fails: one such cancel, landing while the batcher holds
+the call, is all the mutant needs."""
+
+
+def test_a_shrink_keeps_the_fault_the_failure_needs_and_its_replay_repeats(tmp_path: Path) -> None:
+    """The shrink starts from a plan of four faults (``--faults``: the seed's own 71 take a
+    minute to shrink on a loaded machine) and must end with one; its replay fails the same
+    checker with the same history bytes twice, and the seed with no fault passes."""
+    mutant, seed, start = SHRINKABLE
+    args = ["sim", "--seed", str(seed), "--seeds", "1", "--mutant", mutant, "--faults", start]
+    done = CliRunner().invoke(main, [*args, "--shrink", "--json"])
+    assert done.exit_code == 1, done.output
+    shrunk = next(line for line in _lines(done.output) if line.get("shrink"))
+    assert shrunk["checker"] == "cancelled-calls" and shrunk["faults_before"] == 4, shrunk
+    (needed,) = shrunk["plan"]
+    assert needed in start.split(",") and shrunk["minimal"] is True, shrunk
+    replay = shlex.split(shrunk["replay"])
+    assert replay[replay.index("--faults") + 1] == needed
+    for name in ("a.jsonl", "b.jsonl"):
+        again = CliRunner().invoke(main, [*replay[1:], "--json", "--history", str(tmp_path / name)])
+        assert again.exit_code == 1, again.output
+        assert _lines(again.output)[0]["failing"] == ["cancelled-calls"]
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    # the fault is what fails it: the same seed with no fault at all passes
+    none = CliRunner().invoke(main, [*args[:-1], "none", "--json"])
+    assert none.exit_code == 0, none.output
+
+
+def test_a_plan_is_checked() -> None:
+    done = CliRunner().invoke(main, ["sim", "--seeds", "1", "--faults", "kill"])
+    assert done.exit_code == 64 and "not a fault id" in done.output, done.output
+    done = CliRunner().invoke(main, ["sim", "--seeds", "2", "--faults", "none"])
+    assert done.exit_code == 64 and "--seeds 1" in done.output, done.output
+
+
+def test_a_dask_cluster_gives_the_verdicts_local_processes_give() -> None:
+    distributed = pytest.importorskip("distributed")
+    args = ["sim", "--seeds", "2", "--seed", "7", "--mutant", "memory-leases-on-wall-clock", "--json"]
+    local = CliRunner().invoke(main, [*args, "--jobs", "2"])
+    with distributed.LocalCluster(
+        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None
+    ) as cluster:
+        remote = CliRunner().invoke(main, [*args, "--cluster", cluster.scheduler_address])
+    assert remote.exit_code == local.exit_code, remote.output
+    assert _lines(remote.output)[:-1] == _lines(local.output)[:-1]
+    assert local.exit_code == 1, "no seed failed: the comparison saw only valid runs"
+    summary = _lines(remote.output)[-1]
+    assert summary["runs"] == 2 and summary["cluster"] == cluster.scheduler_address
+
+
+def test_an_unreachable_cluster_is_a_harness_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("distributed")
+    monkeypatch.setattr("wd_chaos.sim.cluster.CONNECT_TIMEOUT", 2.0)
+    done = CliRunner().invoke(main, ["sim", "--seeds", "2", "--cluster", "tcp://127.0.0.1:9"])
+    assert done.exit_code == 255 and "no Dask scheduler" in done.output, done.output
