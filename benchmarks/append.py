@@ -45,7 +45,7 @@ from ._common import (
     uvloop_wanted,
     write_summary,
 )
-from .take import pgbench_statement
+from .take_systems.pgbench import pgbench_statement
 
 CONCURRENCY = 16
 TARGETS = (1, 10, 1000)
@@ -123,7 +123,7 @@ async def checkpointer(kind: str, urls: dict[str, str]) -> AsyncIterator[Any]:
 
 
 def _unordered() -> Any:
-    from wd_chaos.mutants.postgres import SeqOutOfCommitOrder
+    from without_durability_postgres.mutants import SeqOutOfCommitOrder
 
     return SeqOutOfCommitOrder
 

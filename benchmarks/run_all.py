@@ -6,7 +6,7 @@
 its summary from the parts' JSON files (each keeps its own time and machine load).
 
 Runs, in order: take throughput, append throughput, take against queue depth (backlog), SQLite
-against bare sqlite3, pickup latency, locust load, then the worker
+against bare sqlite3, pickup latency, recovery after a SIGKILL, locust load, then the worker
 memory soak (last and alone, so its load does not disturb the other figures; ``--soak-minutes 0``
 skips it). Writes ``summary.md`` (the headline table, then each benchmark's own summary), the JSON,
 PNG and CSV files of each, and prints the headline table. When ``reports/baseline/headline.json``
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import append, backlog, load, memory_soak, pickup, sqlite_ceiling, take
+from . import append, backlog, load, memory_soak, pickup, recovery, sqlite_ceiling, take
 from ._common import ROOT, fmt, machine, parser, report_dir, table
 
 
@@ -143,6 +143,22 @@ def headline(results: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
             if not r.get("wakeup") and r["store"] == "postgres" and "p50_ms" in r:
                 add(f"Pickup p50 ms, postgres polling, poll {fmt(r['poll_ms'])} ms", r["p50_ms"], "", None,
                     f"p99 {fmt(r['p99_ms'])} ms")
+    rc = results.get("recovery")
+    if rc:
+        for r in rc["rows"]:
+            if "kill_to_resume_p50_ms" not in r:
+                continue
+            if r.get("fast_failover"):
+                add(f"Recovery kill to resume p50 ms, {r['store']} fast failover, alive {fmt(r['alive_s'])} s",
+                    r["kill_to_resume_p50_ms"], "<= 250", r["kill_to_resume_p50_ms"] <= 250,
+                    f"p99 {fmt(r['kill_to_resume_p99_ms'])} ms; the lease bound would be {fmt(r['bound_ms'])} ms")
+            else:
+                add(f"Recovery kill to resume p50 ms, {r['store']}, alive {fmt(r['alive_s'])} s", r["kill_to_resume_p50_ms"],
+                    "<= alive + poll", r["kill_to_resume_p50_ms"] <= r["bound_ms"],
+                    f"p99 {fmt(r['kill_to_resume_p99_ms'])} ms; bound {fmt(r['bound_ms'])} ms "
+                    f"(p50 {fmt(r['p50_to_bound'])} of it)")
+        bad = int(rc.get("lost_or_past_fence", 0))
+        add("Recovery: workflows lost, run past their fence or duplicated (every store)", bad, "0", bad == 0)
     lo = results.get("load")
     if lo:
         for r in lo["rows"]:
@@ -180,7 +196,7 @@ def against_baseline(rows: list[dict[str, Any]], baseline: list[dict[str, Any]])
 
 
 TITLES = {"take": "Take throughput", "append": "Append throughput", "backlog": "Backlog",
-          "sqlite_ceiling": "SQLite against bare sqlite3", "pickup": "Pickup latency",
+          "sqlite_ceiling": "SQLite against bare sqlite3", "pickup": "Pickup latency", "recovery": "Recovery",
           "load": "Load with locust", "memory_soak": "Worker memory soak"}
 """Each part's heading in its own ``<part>.md`` (and, one level down, in ``summary.md``)."""
 
@@ -203,7 +219,8 @@ async def main(folder: Path, quick: bool, soak_minutes: float, only: set[str] | 
     steps = [("take", lambda: take.main(folder, quick)), ("append", lambda: append.main(folder, quick)),
              ("backlog", lambda: backlog.main(folder, quick, sustain_minutes)),
              ("sqlite_ceiling", lambda: sqlite_ceiling.main(folder, quick)),
-             ("pickup", lambda: pickup.main(folder, quick)), ("load", lambda: load.main(folder, quick))]
+             ("pickup", lambda: pickup.main(folder, quick)), ("recovery", lambda: recovery.main(folder, quick)),
+             ("load", lambda: load.main(folder, quick))]
     if soak_minutes > 0:
         steps.append(("memory_soak", lambda: memory_soak.main(folder, soak_minutes, 8, 300.0)))
     for name, step in steps:
@@ -258,7 +275,7 @@ if __name__ == "__main__":
     p.add_argument("--sustain-minutes", type=float, default=None,
                    help="length of backlog's sustained take/answer run (default: 30, none with --quick)")
     p.add_argument("--only", help="comma-separated parts to (re)run into --out; the others are read "
-                   "from their JSON already there (take, append, backlog, sqlite_ceiling, pickup, load, memory_soak)")
+                   "from their JSON already there (take, append, backlog, sqlite_ceiling, pickup, recovery, load, memory_soak)")
     p.add_argument("--baseline", default=str(BASELINE),
                    help="folder holding the headline.json to compare with (default: reports/baseline)")
     args = p.parse_args()

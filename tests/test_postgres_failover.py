@@ -1,0 +1,209 @@
+"""Fast failover on Postgres (``without_durability_postgres.failover``), against a real server: a
+SIGKILLed worker's claim and delivery are taken over within the server's detection, not the
+lease; a live holder's are not; a holder cut off from the server but still running is fenced.
+
+Run with ``--wd-store postgres``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from without_durability.errors import Contended, Fenced
+from without_durability.testing.harness import StoreUnderTest
+
+psycopg = pytest.importorskip("psycopg")
+psycopg_pool = pytest.importorskip("psycopg_pool")
+
+from without_durability_postgres import (  # noqa: E402
+    PostgresCheckpointer,
+    PostgresDurable,
+    PostgresScheduler,
+    PostgresWakeup,
+)
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.wd_store("postgres")]
+
+LONG = timedelta(hours=1)
+DETECTION = 5.0  # seconds: a SIGKILLed client's session ends within milliseconds; this is slack
+
+
+@asynccontextmanager
+async def worker_side(store: StoreUnderTest[Any], presence: bool = True) -> AsyncIterator[tuple[Any, Any]]:
+    """(durable, wakeup) of one more worker on the test's schema, with its own pool and presence."""
+    pool: Any = psycopg_pool.AsyncConnectionPool(
+        store.extra["url"], open=False, min_size=1, max_size=3,
+        kwargs={"options": f"-c search_path={store.extra['schema']}"},
+    )  # fmt: skip
+    await pool.open(wait=True)
+    try:
+        async with PostgresWakeup(pool, namespace="default", presence=presence) as wakeup:
+            durable = PostgresDurable(
+                PostgresCheckpointer(pool, failover=wakeup if presence else None),
+                PostgresScheduler(pool, reap_dead=presence),
+            )
+            yield durable, wakeup
+    finally:
+        await pool.close()
+
+
+HOLDER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from datetime import timedelta
+    from psycopg_pool import AsyncConnectionPool
+    from without_durability_postgres import (
+        PostgresCheckpointer, PostgresDurable, PostgresScheduler, PostgresWakeup)
+
+    async def main():
+        pool = AsyncConnectionPool(sys.argv[1], open=False, min_size=1, max_size=2,
+                                   kwargs={"options": f"-c search_path={sys.argv[2]}"})
+        await pool.open(wait=True)
+        async with PostgresWakeup(pool, presence=True) as wakeup:
+            durable = PostgresDurable(PostgresCheckpointer(pool, failover=wakeup),
+                                      PostgresScheduler(pool, reap_dead=True))
+            hour = timedelta(hours=1)
+            taken = await durable.take_and_claim(hour, alive=hour, budget=hour)
+            assert taken is not None and taken[1] is not None, taken
+            print(taken[0].workflow, taken[1].token, wakeup.owner, flush=True)
+            await asyncio.sleep(3600)
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_a_sigkilled_holders_claim_and_delivery_are_taken_over_within_detection(
+    wd_store: StoreUnderTest[Any],
+) -> None:
+    """A worker process takes and claims a workflow with an hour's lease and visibility, then is
+    SIGKILLed: another worker's take hands the delivery out again and its claim succeeds with a
+    higher token within seconds. While the holder lives, neither happens (so the test can fail)."""
+    async with worker_side(wd_store) as (durable, _):
+        await durable.arrive("ff-kill", "go", 1)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", HOLDER, wd_store.extra["url"], wd_store.extra["schema"],
+            stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            line = await asyncio.wait_for(proc.stdout.readline(), 60)
+            workflow, token, owner = line.decode().split()
+            assert workflow == "ff-kill" and owner != "None", line
+            # alive: its presence lock is held, so nothing is taken over
+            assert await durable.take_and_claim(LONG, alive=LONG, budget=LONG) is None
+            with pytest.raises(Contended):
+                await durable.checkpointer.claim("ff-kill", alive=LONG, budget=LONG)
+            os.kill(proc.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            await proc.wait()
+            while True:
+                taken = await durable.take_and_claim(LONG, alive=LONG, budget=LONG)
+                if taken is not None:
+                    break
+                assert time.monotonic() - killed < DETECTION, (
+                    "the dead holder's delivery was not handed out again"
+                )
+                await asyncio.sleep(0.02)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        delivery, pass_, records = taken
+        assert delivery.workflow == "ff-kill" and pass_ is not None
+        assert pass_.token > int(token), "the takeover must fence the dead pass with a higher token"
+        assert records == {"go": 1}
+
+
+async def test_the_plain_claim_and_take_take_over_a_dead_owner(wd_store: StoreUnderTest[Any]) -> None:
+    """The three calls (take, then claim) too: a holder whose presence session ended (closed here,
+    as a process exit would) loses its claim and its hidden delivery as soon as the server has
+    ended that session (its backend exits a moment after the client closes the socket)."""
+    async with worker_side(wd_store) as (mine, _):
+        await mine.arrive("ff-plain", "go", 1)
+        async with worker_side(wd_store) as (theirs, _):
+            delivery = await theirs.scheduler.take(LONG)
+            assert delivery is not None and delivery.workflow == "ff-plain"
+            old = await theirs.checkpointer.claim("ff-plain", alive=LONG, budget=LONG)
+            assert await mine.scheduler.take(LONG) is None
+            with pytest.raises(Contended):
+                await mine.checkpointer.claim("ff-plain", alive=LONG, budget=LONG)
+        closed = time.monotonic()  # the holder's pool and presence are closed now
+        while (again := await mine.scheduler.take(LONG)) is None:
+            assert time.monotonic() - closed < DETECTION, (
+                "the closed holder's delivery was not handed out again"
+            )
+            await asyncio.sleep(0.02)
+        assert again.workflow == "ff-plain"
+        new = await mine.checkpointer.claim("ff-plain", alive=LONG, budget=LONG)
+        assert new.token > old.token
+
+
+async def test_a_holder_cut_off_but_alive_is_fenced(wd_store: StoreUnderTest[Any]) -> None:
+    """The holder's presence session is ended by the server (as when its connection is cut) while
+    its process runs on: its claim is taken over, and every write of its pass is refused."""
+    async with worker_side(wd_store) as (theirs, their_wakeup), worker_side(wd_store) as (mine, _):
+        old = await theirs.checkpointer.claim("ff-cut", alive=LONG, budget=LONG)
+        await theirs.checkpointer.record(old, "before", 1)
+        with pytest.raises(Contended):  # its presence is held: no takeover
+            await mine.checkpointer.claim("ff-cut", alive=LONG, budget=LONG)
+        async with mine.pool.connection() as admin:
+            await admin.execute("SELECT pg_terminate_backend(%s)", (their_wakeup.backend_pid,))
+        deadline = time.monotonic() + DETECTION
+        while True:
+            try:
+                new = await mine.checkpointer.claim("ff-cut", alive=LONG, budget=LONG)
+                break
+            except Contended:
+                assert time.monotonic() < deadline, "the cut-off holder's claim was not taken over"
+                await asyncio.sleep(0.02)
+        assert new.token > old.token
+        with pytest.raises(Fenced):
+            await theirs.checkpointer.record(old, "after", 2)
+        with pytest.raises(Fenced):
+            await theirs.checkpointer.renew(old)
+
+        async def effect(cursor: Any) -> object:
+            await cursor.execute("SELECT 1")
+            return "ran"
+
+        with pytest.raises(Fenced):
+            await theirs.checkpointer.transact(old, "effect", effect)
+        assert await mine.checkpointer.load("ff-cut") == {"before": 1}
+        await mine.checkpointer.record(new, "after", 3)
+        assert await mine.checkpointer.load("ff-cut") == {"before": 1, "after": 3}
+
+
+async def test_without_a_presence_claims_keep_their_lease(wd_store: StoreUnderTest[Any]) -> None:
+    """A claim made with no presence (owner None, as while the listener reconnects, or without
+    failover) is protected by its lease alone, whoever is gone."""
+    async with worker_side(wd_store) as (mine, _):
+        async with worker_side(wd_store, presence=False) as (theirs, _):
+            await theirs.checkpointer.claim("ff-lease", alive=LONG, budget=LONG)
+        with pytest.raises(Contended):
+            await mine.checkpointer.claim("ff-lease", alive=LONG, budget=LONG)
+
+
+@pytest.mark.parametrize("seconds", [1, 25 * 24 * 3600])
+async def test_a_presence_timeout_the_server_would_refuse_is_refused_up_front(seconds: int) -> None:
+    """Under 2 s detection would flap; past a day (the server refuses tcp_user_timeout past about
+    24 days) the listener could never take its presence: both are named when the listener is made,
+    not met later as an unreachable server."""
+    from psycopg_pool import AsyncConnectionPool
+
+    from without_durability.errors import InvalidInput
+
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool("postgresql://nowhere/x", open=False)
+    with pytest.raises(InvalidInput, match="presence_timeout must be a timedelta from 2 s to 1 day"):
+        PostgresWakeup(pool, presence=True, presence_timeout=timedelta(seconds=seconds))
