@@ -19,6 +19,7 @@ from typing import Any
 from ._values import Delivery, Entry, Pass, Recorded
 from .clock import Clock, LeaseClock, lease_clock_for, system_clock
 from .codec import CheckpointCodec, JsonCodec, verify_codec
+from .durable import SplitDurable
 from .errors import Contended, Fenced, InvalidInput
 from .protocols import Checkpointer, Scheduler
 from .rules import (
@@ -272,42 +273,26 @@ class MemoryScheduler:
         self._queue.pop(workflow, None)
 
 
-class MemoryDurable:
-    """``Durable[MemoryEffect]`` over a Memory checkpointer and scheduler: each transition is one
-    step, since nothing can run between its two halves."""
+class MemoryDurable(SplitDurable[MemoryEffect]):
+    """``Durable[MemoryEffect]`` over a Memory checkpointer and scheduler: ``SplitDurable`` (record,
+    then schedule) with both halves checked to be Memory's and typed as such. Each half is one
+    step, since nothing can run between them in one process."""
 
     def __init__(self, checkpointer: MemoryCheckpointer, scheduler: MemoryScheduler) -> None:
         if not isinstance(checkpointer, MemoryCheckpointer) or not isinstance(scheduler, MemoryScheduler):
             raise InvalidInput("MemoryDurable takes a MemoryCheckpointer and a MemoryScheduler")
-        self._checkpointer = checkpointer
-        self._scheduler = scheduler
+        super().__init__(checkpointer, scheduler)
+        self._memory = (checkpointer, scheduler)
 
     @property
     def checkpointer(self) -> MemoryCheckpointer:
         """The checkpointer half."""
-        return self._checkpointer
+        return self._memory[0]
 
     @property
     def scheduler(self) -> MemoryScheduler:
         """The scheduler half."""
-        return self._scheduler
-
-    async def arrive(self, workflow: str, key: str, value: object) -> Recorded:
-        """See ``Durable.arrive``."""
-        recorded = await self._checkpointer.supply(workflow, key, value)
-        await self._scheduler.schedule(workflow)
-        return recorded
-
-    async def deliver(self, workflow: str, message: object) -> str:
-        """See ``Durable.deliver``."""
-        key = await self._checkpointer.append(workflow, message)
-        await self._scheduler.schedule(workflow)
-        return key
-
-    async def discard(self, workflow: str) -> None:
-        """See ``Durable.discard``."""
-        await self._checkpointer.discard(workflow)
-        await self._scheduler.cancel(workflow)
+        return self._memory[1]
 
 
 def _typecheck() -> None:  # pragma: no cover - mypy proves the Memory store meets the protocols

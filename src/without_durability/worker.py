@@ -12,7 +12,7 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Generic, Never, Protocol
+from typing import Generic, Never, Protocol, cast
 
 from typing_extensions import TypeVar
 
@@ -126,6 +126,16 @@ class Worker(Generic[E]):
         """Deliveries this worker has handled (claimed or contended) since it was made."""
         self._stopping = asyncio.Event()
         self._answer: tuple[Delivery, datetime | None] | None = None
+        self._capable: dict[tuple[int, type], tuple[object, bool]] = {}
+
+    def _has(self, obj: object, capability: type) -> bool:
+        """``isinstance(obj, capability)`` for a runtime Protocol, looked up once per object: a
+        Protocol check walks every attribute of the class, and a worker asks on every take."""
+        key = (id(obj), capability)
+        known = self._capable.get(key)
+        if known is None or known[0] is not obj:
+            known = self._capable[key] = (obj, isinstance(obj, capability))
+        return known[1]
 
     def stop(self) -> None:
         """Ask ``run`` to return once the current pass (if any) has finished and been answered."""
@@ -205,8 +215,8 @@ class Worker(Generic[E]):
         answer in ``_answer`` for the next take or ``_send_answer``."""
         scheduler = self.durable.scheduler
         records: dict[str, object] | None = None
-        if self._answer is None and isinstance(self.durable, TakesAndClaims):
-            taken = await self.durable.take_and_claim(self.visibility, alive=self.alive, budget=self.budget)
+        if self._answer is None and self._has(self.durable, TakesAndClaims):
+            taken = await cast(TakesAndClaims, self.durable).take_and_claim(self.visibility, alive=self.alive, budget=self.budget)
             if taken is None:
                 return False
             delivery, claimed, records = taken
@@ -237,8 +247,8 @@ class Worker(Generic[E]):
         if self._answer is None:
             return await scheduler.take(self.visibility)
         delivery, at = self._answer
-        if isinstance(scheduler, AnswersAndTakes):
-            taken = await scheduler.answer_and_take(delivery, at, self.visibility)
+        if self._has(scheduler, AnswersAndTakes):
+            taken = await cast(AnswersAndTakes, scheduler).answer_and_take(delivery, at, self.visibility)
             self._answer = None
             return taken
         await scheduler.wake_at(delivery, at)

@@ -33,6 +33,7 @@ from without_durability.rules import (
 
 from ._appends import AppendBatcher, _NotWanted
 from ._boundary import Pool, check_codec, check_encoded, check_text, connect, statement
+from .failover import Presence, owned_claim
 
 PostgresEffect = Callable[[psycopg.AsyncCursor[Any]], Awaitable[object]]
 """A Postgres transact effect: given a cursor inside the open transaction, do the application's
@@ -59,6 +60,10 @@ ON CONFLICT (workflow) DO UPDATE
     WHERE held.alive_until <= now()
 RETURNING token
 """
+
+# CLAIM with fast failover (see failover.py): records the claimer's presence id as the row's
+# owner, and takes a live claim over when its owner's presence lock is free.
+CLAIM_OWNED = owned_claim(CLAIM)
 
 # A renewal can never carry liveness past the budget, nor revive a claim a release ended.
 RENEW = """
@@ -232,6 +237,7 @@ class PostgresCheckpointer:
     # The statements, as class attributes so a variant (a mutant in the harness's catalogue, or a
     # dialect tweak) is a one-line subclass; each is the module constant of the same name.
     CLAIM = CLAIM
+    CLAIM_OWNED = CLAIM_OWNED
     RENEW = RENEW
     RELEASE = RELEASE
     RAISE_FENCE = RAISE_FENCE
@@ -254,8 +260,13 @@ class PostgresCheckpointer:
         codec: CheckpointCodec[Any] | None = None,
         max_value_bytes: int = MAX_VALUE_BYTES,
         batch_appends: bool = True,
+        failover: Presence | None = None,
     ) -> None:
         self.pool = pool
+        self.failover = failover
+        """Fast failover (opt-in; see ``failover``): the presence whose id each claim records,
+        and with it, claims take over live claims whose owner's presence is gone. None: leases
+        only."""
         self.codec: CheckpointCodec[Any] = codec if codec is not None else JsonCodec()
         check_codec(self.codec)
         verify_codec(self.codec)
@@ -289,11 +300,14 @@ class PostgresCheckpointer:
         """See ``Checkpointer.claim``."""
         self._workflow(workflow)
         check_lease(workflow, alive, budget)
-        params = {"workflow": workflow, "alive": alive, "budget": budget}
+        params: dict[str, Any] = {"workflow": workflow, "alive": alive, "budget": budget}
+        query = self.CLAIM
+        if self.failover is not None:
+            query, params["owner"] = self.CLAIM_OWNED, self.failover.owner
         async with statement(
             self.pool, f"claiming {workflow!r}", workflow
         ) as conn:  # one statement: autocommit
-            row = await (await conn.execute(self.CLAIM, params)).fetchone()
+            row = await (await conn.execute(query, params)).fetchone()
         if row is None:
             raise Contended(workflow)
         return Pass(workflow, int(row[0]))

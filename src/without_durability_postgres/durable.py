@@ -15,6 +15,7 @@ from without_durability.rules import INBOX_PREFIX, check_lease, check_visibility
 
 from ._boundary import Flight, Pool, one_flight
 from .checkpointer import PostgresCheckpointer, PostgresEffect
+from .failover import owned_claim
 from .scheduler import PostgresScheduler, _Receipt
 
 Connection = psycopg.AsyncConnection[Any]
@@ -69,6 +70,9 @@ SELECT taken.workflow, taken.visibility, claimed.token,
            AND EXISTS (SELECT 1 FROM workflow_claim c WHERE c.workflow = taken.workflow) AS busy
   FROM (VALUES (1)) AS one (row) LEFT JOIN taken ON true LEFT JOIN claimed ON true
 """
+
+# TAKE_AND_CLAIM with fast failover's claim (see failover.py and CLAIM_OWNED).
+TAKE_AND_CLAIM_OWNED = owned_claim(TAKE_AND_CLAIM)
 
 # LOAD of the workflow TAKE_AND_CLAIM claimed in this transaction (none: no rows). A statement of
 # its own, so its snapshot is taken after the claim got its row: a pass whose claim had expired may
@@ -198,9 +202,16 @@ class PostgresDurable:
         if (sched.TAKE, cp.CLAIM, cp.LOAD) != _JOINED:
             return await self._take_then_claim(visibility, alive=alive, budget=budget)
         where = f"taking from namespace {sched.namespace!r} and claiming"
-        params = {"namespace": sched.namespace, "visibility": visibility, "alive": alive, "budget": budget}
+        params: dict[str, Any] = {
+            "namespace": sched.namespace, "visibility": visibility, "alive": alive, "budget": budget
+        }
+        query = TAKE_AND_CLAIM
+        if cp.failover is not None:
+            query, params["owner"] = TAKE_AND_CLAIM_OWNED, cp.failover.owner
         async with one_flight(self.pool, where, begin=_READ_COMMITTED) as flight:
-            taking = await flight.conn.execute(TAKE_AND_CLAIM, params)  # queued: read after the flight
+            if sched.reap_dead:  # its own statement first, so the take's snapshot sees what it freed
+                await flight.conn.execute(sched.REAP, {"namespace": sched.namespace})
+            taking = await flight.conn.execute(query, params)  # queued: read after the flight
             loading = await flight.conn.execute(TAKE_CLAIMED_LOAD)
         taken = await taking.fetchone()
         if taken is None or taken[0] is None:

@@ -1,5 +1,5 @@
 """Sessions that hold what a wd-chaos probe needs held, on a real server, so that a claim and a
-record meet in one order every run (``Opened.holds``; ``wd_chaos.landing`` uses them): one session
+record meet in one order every run (``Opened.holds``; ``wd_chaos.client.landing`` uses them): one session
 locks a workflow's claim row, another holds an uncommitted write of one key, and a third watches
 who waits behind them."""
 

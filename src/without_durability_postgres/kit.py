@@ -4,6 +4,7 @@ run that every worker process opens, with a ledger written inside each ``transac
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager, asynccontextmanager
@@ -172,15 +173,28 @@ async def open_postgres(server: Server) -> AsyncIterator[StoreUnderTest[Postgres
 
 CHAOS_LEDGER = "chaos_ledger"
 
+FAST_FAILOVER_ENV = "WD_POSTGRES_FAST_FAILOVER"
+"""Set to 1 in the environment of a wd-chaos run (``WD_POSTGRES_FAST_FAILOVER=1 wd-chaos run
+SCENARIO --store postgres``) and every worker process opens the store with fast failover
+(``failover``): a presence of its own, claims that record it and take over a dead owner's, takes
+that reap. Unset or 0: leases only, as shipped."""
+
+
+def fast_failover_wanted() -> bool:
+    """Whether ``FAST_FAILOVER_ENV`` asks for fast failover."""
+    return os.environ.get(FAST_FAILOVER_ENV, "") not in ("", "0")
+
 
 async def open_postgres_worker(spec: Spec) -> Opened:
     """Open the run's schema ``spec["schema"]`` at ``spec["url"]`` with the chaos ledger (created,
-    with the schema and its migrations, when ``spec["prepare"]``)."""
+    with the schema and its migrations, when ``spec["prepare"]``); with ``spec["fast_failover"]``,
+    with fast failover (a presence held until ``close``)."""
     import psycopg
     from psycopg_pool import AsyncConnectionPool
 
-    from . import PostgresCheckpointer, PostgresDurable, PostgresScheduler, migrate, sweep
+    from . import PostgresCheckpointer, PostgresDurable, PostgresScheduler, PostgresWakeup, migrate, sweep
     from .holds import holds_opener
+    from .timeouts import timed_connections
 
     schema = spec["schema"]
     if spec.get("prepare"):
@@ -191,13 +205,24 @@ async def open_postgres_worker(spec: Spec) -> Opened:
         open=False,
         min_size=1,
         max_size=int(spec.get("pool_size", 4)),
-        kwargs={"options": f"-c search_path={schema}"},
+        # connect_timeout and the read timeout: a connection attempt or a call on a half-open
+        # connection gives up (as Redis's socket_timeout makes it) instead of hanging for ever
+        kwargs={
+            "options": f"-c search_path={schema}",
+            "connect_timeout": max(2, round(float(spec.get("timeout", 5)))),
+        },
         timeout=float(spec.get("timeout", 5)),
+        connection_class=timed_connections(float(spec.get("timeout", 5))),
     )
     await pool.open(wait=True, timeout=30)
+    namespace = spec.get("namespace", "default")
+    presence = None
+    if spec.get("fast_failover"):  # see FAST_FAILOVER_ENV
+        presence = PostgresWakeup(pool, namespace=namespace, presence=True)
+        await presence.start()
     durable = PostgresDurable(
-        PostgresCheckpointer(pool=pool),
-        PostgresScheduler(pool=pool, namespace=spec.get("namespace", "default")),
+        PostgresCheckpointer(pool=pool, failover=presence),
+        PostgresScheduler(pool=pool, namespace=namespace, reap_dead=presence is not None),
     )
     if spec.get("prepare"):
         await migrate(pool)
@@ -235,6 +260,8 @@ async def open_postgres_worker(spec: Spec) -> Opened:
             ]
 
     async def close() -> None:
+        if presence is not None:
+            await presence.close()
         await pool.close()
 
     async def sweep_older(older_than: timedelta) -> int:
@@ -251,11 +278,12 @@ class PostgresKit(StoreKit):
 
     name = "postgres"
     description = "PostgreSQL via psycopg 3 (a real server)"
-    provides = frozenset({"workers", "restart", "proxy", "transact-pause", "failover"})
-    mutant_modules = ("wd_chaos.mutants.postgres",)
+    provides = frozenset({"workers", "restart", "proxy", "transact-pause", "failover", "power-loss"})
+    mutant_modules = ("without_durability_postgres.mutants",)
     recipe = POSTGRES_SERVER
     mutate_plan = MutatePlan(
         statements=("without_durability_postgres",),
+        equivalents="without_durability_postgres:equivalent.toml",
         tests=(
             "tests/test_conformance.py",
             "tests/test_postgres.py",
@@ -263,6 +291,7 @@ class PostgresKit(StoreKit):
             "tests/test_postgres_batch.py",
             "tests/test_postgres_flight.py",
             "tests/test_postgres_take_and_claim.py",
+            "tests/test_postgres_failover.py",
         ),
         server_env=POSTGRES_SERVER.env,
         # budget-overrun runs the library Worker, the only client whose take reaches TAKE_AND_CLAIM
@@ -282,10 +311,18 @@ class PostgresKit(StoreKit):
     server_binary = "postgres"
 
     def server(
-        self, *, restartable: bool = False, env: dict[str, str] | None = None
+        self,
+        *,
+        restartable: bool = False,
+        env: dict[str, str] | None = None,
+        datadir: Path | None = None,
+        relaxed: bool = False,
     ) -> AbstractContextManager[Server]:
         """A Postgres server (every private one is restartable: it keeps its WAL fsynced; a
-        ``restartable`` one is never a container, which the run could not signal)."""
+        ``restartable`` one is never a container, which the run could not signal). ``datadir``:
+        a private one whose data directory is there; ``relaxed``: ``synchronous_commit=off``."""
+        if datadir is not None or relaxed:
+            return provide(POSTGRES_SERVER, private=True, datadir=datadir, relaxed=relaxed, env=env)
         if env is not None:
             return provide(POSTGRES_SERVER, env=env)
         return provide(POSTGRES_SERVER, private=restartable)
@@ -307,9 +344,9 @@ class PostgresKit(StoreKit):
         return replication_unavailable()
 
     def worker_spec(self, server: Server | Replicated, run_dir: Path, tag: str) -> Spec:
-        """The server's URL (a replicated pair's: the multi-host one that follows the primary) and
-        the run's own schema."""
-        return {"url": server.url, "schema": tag}
+        """The server's URL (a replicated pair's: the multi-host one that follows the primary),
+        the run's own schema, and whether ``FAST_FAILOVER_ENV`` asks for fast failover."""
+        return {"url": server.url, "schema": tag, "fast_failover": fast_failover_wanted()}
 
     async def open_worker(self, spec: Spec) -> Opened:
         """Open the run's schema (see ``open_postgres_worker``)."""

@@ -46,10 +46,19 @@ def _postgres_user_prefix(folder: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def local_postgres(port: int | None = None, *, env: dict[str, str] | None = None) -> Iterator[Server]:
+def local_postgres(
+    port: int | None = None,
+    *,
+    env: dict[str, str] | None = None,
+    datadir: Path | None = None,
+    relaxed: bool = False,
+) -> Iterator[Server]:
     """A private PostgreSQL: initdb into a temporary folder, listen on a free loopback port, trust
     auth for the ``postgres`` role, shipped durability settings. Removed on exit. ``env`` is added
-    to the server's environment (and so every backend's): a preloaded fake clock, for one."""
+    to the server's environment (and so every backend's): a preloaded fake clock, for one.
+    ``datadir`` (an empty folder, a power-loss run's mount) holds the data directory instead of
+    the temporary folder (its socket and log stay there); ``relaxed`` sets
+    ``synchronous_commit=off``: a commit is acknowledged before its WAL is flushed."""
     pg = "/usr/lib/postgresql/*/bin/"
     initdb = find_binary("initdb", pg + "initdb")
     postgres = find_binary("postgres", pg + "postgres")
@@ -58,8 +67,11 @@ def local_postgres(port: int | None = None, *, env: dict[str, str] | None = None
     with tempfile.TemporaryDirectory(prefix="wd-postgres-") as tmp:
         root = Path(tmp)
         own(root, port)
-        data = root / "data"
+        data = root / "data" if datadir is None else datadir / "data"
         prefix = _postgres_user_prefix(root)
+        if datadir is not None and prefix:  # initdb, as the postgres user, creates data in it
+            entry = pwd.getpwnam("postgres")
+            os.chown(datadir, entry.pw_uid, entry.pw_gid)
         init = subprocess.run(
             [
                 *prefix,
@@ -99,6 +111,7 @@ def local_postgres(port: int | None = None, *, env: dict[str, str] | None = None
             "max_connections=200",
             "-c",
             "log_min_messages=warning",
+            *(["-c", "synchronous_commit=off"] if relaxed else []),
         ]
         server = Server(
             "postgres",

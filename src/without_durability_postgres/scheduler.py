@@ -13,7 +13,8 @@ from without_durability.errors import InvalidInput
 from without_durability.protocols import AnswersAndTakes, Scheduler
 from without_durability.rules import check_time, check_visibility, check_workflow
 
-from ._boundary import Pool, check_text, statement
+from ._boundary import Pool, check_text, one_flight, statement
+from .failover import REAP
 from .wakeup import Notifier
 
 NOW = "SELECT clock_timestamp()"
@@ -139,14 +140,21 @@ class PostgresScheduler:
     FINISH_AND_TAKE = FINISH_AND_TAKE
     WAKE_AT_AND_TAKE = WAKE_AT_AND_TAKE
     CANCEL = CANCEL
+    REAP = REAP
 
-    def __init__(self, pool: Pool, *, namespace: str = "default", notify: bool = False) -> None:
+    def __init__(
+        self, pool: Pool, *, namespace: str = "default", notify: bool = False, reap_dead: bool = False
+    ) -> None:
         if not isinstance(namespace, str) or not namespace or "\x00" in namespace:
             raise InvalidInput(f"namespace must be a non-empty string without NUL, got {namespace!r}")
         self.pool = pool
         self.namespace = namespace
         self.notifier = Notifier(pool, namespace) if notify else None
         """Sends the wakeup NOTIFYs when ``notify`` was asked for, else None."""
+        self.reap_dead = reap_dead
+        """Fast failover (opt-in; see ``failover``): each ``take`` (and ``PostgresDurable``'s
+        ``take_and_claim``) first makes visible the deliveries of live claims whose owner's
+        presence is gone, in the same transaction and round trip."""
 
     def _due_now(self, at: datetime | None) -> None:
         """After a commit that queued a workflow: wake listeners if it may be due already."""
@@ -180,8 +188,15 @@ class PostgresScheduler:
         """See ``Scheduler.take``: the earliest visible workflow of this namespace."""
         check_visibility(visibility)
         params = {"namespace": self.namespace, "visibility": visibility}
-        async with statement(self.pool, f"taking from namespace {self.namespace!r}") as conn:
-            row = await (await conn.execute(self.TAKE, params)).fetchone()
+        where = f"taking from namespace {self.namespace!r}"
+        if self.reap_dead:
+            async with one_flight(self.pool, where) as flight:
+                await flight.conn.execute(self.REAP, params)
+                taking = await flight.conn.execute(self.TAKE, params)
+            row = await taking.fetchone()
+        else:
+            async with statement(self.pool, where) as conn:
+                row = await (await conn.execute(self.TAKE, params)).fetchone()
         if row is None:
             return None
         return Delivery(str(row[0]), _Receipt(self.namespace, row[1]))

@@ -65,6 +65,27 @@ CREATE TABLE IF NOT EXISTS workflow_claim (
 )
 """
 
+# owner: the presence id of the worker that made the claim, when it asked for fast failover
+# (failover.py), else NULL. Added to a claim table made before it existed, looking first: an ALTER
+# TABLE, even one with IF NOT EXISTS, takes the table's strongest lock, and every booting worker
+# migrates. A nullable column without a default changes only the catalog.
+ADD_CLAIM_OWNER = """
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+         WHERE attrelid = 'workflow_claim'::regclass AND attname = 'owner' AND NOT attisdropped
+    ) THEN
+        ALTER TABLE workflow_claim ADD COLUMN owner integer;
+    END IF;
+END $$
+"""
+
+# The reap (failover.REAP) looks only at live claims with an owner.
+CREATE_CLAIM_OWNED = (
+    "CREATE INDEX IF NOT EXISTS workflow_claim_owned ON workflow_claim (alive_until) WHERE owner IS NOT NULL"
+)
+
 CREATE_QUEUE = """
 CREATE TABLE IF NOT EXISTS workflow_queue (
     namespace  text        NOT NULL,
@@ -165,6 +186,8 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE_CLAIM,
     CREATE_TOKEN_SEQ,
     CATCH_UP_TOKEN_SEQ,
+    ADD_CLAIM_OWNER,
+    CREATE_CLAIM_OWNED,
     CREATE_QUEUE,
     CREATE_QUEUE_DUE,
     CREATE_TRANSACT_GUARD,
@@ -182,7 +205,8 @@ async def migrate(pool: AsyncConnectionPool[Any]) -> None:
 
     Safe to call from every worker of a fleet booting at once: all callers serialize on one
     advisory lock and each creates only what is still missing, in one transaction. It is not a
-    migration tool: it never changes a table that already exists.
+    migration tool: the one change it makes to a table that already exists is adding the claim
+    table's nullable ``owner`` column (fast failover's) where it is missing.
     """
     async with connect(pool, "migrating the schema") as conn:
         await conn.execute(TAKE_MIGRATE_LOCK, {"key": MIGRATE_LOCK})

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from datetime import timedelta
 from types import TracebackType
 from typing import Any
@@ -34,6 +35,7 @@ from psycopg import sql
 from without_durability.errors import InvalidInput, StoreUnavailable
 
 from ._boundary import Pool, masked_dsn, statement
+from .failover import PRESENCE_TIMEOUTS, TAKE_PRESENCE
 
 CHANNEL = "without_durability_queue"
 """The channel both halves use; the payload is the namespace."""
@@ -130,6 +132,12 @@ class PostgresWakeup:
     notifications). The connection is opened with the pool's conninfo and kwargs on ``start`` (or
     the first ``wait``); if it drops, it is reopened every ``reconnect_after`` while waiters keep
     polling, and every waiter is woken once it is back, in case it missed something.
+
+    ``presence=True`` (fast failover, opt-in; see ``failover``): the listening session also holds
+    this worker's presence lock (``owner``), and the server is told to drop the session within
+    about ``presence_timeout`` of the connection going silent (TCP keepalives and user timeout).
+    Start the listener before the worker claims anything: claims made without a presence fall back
+    to their leases.
     """
 
     def __init__(
@@ -139,9 +147,23 @@ class PostgresWakeup:
         namespace: str = "default",
         channel: str = CHANNEL,
         reconnect_after: timedelta = timedelta(seconds=1),
+        presence: bool = False,
+        presence_timeout: timedelta = timedelta(seconds=10),
     ) -> None:
         if not isinstance(namespace, str) or not namespace:
             raise InvalidInput(f"namespace must be a non-empty string, got {namespace!r}")
+        if not isinstance(presence_timeout, timedelta) or not (
+            timedelta(seconds=2) <= presence_timeout <= timedelta(days=1)
+        ):
+            # the server takes tcp_user_timeout in milliseconds as a 32-bit int: past about 24 days
+            # it refuses the setting; a day is already far past any failure detection worth having
+            raise InvalidInput(
+                f"presence_timeout must be a timedelta from 2 s to 1 day, got {presence_timeout!r}"
+            )
+        self.presence = presence
+        self.presence_timeout = presence_timeout
+        self._owner: int | None = None
+        self._owner_id = secrets.randbelow(2**31 - 1) + 1
         self.pool = pool
         self.namespace = namespace
         self.channel = channel
@@ -159,6 +181,15 @@ class PostgresWakeup:
         sub = _Subscription(self)
         self._subscriptions.append(sub)
         return sub
+
+    @property
+    def owner(self) -> int | None:
+        """With ``presence=True``: this listener's presence id while its session holds the
+        presence lock (see ``failover``), else None. Pass the listener to
+        ``PostgresCheckpointer(failover=...)`` so claims record it."""
+        if self._owner is None or self._conn is None or self._conn.closed:
+            return None
+        return self._owner
 
     @property
     def backend_pid(self) -> int | None:
@@ -180,12 +211,42 @@ class PostgresWakeup:
         conninfo = self.pool.conninfo if isinstance(self.pool.conninfo, str) else ""
         try:
             conn = await psycopg.AsyncConnection.connect(conninfo, **{**kwargs, "autocommit": True})
-            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         except psycopg.Error as exc:
             raise StoreUnavailable(
-                f"Postgres at {masked_dsn(self.pool)}: could not LISTEN on {self.channel!r}: {exc}"
+                f"Postgres at {masked_dsn(self.pool)}: could not connect to LISTEN on {self.channel!r}: {exc}"
             ) from exc
+        try:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+            owner = await self._take_presence(conn) if self.presence else None
+        except BaseException as exc:
+            # a connection that never became the listener is closed here, not left to the server
+            # (a failed LISTEN, a refused presence setting, or a cancel while either was in flight)
+            with contextlib.suppress(Exception):
+                await conn.close()
+            if isinstance(exc, psycopg.Error):
+                raise StoreUnavailable(
+                    f"Postgres at {masked_dsn(self.pool)}: could not LISTEN on {self.channel!r}: {exc}"
+                ) from exc
+            raise
         self._conn = conn
+        self._owner = owner
+
+    async def _take_presence(self, conn: psycopg.AsyncConnection[Any]) -> int | None:
+        """Hold this session's presence lock: the id it had if free, else a new one (another
+        session holds the old one: a claimer's takeover committing, or a collision)."""
+        seconds = max(1, int(self.presence_timeout.total_seconds()) // 2)
+        await conn.execute(
+            PRESENCE_TIMEOUTS,
+            {"idle": str(seconds), "interval": str(max(1, seconds // 3)),
+             "user_ms": str(int(self.presence_timeout.total_seconds() * 1000))},
+        )
+        for _ in range(8):
+            row = await (await conn.execute(TAKE_PRESENCE, {"owner": self._owner_id})).fetchone()
+            if row is not None and row[0]:
+                return self._owner_id
+            self._owner_id = secrets.randbelow(2**31 - 1) + 1
+        log.warning("wakeup: no free presence id after 8 tries; claims fall back to their leases")
+        return None
 
     async def _read(self) -> None:
         while not self._closed:
@@ -202,6 +263,7 @@ class PostgresWakeup:
                         self._wake_all()
             except (psycopg.Error, StoreUnavailable) as exc:
                 log.warning("wakeup listener lost (%s); polling until it reconnects", exc)
+                self._owner = None
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         await conn.close()

@@ -28,6 +28,10 @@ from without_durability.errors import StoreError, StoreUnavailable
 Client: TypeAlias = "redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster"
 """A redis.asyncio client: a standalone ``Redis`` or a ``RedisCluster``."""
 
+_Call: TypeAlias = "tuple[AsyncScript, list[object], asyncio.Future[Any], bytes]"
+"""A waiting call: its script, its EVALSHA arguments, the future its caller awaits, and the call
+packed by hiredis (empty when the batch goes through redis-py)."""
+
 _PRELUDES = {
     "checkpoint": ("_common", "_checkpoint"),
     "stream": ("_common", "_stream"),
@@ -95,7 +99,13 @@ class Scripts:
     (and only while the pool has a connection to spare for the turn's later calls). Redis then runs
     one half of the calls while the client makes the other, where otherwise the two take turns,
     each idle while the other works. Kept connections go back to the pool once nothing is waiting
-    or in flight."""
+    or in flight.
+
+    A call whose caller was cancelled (``Task.cancel()``, a ``wait_for`` timeout) before its batch
+    was written is left out of the batch: it never reaches the server, as a call made alone would
+    not. That is checked at the last moment, once the batch has its connection (a pool that makes
+    the batch wait for one may see callers give up meanwhile). A caller cancelled after its batch
+    was written gets ``CancelledError`` and the call's outcome is unknown (it may have run)."""
 
     _CACHE = 256
 
@@ -106,8 +116,7 @@ class Scripts:
         self._built: OrderedDict[str, AsyncScript] = OrderedDict()
         self._ready = not isinstance(client, redis.asyncio.cluster.RedisCluster)
         self._coalesce = coalesce and isinstance(client, redis.asyncio.Redis)
-        self._waiting: list[tuple[AsyncScript, list[object], asyncio.Future[Any]]] = []
-        self._packed: list[bytes] = []  # the waiting calls packed, when ``_direct``
+        self._waiting: list[_Call] = []
         self._direct = (
             self._coalesce
             and _hiredis_pack is not None
@@ -153,9 +162,7 @@ class Scripts:
         reply: asyncio.Future[Any] = loop.create_future()
         if not self._waiting:
             loop.call_soon(self._send)  # after every call made in this turn has joined
-        if self._direct:
-            self._packed.append(packed)
-        self._waiting.append((script, call, reply))
+        self._waiting.append((script, call, reply, packed))
         if (
             self._direct
             and self._kept
@@ -166,10 +173,12 @@ class Scripts:
         return await reply
 
     def _send(self) -> None:
-        if not self._waiting:  # all written early
+        # a caller cancelled before its batch is written sends nothing
+        batch = [c for c in self._waiting if not c[2].done()]
+        self._waiting = []
+        if not batch:  # all written early, or every caller gave up
             return
-        batch, self._waiting = self._waiting, []
-        packed, self._packed = b"".join(self._packed), []
+        packed = b"".join(c[3] for c in batch)
         conn, written = None, False
         if packed and self._kept:
             conn = self._kept.pop()
@@ -203,7 +212,7 @@ class Scripts:
 
     async def _pipeline(
         self,
-        batch: list[tuple[AsyncScript, list[object], asyncio.Future[Any]]],
+        batch: list[_Call],
         packed: bytes,
         conn: Any = None,
         written: bool = False,
@@ -220,7 +229,7 @@ class Scripts:
 
     async def _deliver(
         self,
-        batch: list[tuple[AsyncScript, list[object], asyncio.Future[Any]]],
+        batch: list[_Call],
         packed: bytes,
         conn: Any,
         written: bool,
@@ -228,13 +237,13 @@ class Scripts:
         try:
             try:
                 if packed:
-                    replies = await self._exchange(packed, len(batch), conn, written)
+                    sent = await self._exchange(batch, conn, written)
                 else:
-                    replies = await self._send_all(batch)
+                    sent = await self._send_all(batch)
             finally:  # before the replies wake their calls, which decide on early writes by it
                 self._flying -= len(batch)
         except BaseException as exc:  # the whole batch failed: every call sees why
-            for _, _, reply in batch:
+            for _, _, reply, _ in batch:
                 if reply.done():
                     continue
                 if isinstance(exc, asyncio.CancelledError):
@@ -244,7 +253,7 @@ class Scripts:
             if not isinstance(exc, Exception):
                 raise
             return
-        for (script, call, reply), got in zip(batch, replies, strict=True):
+        for (script, call, reply, _), got in sent:
             if isinstance(got, redis.exceptions.NoScriptError):
                 n = int(str(call[0]))
                 try:
@@ -258,10 +267,14 @@ class Scripts:
             else:
                 reply.set_result(got)
 
-    async def _exchange(self, packed: bytes, count: int, conn: Any = None, written: bool = False) -> list[Any]:
-        """Write ``packed`` (``count`` commands) on one of the client's pooled connections
-        (``conn``, kept from an earlier batch, when given; ``written`` there already) and read
-        ``count`` replies, an error reply kept in its place; a dropped connection is retried under
+    async def _exchange(
+        self, batch: list[_Call], conn: Any = None, written: bool = False
+    ) -> list[tuple[_Call, Any]]:
+        """Write ``batch``'s packed calls on one of the client's pooled connections (``conn``,
+        kept from an earlier batch, when given; ``written`` there already, all of them) and read
+        their replies, an error reply kept in its place, each paired with its call. Calls whose
+        caller was cancelled while the batch waited for a connection are left out (nothing of
+        theirs is written). A dropped connection is retried under
         the connection's retry policy, as redis-py's own pipeline does. The connection's socket
         timeout bounds the whole read, one timer per batch rather than one per reply. After a
         batch that went through, the connection is kept for the next; else (or when a script is
@@ -269,10 +282,13 @@ class Scripts:
         assert isinstance(self._client, redis.asyncio.Redis)
         pool = self._client.connection_pool
         if conn is None:
-            try:
-                conn = await pool.get_connection()  # type: ignore[no-untyped-call]
-            except TypeError:  # redis-py before 5.3 requires the (unused) command name
-                conn = await pool.get_connection("EVALSHA")  # type: ignore[no-untyped-call]
+            conn = await _connection(pool)
+        if not written:  # the callers that gave up while the batch waited for its connection
+            batch = [c for c in batch if not c[2].done()]
+            if not batch:
+                await pool.release(conn)
+                return []
+        packed, count = b"".join(c[3] for c in batch), len(batch)
 
         async def attempt() -> list[Any]:
             nonlocal written
@@ -315,21 +331,35 @@ class Scripts:
             self._kept.append(conn)
         else:
             await pool.release(conn)
-        return replies
+        return list(zip(batch, replies, strict=True))
 
-    async def _send_all(self, batch: list[tuple[AsyncScript, list[object], asyncio.Future[Any]]]) -> list[Any]:
+    async def _send_all(self, batch: list[_Call]) -> list[tuple[_Call, Any]]:
+        """Send ``batch`` through redis-py (its pipeline, on a connection taken from the pool
+        first, so the callers that gave up while it waited for one are left out), each reply
+        paired with its call."""
         assert isinstance(self._client, redis.asyncio.Redis)
-        if len(batch) == 1:  # alone: a plain command, the pipeline would only add its cost
-            script, call, _ = batch[0]
-            try:
-                return [await self._client.evalsha(script.sha, *call)]  # type: ignore[arg-type]
-            except redis.exceptions.NoScriptError as exc:
-                return [exc]
-        pipe = self._client.pipeline(transaction=False)
-        for script, call, _ in batch:
+        if getattr(self._client, "single_connection_client", False):
+            # the client's own connection, behind its own lock: no pool to wait for
+            if len(batch) == 1:  # alone: a plain command, the pipeline would only add its cost
+                script, call, _, _ = batch[0]
+                try:
+                    return [(batch[0], await self._client.evalsha(script.sha, *call))]  # type: ignore[arg-type]
+                except redis.exceptions.NoScriptError as exc:
+                    return [(batch[0], exc)]
+            pipe = self._client.pipeline(transaction=False)
+        else:
+            pool = self._client.connection_pool
+            conn = await _connection(pool)
+            batch = [c for c in batch if not c[2].done()]
+            if not batch:
+                await pool.release(conn)
+                return []
+            pipe = self._client.pipeline(transaction=False)
+            pipe.connection = conn  # the pipeline's reset gives it back to the pool
+        for script, call, _, _ in batch:
             pipe.evalsha(script.sha, *call)  # type: ignore[arg-type]
         replies: list[Any] = await pipe.execute(raise_on_error=False)
-        return replies
+        return list(zip(batch, replies, strict=True))
 
     def source(self, name: str) -> str:
         """The text this client runs for script ``name``: an override, or the shipped script."""
@@ -348,6 +378,14 @@ class Scripts:
         else:
             self._built.move_to_end(text)
         return await script(keys=list(keys), args=[_arg(a) for a in args], client=client)
+
+
+async def _connection(pool: Any) -> Any:
+    """A connection from ``pool``, as its ``get_connection`` of any redis-py since 5 gives it."""
+    try:
+        return await pool.get_connection()
+    except TypeError:  # redis-py before 5.3 requires the (unused) command name
+        return await pool.get_connection("EVALSHA")
 
 
 async def _release(pool: Any, conns: list[Any]) -> None:

@@ -120,6 +120,12 @@ class RedisCheckpointer:
       Memory remove nothing): only a terminal workflow is ever forgotten, and an id forgotten
       after its retention is a new workflow. The claim hash keeps its own TTL (a pass's
       remaining budget plus ``ttl``); tokens stay above every earlier one when it is re-created.
+    - Calls made concurrently (claim, renew, release, discard, record, supply, append; from many
+      tasks in one turn of the event loop) go to the server together, one pipeline on one
+      connection, each with its own reply or error: a refused call fails only itself. A caller
+      cancelled before its batch is written sends nothing; one cancelled after raises
+      ``CancelledError`` and its outcome is unknown. ``transact``, and every call of a checkpointer
+      with ``replicas``, goes alone.
     - Record order lives in each hash field's value, so it survives the hash's conversion from
       listpack to hashtable.
     - Workflow ids may not contain ``{`` or ``}`` and are at most ``MAX_WORKFLOW_ID_BYTES`` long
@@ -182,7 +188,9 @@ class RedisCheckpointer:
         self.max_value_bytes = max_value_bytes
         self._ttl_ms = int(ttl.total_seconds() * 1000)
         self._json = bool(getattr(self.codec, "renders_json", False))
-        self._scripts = Scripts(client, self.script_overrides)
+        # concurrent calls share one pipelined round trip (see ``Scripts``): a burst of claims
+        # or appends from many tasks costs one socket write and read, not one each
+        self._scripts = Scripts(client, self.script_overrides, coalesce=True)
         self._persistence: Persistence | None = None
         self._reading = False
 

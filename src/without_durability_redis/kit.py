@@ -204,7 +204,14 @@ async def open_redis_worker(spec: Spec, *, scheduler: str, cluster: bool) -> Ope
 
 REDIS_MUTATE_PLAN = MutatePlan(
     scripts="without_durability_redis",
-    tests=("tests/test_conformance.py", "tests/test_redis.py", "tests/test_redis_answer_and_take.py"),
+    script_reader="without_durability_redis._scripts:_file",
+    equivalents="without_durability_redis:equivalent.toml",
+    tests=(
+        "tests/test_conformance.py",
+        "tests/test_redis.py",
+        "tests/test_redis_answer_and_take.py",
+        "tests/test_redis_coalesce.py",
+    ),
     stores=("redis-set", "redis-stream"),
     name="redis",
     server_env=REDIS_SERVER.env,
@@ -225,7 +232,7 @@ REDIS_MUTATE_PLAN = MutatePlan(
 class RedisKit(StoreKit):
     """The Redis checkpointer with one of its schedulers, on one server or a cluster."""
 
-    mutant_modules = ("wd_chaos.mutants.redis",)
+    mutant_modules = ("without_durability_redis.mutants",)
     recipe: ServerRecipe
 
     def __init__(
@@ -246,7 +253,7 @@ class RedisKit(StoreKit):
         self.cluster = recipe is REDIS_CLUSTER_SERVER
         # a cluster's nodes answer with their own addresses, so one proxy cannot stand in for them,
         # and restarting one node is not restarting the store
-        self.provides = frozenset({"workers"} if self.cluster else {"workers", "restart", "proxy"})
+        self.provides = frozenset({"workers"} if self.cluster else {"workers", "restart", "proxy", "power-loss"})
         if failover:  # a replicated deployment is one primary under Sentinel, never a cluster
             self.provides |= {"failover"}
         self.server_binary = None if self.cluster else "redis-server"
@@ -259,13 +266,23 @@ class RedisKit(StoreKit):
         return _driver_missing() or why_unavailable(self.recipe)
 
     def server(
-        self, *, restartable: bool = False, env: dict[str, str] | None = None
+        self,
+        *,
+        restartable: bool = False,
+        env: dict[str, str] | None = None,
+        datadir: Path | None = None,
+        relaxed: bool = False,
     ) -> contextlib.AbstractContextManager[Server]:
         """A redis-server (``restartable``: with an fsync per write, the one setting under which
-        an acknowledged write survives a SIGKILL), or a cluster."""
+        an acknowledged write survives a SIGKILL), or a cluster. ``datadir``: a private one whose
+        append-only log is there, fsynced per write, or once a second when ``relaxed``
+        (``appendfsync everysec``, Redis's default for the log)."""
         extra: dict[str, Any] = {} if env is None else {"env": env}
         if env is not None and self.cluster:
             raise ServerUnavailable(f"{self.name}: a cluster's nodes cannot be started on one stepped clock")
+        if (datadir is not None or relaxed) and not self.cluster:
+            policy = "everysec" if relaxed else "always"
+            return provide(self.recipe, private=True, datadir=datadir, appendfsync=policy, **extra)
         if restartable and not self.cluster:
             return provide(self.recipe, private=True, fsync_always=True, **extra)
         if extra:

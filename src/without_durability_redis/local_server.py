@@ -34,11 +34,15 @@ def local_redis(
     folder: Path | None = None,
     fsync_always: bool = False,
     env: dict[str, str] | None = None,
+    datadir: Path | None = None,
+    appendfsync: str | None = None,
 ) -> Iterator[Server]:
     """A private redis-server on a free loopback port, with no persistence configured beyond the
     defaults' append-only log being off. ``cluster`` starts it with cluster mode enabled.
     ``fsync_always`` turns the append-only log on with an fsync per write, the one setting under
-    which an acknowledged write survives a SIGKILL of the server (the chaos store-restart fault)."""
+    which an acknowledged write survives a SIGKILL of the server (the chaos store-restart fault).
+    ``appendfsync`` (``always``, ``everysec``, ``no``) turns the log on with that policy instead;
+    ``datadir`` holds the log (a power-loss run's mount) instead of the server's folder."""
     binary = find_binary("redis-server")
     port = port or free_port()
     with contextlib.ExitStack() as stack:
@@ -52,12 +56,12 @@ def local_redis(
             "--bind",
             "127.0.0.1",
             "--dir",
-            str(root),
+            str(datadir or root),
             "--save",
             "",
             "--appendonly",
-            "yes" if fsync_always else "no",
-            *(["--appendfsync", "always"] if fsync_always else []),
+            "yes" if fsync_always or appendfsync else "no",
+            *(["--appendfsync", appendfsync or "always"] if fsync_always or appendfsync else []),
             "--protected-mode",
             "no",
         ]

@@ -3,8 +3,9 @@ in one process, so wd-chaos (worker processes) cannot run it; its mutants are co
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any
 
 from .._values import Pass
@@ -61,11 +62,20 @@ class MemoryKit(StoreKit):
 
     name = "memory"
     description = "in-process test double"
-    mutant_modules = ("wd_chaos.mutants.memory",)
+    mutant_modules = (
+        "without_durability.kits.memory_mutants",
+        "without_durability.kits.memory_cancel_mutants",
+    )
 
     def open(self, server: object) -> Any:
         """A fresh Memory store on a manual clock."""
         return open_memory(server)
+
+    def simulated(self, clock: Callable[[], datetime], lease_clock: Callable[[], int]) -> MemoryDurable:
+        """A fresh Memory store on the simulator's clocks (see ``StoreKit.simulated``)."""
+        return MemoryDurable(
+            MemoryCheckpointer(clock=clock, lease_clock=lease_clock), MemoryScheduler(clock=clock)
+        )
 
 
 KIT = MemoryKit()

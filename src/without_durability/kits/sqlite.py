@@ -11,6 +11,7 @@ import sqlite3
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from ..sqlite import (
     SqliteScheduler,
     sqlite_connect,
 )
+from ..sqlite.stepped import SteppedSqliteConnection
 from ..testing.harness import EffectFailed, EffectKit, ManualTestClock, StoreUnderTest
 from ..testing.kit import WALL_OFFSET, MutatePlan, Opened, Spec, StoreKit, stepped_clock
 
@@ -115,8 +117,11 @@ CHAOS_LEDGER = "chaos_ledger"
 
 
 async def open_sqlite_worker(spec: Spec) -> Opened:
-    """Open the run's SQLite file ``spec["path"]`` with the chaos ledger."""
+    """Open the run's SQLite file ``spec["path"]`` with the chaos ledger (``synchronous=NORMAL``
+    when ``spec["relaxed"]``)."""
     conn = await sqlite_connect(spec["path"])
+    if spec.get("relaxed"):  # a power-loss-relaxed run: the WAL is fsynced at checkpoints only
+        await conn._submit(lambda: conn._require().execute("PRAGMA synchronous=NORMAL"))
     # the wall clock a wall-step fault moves; claim deadlines stay on the monotonic clock, as the
     # store's own default puts them
     clock = stepped_clock(spec["wall_offset"]) if spec.get("wall_offset") else system_clock
@@ -162,10 +167,11 @@ class SqliteKit(StoreKit):
 
     name = "sqlite"
     description = "one SQLite file in WAL mode (stdlib sqlite3)"
-    provides = frozenset({"workers"})
-    mutant_modules = ("wd_chaos.mutants.sqlite",)
+    provides = frozenset({"workers", "power-loss"})
+    mutant_modules = ("without_durability.kits.sqlite_mutants",)
     mutate_plan = MutatePlan(
         statements=("without_durability.sqlite",),  # the store's module (or package) of statements
+        equivalents="without_durability.kits:sqlite_equivalent.toml",
         tests=("tests/test_lease_clock.py", "tests/test_conformance.py", "tests/test_sqlite.py"),
         scenarios=("lease-stall", "kill-between-effect-and-record"),
         # the claim, renewal, fence and budget decisions (wd-chaos mutate --python)
@@ -183,6 +189,27 @@ class SqliteKit(StoreKit):
     async def open_worker(self, spec: Spec) -> Opened:
         """Open the run's file (see ``open_sqlite_worker``)."""
         return await open_sqlite_worker(spec)
+
+    def simulated(
+        self,
+        clock: Callable[[], datetime],
+        lease_clock: Callable[[], int],
+        *,
+        path: Path | None = None,
+    ) -> SqliteDurable:
+        """The real SQLite store on the simulator's clocks over a ``SteppedSqliteConnection`` (each
+        batch of statements one step of the loop, no thread): on the file ``path``, or on a new
+        file in a new temporary folder that closing the connection removes. Opening ``path`` again
+        (another process, or after a simulated reboot) finds what was written there. Commits skip
+        the fsync: a simulated reboot keeps what the OS was handed, and no run here loses power."""
+        if path is None:
+            conn = SteppedSqliteConnection.temporary(synchronous="OFF")
+        else:
+            conn = SteppedSqliteConnection(path, synchronous="OFF")
+        return SqliteDurable(
+            SqliteCheckpointer(conn, clock=clock, lease_clock=lease_clock),
+            SqliteScheduler(conn, clock=clock),
+        )
 
 
 KIT = SqliteKit()

@@ -19,7 +19,8 @@ ahead of it, so a wall clock stepped back cannot reverse a workflow's history. C
 on the machine's monotonic clock (``without_durability.clock``), so a step of the wall clock neither
 lapses a live pass nor keeps a dead one holding; the monotonic clock restarts at boot, so a claim
 row whose liveness lies further ahead than its own window could reach is from before a reboot and
-counts as lapsed. An injected clock (tests) drives all of these.
+counts as lapsed (a row from before a reboot that the new clock has caught up with cannot be told
+from a live one: it lapses within its alive window, as a crashed pass's does). An injected clock (tests) drives all of these.
 
 What it asks of a deployment: every process on one machine (WAL needs shared memory, so no network
 filesystems), which is also what makes the monotonic clock one clock for all of them. Two costs to

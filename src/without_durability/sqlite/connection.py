@@ -69,9 +69,7 @@ class SqliteConnection:
         self._db: sqlite3.Connection | None = None
         self._closed = False
         self._lock = threading.Lock()
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=f"wd-sqlite:{self.path.name}"
-        )
+        self._executor = self._new_executor()
         opened = self._executor.submit(self._open)
 
         def shut_down_if_failed(done: concurrent.futures.Future[None]) -> None:
@@ -81,6 +79,13 @@ class SqliteConnection:
 
         opened.add_done_callback(shut_down_if_failed)
         return opened
+
+    def _new_executor(self) -> concurrent.futures.Executor:
+        """Where this connection's statements run: one thread of its own (a subclass may run them
+        elsewhere, as ``SteppedSqliteConnection`` does on the event loop)."""
+        return concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"wd-sqlite:{self.path.name}"
+        )
 
     # Runs on the connection's thread, which owns the sqlite3 connection from here on.
     def _open(self) -> None:

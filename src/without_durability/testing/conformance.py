@@ -22,6 +22,7 @@ import pytest
 from .._values import Delivery, Pass, Recorded
 from ..errors import Contended, Fenced, InvalidInput, InvalidKey, InvalidValue
 from ..rules import INBOX_PREFIX
+from .answers_and_takes import *  # noqa: F403  (optional capabilities: skipped by stores without them)
 from .harness import EffectFailed, StoreUnderTest
 from .model import test_store_agrees_with_reference_model as test_store_agrees_with_reference_model
 from .prefix import Read, non_prefix

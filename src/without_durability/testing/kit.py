@@ -41,13 +41,17 @@ scenario's small retention, for stores that keep records for a time), ``wait_rep
 run's replicas each write waits for, for stores that can wait) and ``prepare`` (true once, before
 any worker starts: create the schema and the ledger)."""
 
-Capability = Literal["workers", "restart", "proxy", "transact-pause", "failover"]
+Capability = Literal["workers", "restart", "proxy", "transact-pause", "failover", "power-loss"]
 """What a kit can do for a wd-chaos scenario. ``workers``: many processes open one store from a
 spec (every worker scenario needs it). ``restart``: its private server can be killed and started on
 the same data with acknowledged writes kept (``store-restart``). ``proxy``: it is reached over one TCP
 address that a proxy can stand in for (``partition``). ``transact-pause``: its ledger effect awaits
 ``Opened.pause`` with the transaction open (a stall inside ``transact``). ``failover``: it starts a
-private replicated deployment (``replicated``) whose primary a ``failover`` fault kills."""
+private replicated deployment (``replicated``) whose primary a ``failover`` fault kills.
+``power-loss``: its data can live in a folder the run chooses (a private server started with
+``server(datadir=...)``, or a file ``worker_spec`` puts in the folder it is given), and it has a
+relaxed durability setting (``server(relaxed=True)``, or ``relaxed`` in the spec) that acknowledges
+before its data is fsynced (``power-loss``, ``power-loss-relaxed``)."""
 CAPABILITIES: tuple[Capability, ...] = get_args(Capability)
 
 
@@ -99,12 +103,12 @@ class Opened:
     holds: Callable[[], AbstractAsyncContextManager[Any]] | None = None
     """For a store whose fence is a row lock: sessions of the store's own that hold a workflow's
     claim, or an uncommitted write of one key, so a probe can order a claim and a record for
-    certain (``wd_chaos.landing.Holds`` says what it yields; None: the probe is skipped)."""
+    certain (``wd_chaos.client.landing.Holds`` says what it yields; None: the probe is skipped)."""
     pool_size: int | None = None
     """The most connections this process's store holds at once, when it pools them (a spec's
     ``pool_size`` asks for a size); None when unbounded or not pooled. With 1, and the ledger
     effect holding that connection in ``pause``, a careless client knows a call it cancels then
-    cannot have been sent (``wd_chaos.clients``)."""
+    cannot have been sent (``wd_chaos.client.clients``)."""
 
 
 def local_clocks(spec: Spec, checkpointer: Any) -> dict[str, str]:
@@ -130,7 +134,13 @@ class MutatePlan:
     """Modules or packages whose statement constants are mutated (SQL the store reads when it runs;
     or the constants a module lists in ``WD_STATEMENTS``)."""
     scripts: str | None = None
-    """A package whose ``scripts`` folder holds the store's Lua scripts, each one mutated."""
+    """A package whose ``scripts`` folder holds the store's Lua scripts, each one mutated (needs
+    ``script_reader``)."""
+    script_reader: str = ""
+    """With ``scripts``: the ``module:function`` the store reads a script's text through, called
+    with its name (``"claim"`` for ``scripts/claim.lua``) each time the store assembles a script.
+    A generated script mutant replaces that function in every process of a check, and empties
+    every ``functools`` cache in its module, so the store runs the mutated text."""
     tests: tuple[str, ...] = ()
     """The test files each mutant runs, relative to the project folder the job runs in (the
     conformance suite's file among them)."""
@@ -151,6 +161,11 @@ class MutatePlan:
     python: tuple[str, ...] = ()
     """The store's Python decision code (``.py`` files under ``src/``, relative to the project
     folder) that ``wd-chaos mutate --python`` mutates with cosmic-ray and runs ``tests`` against."""
+    equivalents: str = ""
+    """A TOML file shipped in the store's package, as ``package:file``, holding ``[equivalent]`` of
+    ``"mutant id" = "why"``: the generated mutants (of statements, scripts or, ids with ``:py:``,
+    Python) that behave as the real store for every caller, reported as equivalent and never run
+    (``wd-chaos mutate --equivalent FILE`` replaces it for one job). Empty: none."""
 
 
 class StoreKit:
@@ -175,7 +190,7 @@ class StoreKit:
     """Kits with the same key share one server per test session (empty: the kit's own name)."""
     mutant_modules: tuple[str, ...] = ()
     """Modules holding a ``MUTANTS`` list of this store's deliberately broken forms (see
-    ``wd_chaos.mutants``); named, not imported, so loading a kit costs nothing."""
+    ``without_durability.testing.mutants``); named, not imported, so loading a kit costs nothing."""
     mutate_plan: MutatePlan | None = None
     """Where this store's statements or scripts live and which tests judge their generated mutants
     (``wd-chaos mutate --store NAME``); None: the store declares none."""
@@ -196,12 +211,19 @@ class StoreKit:
     runs on its workers' clocks."""
 
     def server(
-        self, *, restartable: bool = False, env: dict[str, str] | None = None
+        self,
+        *,
+        restartable: bool = False,
+        env: dict[str, str] | None = None,
+        datadir: Path | None = None,
+        relaxed: bool = False,
     ) -> AbstractContextManager[Any]:
         """Enter to have this store's server for a session or a run (None for a store without one).
         ``restartable`` asks for a private instance set up to keep acknowledged writes across a
         SIGKILL, for kits that provide ``restart``; ``env`` for a private instance with these
-        variables added to its environment (a stepped clock)."""
+        variables added to its environment (a stepped clock). Kits that provide ``power-loss``
+        take ``datadir`` (a private instance whose data lives there: a power-loss run's FUSE
+        mount) and ``relaxed`` (its relaxed durability setting instead of an fsync per commit)."""
         return contextlib.nullcontext(None)
 
     def open(self, server: Any) -> AbstractAsyncContextManager[StoreUnderTest[Any]]:
@@ -228,6 +250,13 @@ class StoreKit:
         ``run_dir``, or ``server``'s URL; a ``Replicated`` from ``replicated``: a client that
         follows its primary) and a namespace of its own (``tag``: a schema, a key prefix)."""
         raise KitError(f"store kit {self.name!r} cannot be opened by worker processes")
+
+    def simulated(self, clock: Callable[[], datetime], lease_clock: Callable[[], int]) -> Any:
+        """A fresh store in this process on the given wall clock and lease clock (microseconds), for
+        a simulator that runs every caller on one deterministic event loop (``wd-chaos sim``): a
+        ``Durable`` whose every wait is the loop's. Kits whose store needs a server or a thread
+        cannot; they raise ``KitError``."""
+        raise KitError(f"store kit {self.name!r} cannot run in the simulator (an in-process store only)")
 
     async def open_worker(self, spec: Spec) -> Opened:
         """Open the store ``spec`` names in this process, with its in-store ledger."""

@@ -18,6 +18,7 @@ import pytest_asyncio
 
 from .harness import StoreFactory, StoreUnderTest, registered
 from .kit import ENTRY_POINT_GROUP, KitError, broken_kits, resolve
+from .workflow import WorkflowKit
 
 _SELECTED: pytest.StashKey[list[str]] = pytest.StashKey()
 _LEFT_OUT: pytest.StashKey[dict[str, str]] = pytest.StashKey()
@@ -155,3 +156,12 @@ async def wd_store(wd_factory: tuple[StoreFactory, Any]) -> AsyncIterator[StoreU
     factory, server = wd_factory
     async with factory.open(server) as store:
         yield store
+
+
+@pytest.fixture
+def wd_workflow() -> WorkflowKit:
+    """A workflow author's kit for one test: ``await wd_workflow.check(body, inputs=...)`` crashes
+    ``body`` at every step on the Memory store (time skips) and returns a ``WorkflowReport``;
+    ``wd_workflow.ledger`` counts the effects; ``check_upgrade(new, old)`` replays an old version's
+    in-flight runs on a new one."""
+    return WorkflowKit()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from wd_chaos.mutants import Mutant, swap
 from without_durability import Pass, Recorded
 from without_durability.rules import check_key
+from without_durability.testing.mutants import Mutant, swap
 
 from . import FileCheckpointer
 
