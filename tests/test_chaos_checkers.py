@@ -546,6 +546,18 @@ def test_fencing_refuses_contended_after_the_holders_budget() -> None:
     assert fencing(h2.lines, final([])).valid is True
 
 
+def test_fencing_lets_a_claim_whose_reply_was_lost_explain_a_contended_one() -> None:
+    # found by wd-chaos sim (lease-stall seed 77): a newer claim that landed, its reply lost, holds
+    # the workflow; its token is unknown, so it may be newer than the last claim seen
+    h = H()
+    _claim(h, "A", 1, 1)
+    h.t += 3_000_000_000
+    h.call("claim", "C", 3, "unknown", workflow=WF, alive=1.0, budget=4.0, error="StoreUnavailable: lost")
+    h.t += 1_500_000_000  # past A's budget, within C's liveness
+    h.call("claim", "B", 2, "contended", workflow=WF, alive=1.0, budget=4.0)
+    assert fencing(h.lines, final([])).valid is True
+
+
 def test_fww_refuses_a_supply_gated_on_the_claim() -> None:
     h = H()
     h.call("supply", "W", 1, "contended", workflow=WF, key="k", value=1)
@@ -726,3 +738,25 @@ def test_a_scenario_naming_an_unknown_window_is_refused() -> None:
 
     with pytest.raises(ScenarioError, match="coverage"):
         parse('name = "x"\ncoverage = ["no-such-window"]\n', "x.toml")
+
+
+def test_fencing_excuses_a_takeover_only_from_a_faulted_holder_under_fast_failover() -> None:
+    """With fast failover a claim inside a live holder's window is the design once a fault struck
+    the holder's process (here a failpoint kill); without that fault, or without fast failover, it
+    is still a breach."""
+
+    def run(*, fault: bool, fast: bool) -> checks.Verdict:
+        h = H()
+        _claim(h, "A", 1, 1)
+        h.call("record", "A", 1, workflow=WF, token=1, key="k", value=1, res={"value": 1, "won": True})
+        if fault:
+            h.event(
+                "fault", "A", 1, phase="start", fault="kill", id="after-claim.kill-0", workflow=WF, token=1
+            )
+        _claim(h, "B", 2, 2)
+        return fencing(h.lines, {**final([("k", 1)]), "fast_failover": fast})
+
+    assert run(fault=True, fast=True).valid is True
+    assert "taken over from a faulted holder" in run(fault=True, fast=True).summary
+    assert run(fault=False, fast=True).valid is False
+    assert run(fault=True, fast=False).valid is False

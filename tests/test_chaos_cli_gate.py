@@ -69,7 +69,7 @@ def test_junit_cases_carry_json_evidence_and_properties(tmp_path: Path) -> None:
     JSON, not a Python repr."""
     from wd_chaos import checks
     from wd_chaos.cli import Result, _junit
-    from wd_chaos.runner import Outcome
+    from wd_chaos.control.runner import Outcome
 
     bad = checks.Verdict("fencing", False, "1 stale write landed", [{"why": "stale", "token": 3, "ok": True}])
     good = checks.Verdict("order", True, "ok")
@@ -169,7 +169,7 @@ def test_no_durability_warning_for_the_harness_s_own_redis_but_one_for_a_user_s(
     import asyncio
     import logging
 
-    from wd_chaos.services import services
+    from wd_chaos.control.services import services
     from without_durability.testing.kit import find_kit
     from without_durability_redis.local_server import local_redis
 

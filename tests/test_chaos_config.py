@@ -94,7 +94,7 @@ def test_a_worker_process_refuses_a_bad_config_before_the_store(tmp_path: Path) 
     path = tmp_path / "config.json"
     path.write_text(json.dumps(_as_the_runner_writes_it(tmp_path, lease={"alive": "soon"})))
     done = subprocess.run(
-        [sys.executable, "-m", "wd_chaos.workload", "worker", str(path), "worker-0"],
+        [sys.executable, "-m", "wd_chaos.client.workload", "worker", str(path), "worker-0"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -134,7 +134,7 @@ def test_a_bad_failover_field_is_refused_by_name() -> None:
 def test_a_failover_run_without_redis_sentinel_says_how_to_get_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from wd_chaos.services import check_available
+    from wd_chaos.control.services import check_available
 
     server = shutil.which("redis-server")
     assert server, "redis-server must be installed (scripts/install-servers)"
@@ -170,11 +170,11 @@ class _Nemesis:
     """What ``failover.start`` uses of the nemesis: its server, its fault lines, its timers."""
 
     def __init__(self, server: Any) -> None:
-        self.server = server
+        self.services = {"server": server}
         self.lines: list[dict[str, Any]] = []
         self.active: list[Any] = []
 
-    def _line(self, ev: dict[str, Any], phase: str, **more: Any) -> None:
+    def line(self, ev: dict[str, Any], phase: str, **more: Any) -> None:
         self.lines.append({"phase": phase, **more})
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from wd_chaos import gate
 from wd_chaos.checks import Verdict
-from wd_chaos.runner import Options, Outcome
+from wd_chaos.control.runner import Options, Outcome
 from wd_chaos.scenario import find
 
 NOT_BITTEN = Verdict(

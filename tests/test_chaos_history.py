@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 
 from wd_chaos import history
+from wd_chaos.client.workload import classify
 from wd_chaos.report import write_report
-from wd_chaos.workload import classify
 from without_durability import Contended, Fenced, InvalidKey, StoreUnavailable
 
 

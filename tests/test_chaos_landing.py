@@ -1,4 +1,4 @@
-"""The take storm's ``landing`` probe (``wd_chaos.landing``) on a real Postgres server: the
+"""The take storm's ``landing`` probe (``wd_chaos.client.landing``) on a real Postgres server: the
 interleaving it forces is refused by the store and lands a stale write on the catalogue mutant that
 reads its fence from a snapshot, every time, and ``stale-landing`` tells the two apart from what the
 probe's clients observed."""
@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from wd_chaos import checks
+from wd_chaos.client.landing import KEY, landing
+from wd_chaos.client.workload import Recorder
 from wd_chaos.history import HistoryWriter, read_lines
-from wd_chaos.landing import KEY, landing
-from wd_chaos.mutants.postgres import RecordWithoutRowLock
-from wd_chaos.workload import Recorder
 from without_durability.testing.harness import StoreUnderTest
+from without_durability_postgres.mutants import RecordWithoutRowLock
 
 pytest.importorskip("psycopg")
 from without_durability_postgres.holds import holds_opener

@@ -10,11 +10,11 @@ import pytest
 
 from test_chaos_checkers import WF, H, final
 from wd_chaos import checks
-from wd_chaos.careless import CARELESS_LEDGER_KEY, FORGED_KEY, CarelessFailure, careless_effect
 from wd_chaos.checks.fencing import fencing
 from wd_chaos.checks.misuse import misuse
 from wd_chaos.checks.order import order
 from wd_chaos.checks.written_at import written_at
+from wd_chaos.client.careless import CARELESS_LEDGER_KEY, FORGED_KEY, CarelessFailure, careless_effect
 from wd_chaos.scenario import ScenarioError, parse
 
 

@@ -11,9 +11,9 @@ import pytest
 
 from test_chaos_checkers import H
 from wd_chaos import checks
+from wd_chaos.client.workload import Recorder
 from wd_chaos.history import HistoryWriter, digest, observation, read_lines
 from wd_chaos.scenario import ScenarioError, find, parse
-from wd_chaos.workload import Recorder
 from without_durability import MemoryCheckpointer, MemoryDurable, MemoryScheduler
 from without_durability.testing.prefix import Read, non_prefix
 

@@ -1,5 +1,5 @@
 """The probe checkers on hand-made histories shaped like the take storm's probe sequences
-(``wd_chaos.probes``): each says yes to what a correct store answers and no to what the catalogue
+(``wd_chaos.client.probes``): each says yes to what a correct store answers and no to what the catalogue
 mutant it is named for answers."""
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def test_without_wd_chaos_nothing_is_added_and_wd_chaos_is_not_imported(tmp_path
     (tmp_path / "test_plain.py").write_text(
         "import sys\n\n"
         "def test_plain():\n"
-        "    loaded = [m for m in ('wd_chaos.runner', 'wd_chaos.gate', 'wd_chaos.scenario') if m in sys.modules]\n"
+        "    loaded = [m for m in ('wd_chaos.control.runner', 'wd_chaos.gate', 'wd_chaos.scenario') if m in sys.modules]\n"
         "    assert not loaded, loaded\n"
     )
     done = _pytest(tmp_path, "-q", "--wd-store", "sqlite")

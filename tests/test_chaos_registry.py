@@ -44,11 +44,14 @@ def test_the_built_in_checkers_are_all_found() -> None:
         "nothing-lost", "arrivals", "attempt-limit", "lifecycle-liveness", "tokens-rise",
         "lease-lapses", "cancel-sticks", "own-receipt", "answer-then-take", "misuse", "written-at",
         "stale-landing", "tokens-unique", "errors-classified", "cancelled-calls", "no-hung-pass",
+        "half-open-gives-up",
     }  # fmt: skip
     assert {"stall-fenced", "kill-between", "partition-refused", "restart-survived", "storm"} <= set(
         registry.bites()
     )
     assert {"budget-fenced", "long-wait", "failover-promoted", "clock-step", "none"} <= set(registry.bites())
+    network = {"latency-lapsed", "reset-unknown", "half-open-replaced", "slow-close-waited", "bandwidth-slowed"}
+    assert network | {"slow-network"} <= set(registry.bites())
 
 
 def test_a_new_checker_is_one_new_module(dropped_in: Path) -> None:
@@ -61,7 +64,7 @@ def test_a_new_checker_is_one_new_module(dropped_in: Path) -> None:
     two = [
         {"type": "invoke", "op": f"w:1:{n}", "f": "load", "process": "w", "pid": 1, "mono": n} for n in (1, 2)
     ]
-    verdicts = registry.check(two, {}, ["toy-count"], "none")
+    verdicts = wd_chaos.checks.check(two, {}, ["toy-count"], "none")
     assert [(v.name, v.valid, v.summary) for v in verdicts] == [
         ("toy-count", False, "2 operations"),
         ("bite: none", True, "this scenario injects no fault"),
@@ -163,9 +166,14 @@ def test_a_new_fault_kind_is_one_new_module(tmp_path: Path) -> None:
 
 # where a kind's name may still appear outside its module, and why
 NAMED_OUTSIDE = {
-    ("kill", "workload.py"): "the failpoints a kill arms run inside the worker processes",
-    ("kill", "runner.py"): "the supervisor logs the restart of a worker a failpoint killed",
+    ("kill", "client/testflow.py"): "the failpoints a kill arms run inside the worker processes",
+    ("kill", "control/cluster.py"): "the supervisor logs the restart of a worker a failpoint killed",
     ("kill", "checks/at_least_once.py"): "a kill is one of the causes that explain a repeated effect",
+    ("latency", "control/toxi.py"): "toxiproxy's own toxic, which a partition's latency mode adds as the latency kind does",
+    ("kill", "sim/world.py"): "the simulator's crash of a simulated process, logged as a kill for the checkers",
+    ("stall", "sim/world.py"): "the simulator's stall of a simulated process, logged as a stall for the checkers",
+    ("wall-step", "sim/world.py"): "the simulator's step of its virtual wall clock, logged as a wall-step",
+    ("reboot", "sim/world.py"): "the simulator's reboot of its world, logged as the reboot kind's lines",
 }
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from wd_chaos.cli import USAGE
-from wd_chaos.runner import Options, check_options
+from wd_chaos.control.runner import Options, check_options
 from wd_chaos.scenario import OptionError, find, parse_schedule, plan
 from wd_chaos.shrink import (
     AFTER_LAST_FAULT,

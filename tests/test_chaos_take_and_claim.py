@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from wd_chaos.client.workload import Recorder, recording_durable
 from wd_chaos.history import HistoryWriter, pair, read_lines
-from wd_chaos.workload import Recorder, recording_durable
 from without_durability import MemoryCheckpointer, MemoryDurable, MemoryScheduler, Pass, TakesAndClaims
 from without_durability.testing.harness import StoreUnderTest
 from without_durability_postgres import PostgresCheckpointer, PostgresDurable, PostgresScheduler

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from wd_chaos.toxi import Toxi
-from wd_chaos.toxiproxy_server import TOXIPROXY_SERVER
+from wd_chaos.control.toxi import Toxi
+from wd_chaos.control.toxiproxy_server import TOXIPROXY_SERVER
 from without_durability.testing.servers import provide
 
 # No skip when toxiproxy-server is missing: provide() fails with what to install, loudly.

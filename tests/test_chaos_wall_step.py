@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from wd_chaos.faults import Nemesis
+from wd_chaos.control.runner import Watch
+from wd_chaos.faults import Nemesis, wall_step
 from wd_chaos.history import HistoryWriter
-from wd_chaos.runner import Watch
 from wd_chaos.scenario import find, plan
 from wd_chaos.stores import WALL_OFFSET
 
@@ -70,7 +70,7 @@ def test_the_step_back_lands_between_two_writes_of_one_workflow(tmp_path: Path) 
     writes = _Writes()
     nemesis = _nemesis(tmp_path, writes)
     nemesis.tick(2.6)
-    forward = nemesis.wall_stepped_ns
+    forward = nemesis.state("wall-step", wall_step.setup).stepped_ns
     assert forward > 0 and _offset(tmp_path) == 30.0
     nemesis.tick(4.1)
     assert _offset(tmp_path) == 30.0, "stepped back with no write to land across"
@@ -79,7 +79,7 @@ def test_the_step_back_lands_between_two_writes_of_one_workflow(tmp_path: Path) 
     assert _offset(tmp_path) == 30.0, "the step forward due at 5.5 overtook the step back"
     writes.ready = {"worker-0": "a"}
     nemesis.tick(5.65)
-    back = nemesis.wall_stepped_ns
+    back = nemesis.state("wall-step", wall_step.setup).stepped_ns
     assert _offset(tmp_path) == 27.0 and back > forward
     assert nemesis.spared == {"worker-0"}, "a stall could fence the write the step back awaits"
     nemesis.tick(5.7)
@@ -104,7 +104,7 @@ def test_a_stall_leaves_alone_a_worker_whose_write_a_step_awaits(tmp_path: Path)
     events = [e for e in plan(find("lease-stall"), 1, 4, 8.0) if e["fault"] == "stall"][:1]
     hist = HistoryWriter(tmp_path / "controller.jsonl", "controller")
     nemesis = Nemesis(events, hist, tmp_path, pids=dict, busy=lambda _: {"worker-0"}, seed=1)
-    nemesis.spared.add("worker-0")
+    nemesis.state("wall-step", wall_step.setup).spared_workers.add("worker-0")
     nemesis.tick(float(events[0]["at"]) + 0.1)  # pids() is empty: stopping anyone would raise
     assert nemesis.pending == events, "stalled the worker a step back was placed before"
 
@@ -115,7 +115,7 @@ def _phase(tmp_path: Path, waiting: bool) -> float:
     0.3 s and runs on)."""
     import threading
 
-    from wd_chaos.runner import _workload
+    from wd_chaos.control.runner import _workload
 
     class Cluster:
         restarts = 0
@@ -129,7 +129,7 @@ def _phase(tmp_path: Path, waiting: bool) -> float:
     class Events:
         def __init__(self) -> None:
             self.count = 0
-            self.stalled: set[str] = set()
+            self.stopped: set[str] = set()
             self.active: list[object] = []
 
         def waiting(self, elapsed: float) -> bool:

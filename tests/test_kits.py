@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from wd_chaos.kits import check_store, stores_for, why_not
+from wd_chaos.control.kits import check_store, stores_for, why_not
 from wd_chaos.mutants import CatalogueError, Mutant, catalogue, check_killers
 from wd_chaos.scenario import OptionError, find, parse
 from without_durability.testing import kit as kit_module
@@ -101,7 +101,7 @@ def test_failover_runs_on_every_kit_that_provides_it_and_a_new_one_touches_nothi
 
 
 def test_a_failover_run_on_a_kit_without_replication_says_so() -> None:
-    from wd_chaos.services import check_available
+    from wd_chaos.control.services import check_available
 
     reason = check_available("sqlite", False, True)
     assert reason is not None and "'sqlite' does not provide failover" in reason, reason

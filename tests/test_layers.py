@@ -1,7 +1,7 @@
 """The import graph of ``src/`` points down the layers only: the core knows no store package and no
 harness, the core's testing package names no store, a store package knows no other store and no
-harness, and the harness reaches stores through their kits (only the mutant modules, which subclass
-a store's classes, and the generated-mutant patcher, which edits a store's statements, import one).
+harness, and the harness reaches stores through their kits, its mutation machinery included (a
+store's mutants live in its own package; a generated mutant names the module it patches as data).
 
 Read with ``ast`` over every module, imports inside functions included, relative ones resolved: a
 dozen lines, where import-linter would add a dependency and a contract file for the same four rules.
@@ -20,6 +20,12 @@ STORE_PACKAGES = ("without_durability_postgres", "without_durability_redis")
 CORE_STORES = ("without_durability.sqlite", "without_durability.memory", "without_durability.kits")
 MODEL_EDGE = ("without_durability.testing.model", "without_durability.memory")
 """The one store the core's testing package may import: the model test's oracle is the Memory store."""
+
+CLIENT, CONTROL = "wd_chaos.client", "wd_chaos.control"
+CONTROL_MAY_IMPORT = (CLIENT, "wd_chaos.client.recorder")
+"""What of ``client/`` the controller imports: the package itself (a docstring) and the recorder,
+which records the controller's final read as the workers' calls are recorded. Worker and storm
+processes it starts by module path (``python -m wd_chaos.client.workload``, locust's ``-f``)."""
 
 
 def module_name(path: Path, src: Path = SRC) -> str:
@@ -65,11 +71,13 @@ def rules_broken(me: str, target: str) -> list[str]:
         others = tuple(p for p in STORE_PACKAGES if not _under(me, (p,)))
         if _under(target, others):
             broken.append("a store package imports no other store")
-    # the mutant modules subclass a store's classes, and the generated mutants (wd_chaos.mutate)
-    # patch a store's own statements in place: both must reach inside the store they break
-    harness = _under(me, ("wd_chaos",)) and not _under(me, ("wd_chaos.mutants", "wd_chaos.mutate"))
-    if harness and _under(target, (*STORE_PACKAGES, *CORE_STORES)):
+    if _under(me, ("wd_chaos",)) and _under(target, (*STORE_PACKAGES, *CORE_STORES)):
         broken.append("the harness reaches stores through their kits")
+    if _under(me, (CLIENT,)) and _under(target, (CONTROL,)):
+        broken.append("a worker process imports nothing of the controller")
+    allowed = target == CLIENT or _under(target, CONTROL_MAY_IMPORT[1:])
+    if _under(me, (CONTROL,)) and _under(target, (CLIENT,)) and not allowed:
+        broken.append("the controller imports of client/ only the recorder")
     return broken
 
 
@@ -94,17 +102,179 @@ def test_no_import_runs_up_the_layers() -> None:
         ("without_durability/testing/extra.py", "from ..sqlite import SqliteCheckpointer", "names no store"),
         ("without_durability/testing/extra.py", "import without_durability_redis.kit", "no store package"),
         ("without_durability_postgres/extra.py", "from wd_chaos import stores", "imports no harness"),
-        ("without_durability_redis/extra.py", "from without_durability_postgres import kit", "no other store"),
-        ("wd_chaos/extra.py", "def f():\n    from without_durability_postgres import sweep", "through their kits"),
+        (
+            "without_durability_redis/extra.py",
+            "from without_durability_postgres import kit",
+            "no other store",
+        ),
+        (
+            "wd_chaos/extra.py",
+            "def f():\n    from without_durability_postgres import sweep",
+            "through their kits",
+        ),
+        ("wd_chaos/mutate/extra.py", "from without_durability_redis import _scripts", "through their kits"),
+        ("wd_chaos/mutants/extra.py", "from without_durability.sqlite import store", "through their kits"),
+        ("wd_chaos/client/extra.py", "from ..control.runner import Options", "nothing of the controller"),
+        (
+            "wd_chaos/client/extra.py",
+            "def f():\n    from wd_chaos.control import services",
+            "nothing of the controller",
+        ),
+        ("wd_chaos/control/extra.py", "from ..client.workload import main", "only the recorder"),
+        ("wd_chaos/control/extra.py", "from ..client import testflow", "only the recorder"),
     ],
 )
 def test_the_layer_check_sees_an_import_against_the_layers(
     tmp_path: Path, module: str, line: str, rule: str
 ) -> None:
     """The check is not vacuous: each rule catches a module that breaks it (in a copy of the tree's shape)."""
-    for package in ("without_durability/testing", "without_durability_postgres", "without_durability_redis", "wd_chaos"):
+    for package in (
+        "without_durability/testing",
+        "without_durability_postgres",
+        "without_durability_redis",
+        "wd_chaos",
+    ):
         (tmp_path / package).mkdir(parents=True, exist_ok=True)
         (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / module).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / module).write_text(line + "\n")
     found = violations(tmp_path)
     assert found and all(rule in f for f in found), found
+
+
+def test_the_controller_may_import_the_recorder(tmp_path: Path) -> None:
+    """The one import across the roles the rules allow is allowed, and nothing else rides on it."""
+    for package in ("wd_chaos", "wd_chaos/client", "wd_chaos/control"):
+        (tmp_path / package).mkdir(parents=True, exist_ok=True)
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "wd_chaos/control/runner.py").write_text(
+        "from ..client.recorder import Recorder\nfrom ..client import recorder\nfrom .. import history\n"
+    )
+    (tmp_path / "wd_chaos/client/workload.py").write_text("from .. import config\nfrom . import recorder\n")
+    assert violations(tmp_path) == []
+
+
+# -- no import cycle among the harness's modules --------------------------------------------------
+
+
+def harness_graph(src: Path = SRC) -> dict[str, set[str]]:
+    """Each ``wd_chaos`` module and the ``wd_chaos`` modules it imports anywhere (inside functions
+    and under ``TYPE_CHECKING`` too: a cycle held apart by a deferred import is still a cycle).
+    ``from pkg import name`` is an edge to the module ``pkg.name`` when there is one, else to
+    ``pkg`` (its ``__init__``); an import of a name inside a module is an edge to that module."""
+    modules = {
+        module_name(p, src): p for p in src.rglob("*.py") if _under(module_name(p, src), ("wd_chaos",))
+    }
+
+    def known(name: str) -> str:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph: dict[str, set[str]] = {}
+    for me, path in modules.items():
+        package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                edges.update(known(alias.name) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    root = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    root = node.module or ""
+                edges.update(known(f"{root}.{alias.name}") for alias in node.names)
+        graph[me] = edges - {"", me}
+    return graph
+
+
+def cycles(src: Path = SRC) -> list[list[str]]:
+    """The import cycles among ``wd_chaos`` modules: each strongly connected group of two or more."""
+    graph = harness_graph(src)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_among_harness_modules() -> None:
+    found = cycles()
+    detail = [
+        f"{' <-> '.join(group)}: "
+        + "; ".join(f"{a} -> {b}" for a in group for b in sorted(harness_graph()[a]) if b in group)
+        for group in found
+    ]
+    assert not found, "import cycles among wd_chaos modules:\n" + "\n".join(detail)
+
+
+@pytest.mark.parametrize(
+    "b_text",
+    [
+        "import wd_chaos.a\n",
+        "def f():\n    from .a import x\n",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import a\n",
+    ],
+)
+def test_the_cycle_check_sees_a_cycle_however_it_is_deferred(tmp_path: Path, b_text: str) -> None:
+    (tmp_path / "wd_chaos").mkdir()
+    (tmp_path / "wd_chaos" / "__init__.py").write_text("")
+    (tmp_path / "wd_chaos" / "a.py").write_text("from .b import y\nx = 1\n")
+    (tmp_path / "wd_chaos" / "b.py").write_text(b_text + "y = 2\n")
+    (tmp_path / "wd_chaos" / "c.py").write_text("from . import a, b\n")  # importing both is no cycle
+    assert cycles(tmp_path) == [["wd_chaos.a", "wd_chaos.b"]]
+
+
+# -- no harness file over 600 lines ---------------------------------------------------------------
+
+MAX_LINES = 600
+"""A harness module longer than this mixes roles: split it by what each part is for."""
+
+
+def long_files(src: Path = SRC) -> list[str]:
+    """Every ``wd_chaos`` module over ``MAX_LINES`` lines, with its count (the mutant catalogues
+    live in the store packages, so nothing under ``wd_chaos`` is exempt)."""
+    out = []
+    for path in sorted((src / "wd_chaos").rglob("*.py")):
+        where = path.relative_to(src).as_posix()
+        count = len(path.read_text().splitlines())
+        if count > MAX_LINES:
+            out.append(f"{where}: {count} lines")
+    return out
+
+
+def test_no_harness_file_is_over_600_lines() -> None:
+    found = long_files()
+    assert not found, f"harness modules over {MAX_LINES} lines (split them by role):\n" + "\n".join(found)
+
+
+def test_the_length_check_sees_a_long_file(tmp_path: Path) -> None:
+    (tmp_path / "wd_chaos" / "mutants").mkdir(parents=True)
+    (tmp_path / "wd_chaos" / "long.py").write_text("x = 1\n" * 601)
+    (tmp_path / "wd_chaos" / "short.py").write_text("x = 1\n" * 600)
+    (tmp_path / "wd_chaos" / "mutants" / "catalogue.py").write_text("x = 1\n" * 900)
+    assert long_files(tmp_path) == ["wd_chaos/long.py: 601 lines", "wd_chaos/mutants/catalogue.py: 900 lines"]

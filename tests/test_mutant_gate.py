@@ -58,7 +58,7 @@ def test_a_redis_set_mutant_runs_on_the_redis_chaos_store() -> None:
 def test_a_catalogue_module_reaches_the_chaos_half(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "my_catalogue.py").write_text(
         "from wd_chaos.mutants import Mutant, swap\n"
-        "from wd_chaos.mutants.sqlite import RenewPastBudget\n"
+        "from without_durability.kits.sqlite_mutants import RenewPastBudget\n"
         "MUTANTS = [Mutant('mine', 'sqlite', 'budget', 'mine', ('chaos:budget-overrun:fencing',),"
         " swap('checkpointer', RenewPastBudget))]\n"
     )
@@ -114,3 +114,91 @@ def test_a_process_a_check_starts_meets_the_mutant_through_the_environment() -> 
     env.pop("WD_MUTANT")
     got = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     assert got.stdout.strip() == "SqliteCheckpointer", "a process outside a mutant's check met a mutant"
+
+
+def _stored_run(folder: Path, name: str, stamp: str, **summary: object) -> Path:
+    import json
+
+    run_dir = folder / name
+    run_dir.mkdir(parents=True)
+    fields: dict[str, object] = {
+        "scenario": "lease-stall",
+        "store": "sqlite",
+        "mutant": None,
+        "client": "harness",
+        "schedule_from": "seed",
+        "valid": True,
+        "analyzed_at": stamp,
+        "verdicts": [{"name": "fencing", "valid": True}],
+    }
+    (run_dir / "summary.json").write_text(json.dumps({**fields, **summary}))
+    (run_dir / "final.json").write_text(json.dumps({"fast_failover": summary.get("ff", False)}))
+    return run_dir
+
+
+def test_real_runs_reuse_only_a_shipped_stores_valid_run_and_judge_from_it(tmp_path: Path) -> None:
+    """``--real-runs``: a real store's run of the scenario that was valid, on the harness's client,
+    with no mutant, no fast failover and its seed's own schedule, the newest of them; the chaos
+    runner then judges the real store from it without running, and still runs every mutant."""
+    from wd_chaos.mutants.command import chaos_runner, stored_real_runs
+
+    old = _stored_run(tmp_path / "a", "old", "2026-01-01")
+    new = _stored_run(tmp_path / "b", "new", "2026-02-01")
+    _stored_run(tmp_path / "b", "unknown", "2026-03-01", valid="unknown")
+    _stored_run(tmp_path / "b", "mutant", "2026-03-01", mutant="sqlite-record-without-fence")
+    _stored_run(tmp_path / "b", "worker", "2026-03-01", client="worker")
+    _stored_run(tmp_path / "b", "replay", "2026-03-01", schedule_from="schedule.json")
+    _stored_run(tmp_path / "b", "ff", "2026-03-01", ff=True, store="postgres")
+    found = stored_real_runs([tmp_path / "a", tmp_path / "b"])
+    assert found == {("lease-stall", "sqlite"): new}, found
+    assert old != new
+    verdicts = chaos_runner(8, found)("lease-stall", "sqlite", None, tmp_path / "out")
+    assert verdicts["fencing"] == "valid" and str(new) in verdicts["__evidence__"]
+    assert not (tmp_path / "out").exists(), "the real store's run was made again"
+
+
+def test_a_simulation_kill_is_counted_apart_and_needs_the_real_store_to_pass_the_same_seeds() -> None:
+    """``sim:<scenario>:<checker>`` killers (wd-chaos sim) are harness checks of their own: kept out
+    of the pytest session, counted as sim kills (not tests, not wd-chaos runs), and void when the
+    real store failed the same simulation."""
+    from wd_chaos.mutants.runner import check_name
+
+    mutant = _one("memory-batch-sends-cancelled")
+    sim = "sim:lease-stall:cancelled-calls"
+    assert sim in mutant.killers and check_name(sim) == sim
+    results = [CheckResult(sim, mutant.name, "failed", 1.0), CheckResult(sim, "memory", "passed", 1.0)]
+    report = judge([mutant], results, 0.0)
+    assert report.mutants[0].killed and report.mutants[0].killed_by_sim
+    assert (report.killed_by_tests, report.killed_by_chaos, report.killed_by_sim) == (0, 0, 1)
+    void = judge([mutant], [results[0], CheckResult(sim, "memory", "failed", 1.0)], 0.0)
+    assert not void.mutants[0].killed
+
+
+def test_a_sim_killer_must_name_a_simulated_store_and_a_checker_it_judges() -> None:
+    from wd_chaos.mutants import CatalogueError, check_killers
+
+    memory = _one("memory-batch-sends-cancelled")
+    postgres = _one("postgres-record-without-fence")  # a server's store: no simulation of it
+    for mutant, killer, why in (
+        (memory, "sim:lease-stall:no-such-checker", "judges no"),
+        (memory, "sim:no-such-scenario:fencing", "no-such-scenario"),
+        (postgres, "sim:lease-stall:fencing", "not 'postgres'"),
+    ):
+        broken = Mutant(
+            mutant.name, mutant.store, mutant.guarantee, mutant.description, (killer,), mutant.wrap
+        )
+        with pytest.raises(CatalogueError, match=why):
+            check_killers([broken])
+
+
+def test_a_chaos_killer_runs_again_on_a_miss_but_never_past_a_verdict() -> None:
+    """A mutant's run that came out valid, or any run that came out unknown, gets another seed; a
+    real store's valid run and every invalid run are final (a real store is never run until it fails)."""
+    from wd_chaos.mutants.command import another_seed
+
+    assert another_seed({"valid": True}, "redis-appendfsync-everysec") == "valid (the mutant was not caught)"
+    assert another_seed({"valid": "unknown"}, "redis-appendfsync-everysec") == "unknown"
+    assert another_seed({"valid": "unknown"}, None) == "unknown"
+    assert another_seed({"valid": True}, None) is None
+    assert another_seed({"valid": False}, None) is None
+    assert another_seed({"valid": False}, "redis-appendfsync-everysec") is None

@@ -73,7 +73,7 @@ def test_every_store_yields_mutants_with_unique_stable_ids() -> None:
     for store, targets in (
         ("sqlite", statement_targets("without_durability.sqlite")),
         ("postgres", statement_targets("without_durability_postgres")),
-        ("redis", script_targets()),
+        ("redis", script_targets("without_durability_redis")),
     ):
         found = mutants(store, targets)
         ids = [m.id for m in found]
@@ -127,6 +127,71 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != patch.EDIT_ENV}
 
 
+SCRIPT_READER = """
+from functools import cache
+from importlib.resources import files
+
+
+@cache
+def read(name: str) -> str:
+    return (files(__package__) / "scripts" / f"{name}.lua").read_text()
+
+
+@cache
+def source(name: str) -> str:
+    return "-- assembled\\n" + read(name)
+"""
+
+
+def test_a_script_mutant_reaches_any_kit_that_names_its_scripts_package_and_reader(tmp_path: Path) -> None:
+    """Generated script mutants are not Redis's alone: a toy scripts package whose kit would name
+    its reader gets its script replaced in a fresh process, its assembled (cached) source included;
+    a spec naming no reader is refused with what to declare."""
+    package = tmp_path / "toy_scripts"
+    (package / "scripts").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "reader.py").write_text(SCRIPT_READER)
+    (package / "scripts" / "claim.lua").write_text("if a == 1 and b < c then return 1 end\n")
+    (package / "scripts" / "other.lua").write_text("return 2\n")
+    env = {**_env(), "PYTHONPATH": str(tmp_path)}
+    listed = subprocess.run(
+        [sys.executable, "-c", "from wd_chaos.mutate.targets import mutants, script_targets\n"
+         "for m in mutants('toy', script_targets('toy_scripts', 'toy_scripts.reader:read')): print(m.to_json())"],
+        env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    spec = next(
+        patch.Spec.from_json(line)
+        for line in listed.stdout.splitlines()
+        if '"target": "lua:claim"' in line and '"operator": "comparison"' in line
+    )
+    assert spec.reader == "toy_scripts.reader:read" and spec.id.startswith("toy:claim:comparison:")
+    code = (
+        "from toy_scripts import reader\n"
+        "before = reader.source('claim')\n"  # cached before the mutant arrives
+        "from wd_chaos.mutants import install_from_env; install_from_env()\n"
+        "import json; print(json.dumps([before, reader.source('claim'), reader.source('other')]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, patch.EDIT_ENV: spec.to_json()},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    before, after, other = json.loads(done.stdout)
+    assert after == "-- assembled\n" + spec.edit.apply(before.removeprefix("-- assembled\n")) != before
+    assert other == "-- assembled\nreturn 2\n"
+    unread = patch.Spec(**{**json.loads(spec.to_json()), "reader": ""})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, patch.EDIT_ENV: unread.to_json()},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0 and "MutatePlan.script_reader" in done.stderr
+
+
 def test_one_generated_mutant_is_killed_where_the_real_store_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
     check = "tests/test_conformance.py::test_superseded_record_is_fenced_and_writes_nothing"
@@ -160,19 +225,15 @@ def test_the_command_lists_mutants_and_refuses_an_unknown_store_clearly() -> Non
 
 
 def test_equivalents_name_real_mutants_each_with_a_reason() -> None:
-    from wd_chaos.mutate.runner import equivalents
+    """Each built-in kit ships its own list of equivalent mutants, in its own package, and every
+    statement or script entry in it names a mutant its plan generates."""
+    from wd_chaos.mutate.runner import equivalents, plan_equivalents
 
-    known = equivalents()
-    ids = {
-        m.id
-        for store, targets in (
-            ("sqlite", statement_targets("without_durability.sqlite")),
-            ("postgres", statement_targets("without_durability_postgres")),
-            ("redis", script_targets()),
-        )
-        for m in mutants(store, targets)
-    }
-    assert known and set(known) <= ids, f"equivalent.toml names no such mutant: {sorted(set(known) - ids)}"
+    for store in ("sqlite", "postgres", "redis"):
+        plan = plan_for(store)
+        known = {k for k in equivalents(plan_equivalents(plan)) if ":py:" not in k}
+        ids = {m.id for m in mutants(plan.name, targets_of(plan))}
+        assert known and known <= ids, f"{plan.equivalents} names no such mutant: {sorted(known - ids)}"
 
 
 def test_each_built_in_kit_declares_its_plan_and_the_flags_still_replace_its_parts() -> None:

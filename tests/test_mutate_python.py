@@ -150,7 +150,7 @@ def test_inert_positions_are_annotations_and_docstrings_not_code() -> None:
 
 
 def test_a_failing_test_id_is_read_whole_spaces_included() -> None:
-    from wd_chaos.mutate.runner import _FAILED
+    from wd_chaos.mutation.session import FAILED as _FAILED
 
     tail = (
         "FAILED tests/test_sqlite.py::test_ends[sqlite-rollback, return] - AssertionError: a - b\n"

@@ -20,7 +20,6 @@ from without_durability_postgres import (
     PostgresDurable,
     PostgresScheduler,
 )
-from without_durability_postgres.kit import fresh_schema
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.wd_store("postgres")]
 
@@ -57,61 +56,6 @@ async def test_its_take_half_is_take_with_only_the_two_conditions_added(wd_store
 
 async def test_it_is_offered_as_the_optional_capability(wd_store: Store) -> None:
     assert isinstance(scheduler(wd_store), AnswersAndTakes)
-
-
-async def test_it_finishes_the_answered_delivery_and_hands_out_the_next(wd_store: Store) -> None:
-    sched = scheduler(wd_store)
-    await sched.schedule("a")
-    await sched.schedule("b", await sched.now() - timedelta(seconds=1))  # due first
-    first = await sched.take(LONG)
-    assert first is not None and first.workflow == "b"
-    second = await sched.answer_and_take(first, None, LONG)
-    assert second is not None and second.workflow == "a", f"expected 'a' next, got {second!r}"
-    assert set(await queued(sched)) == {"a"}, "the answered delivery must be gone, the taken one kept"
-    assert await sched.answer_and_take(second, None, LONG) is None
-    assert await queued(sched) == {}, "answering the last delivery must empty the queue"
-
-
-async def test_the_answer_acts_only_while_its_receipt_is_current(wd_store: Store) -> None:
-    sched = scheduler(wd_store)
-    for name in ("woken", "cancelled", "plain"):
-        await sched.schedule(name)
-    taken = {d.workflow: d for d in [await sched.take(LONG) for _ in range(3)] if d is not None}
-    assert set(taken) == {"woken", "cancelled", "plain"}
-    await sched.schedule("woken")  # a wakeup since the take: it stands
-    await sched.cancel("cancelled")  # cancelled since the take: not reinstated
-    later = await sched.now() + LONG
-    # "woken" is due again and is the workflow being answered: its sleep answer must not move it,
-    # and this call must not hand it back.
-    assert await sched.answer_and_take(taken["woken"], later, LONG) is None
-    assert (await queued(sched))["woken"] <= await sched.now(), "a wakeup since the take must stand"
-    assert await sched.answer_and_take(taken["cancelled"], later, LONG) is not None  # takes "woken"
-    rows = await queued(sched)
-    assert "cancelled" not in rows, "an answer must not reinstate a cancelled workflow"
-    assert set(rows) == {"woken", "plain"}
-    assert rows["plain"] == taken["plain"].receipt.visible_at  # type: ignore[attr-defined]
-
-
-async def test_a_stale_answer_leaves_the_newer_delivery_alone(wd_store: Store) -> None:
-    sched = scheduler(wd_store)
-    await sched.schedule("w")
-    short = timedelta(milliseconds=50)
-    old = await sched.take(short)
-    assert old is not None
-    newer: Delivery | None = None
-    deadline = time.monotonic() + 10
-    while newer is None:  # the server's clock decides when the short visibility has lapsed
-        assert time.monotonic() < deadline, "the delivery never reappeared after its visibility"
-        await asyncio.sleep(0.02)
-        newer = await sched.take(LONG)
-    assert newer.workflow == "w"
-    current = {"w": newer.receipt.visible_at}  # type: ignore[attr-defined]
-    assert await sched.answer_and_take(old, await sched.now(), LONG) is None
-    assert await queued(sched) == current, "a stale sleep answer must not move the newer delivery"
-    assert await sched.answer_and_take(old, None, LONG) is None
-    assert await queued(sched) == current, "a stale finish must not remove the newer delivery"
-    assert await sched.answer_and_take(newer, None, LONG) is None
-    assert await queued(sched) == {}
 
 
 async def test_a_sleep_answer_moves_the_delivery_and_never_hands_it_back(wd_store: Store) -> None:
@@ -177,26 +121,6 @@ async def test_an_answer_touches_its_own_row_only_when_others_share_its_receipt_
     assert mine.get("w") == (None if answer.startswith("finish") else at), f"the answer left {mine!r}"
     if got is None:
         assert mine.get("both") == past, "an answer alone took or moved a due workflow"
-
-
-async def test_concurrent_chains_hand_out_every_workflow_exactly_once(wd_store: Store) -> None:
-    async with fresh_schema(wd_store.extra["url"], min_size=6, max_size=6) as (pool, _):
-        sched = PostgresScheduler(pool, namespace="chain")
-        names = [f"c-{i:03d}" for i in range(120)]
-        for n in names:
-            await sched.schedule(n)
-        got: list[str] = []
-
-        async def chain() -> None:
-            d = await sched.take(LONG)
-            while d is not None:
-                got.append(d.workflow)
-                await asyncio.sleep(0)  # let the chains interleave
-                d = await sched.answer_and_take(d, None, LONG)
-
-        await asyncio.gather(*(chain() for _ in range(6)))
-        assert sorted(got) == names, f"expected each of 120 once, got {len(got)} ({len(set(got))} distinct)"
-        assert await queued(sched) == {}
 
 
 async def test_the_answer_waits_for_a_row_lock_before_the_take_locks_anything(wd_store: Store) -> None:

@@ -53,61 +53,6 @@ async def test_it_is_offered_as_the_optional_capability(wd_store: Store) -> None
     assert isinstance(scheduler(wd_store), AnswersAndTakes)
 
 
-async def test_it_finishes_the_answered_delivery_and_hands_out_the_next(wd_store: Store) -> None:
-    sched = scheduler(wd_store)
-    await sched.schedule("b")
-    await sched.schedule("a")
-    first = await sched.take(LONG)
-    assert first is not None and first.workflow == "b"
-    second = await sched.answer_and_take(first, None, LONG)
-    assert second is not None and second.workflow == "a", f"expected 'a' next, got {second!r}"
-    assert set(await queued(sched)) == {"a"}, "the answered delivery must be gone, the taken one kept"
-    assert await sched.answer_and_take(second, None, LONG) is None
-    assert await queued(sched) == {}, "answering the last delivery must empty the queue"
-
-
-async def test_the_answer_acts_only_while_its_receipt_is_current(wd_store: Store) -> None:
-    sched = scheduler(wd_store)
-    for name in ("woken", "cancelled", "plain"):
-        await sched.schedule(name)
-    taken = {d.workflow: d for d in [await sched.take(LONG) for _ in range(3)] if d is not None}
-    assert set(taken) == {"woken", "cancelled", "plain"}
-    await sched.schedule("woken")  # a wakeup since the take: it stands
-    await sched.cancel("cancelled")  # cancelled since the take: not reinstated
-    later = await sched.now() + LONG
-    # "woken" is due again and is the workflow being answered: its sleep answer must not move it,
-    # and this call must not hand it back.
-    assert await sched.answer_and_take(taken["woken"], later, LONG) is None
-    assert (await queued(sched))["woken"] / 1e6 <= time.time() + 5, "a wakeup since the take must stand"
-    again = await sched.answer_and_take(taken["cancelled"], later, LONG)
-    assert again is not None and again.workflow == "woken"
-    rows = await queued(sched)
-    assert "cancelled" not in rows, "an answer must not reinstate a cancelled workflow"
-    assert set(rows) == {"woken", "plain"}
-    assert rows["plain"] == receipt_time(taken["plain"]), "an unrelated delivery must be left as taken"
-
-
-async def test_a_stale_answer_leaves_the_newer_delivery_alone(wd_store: Store) -> None:
-    sched = scheduler(wd_store)
-    await sched.schedule("w")
-    old = await sched.take(timedelta(milliseconds=50))
-    assert old is not None
-    newer: Delivery | None = None
-    deadline = time.monotonic() + 10
-    while newer is None:  # the server's clock decides when the short visibility has lapsed
-        assert time.monotonic() < deadline, "the delivery never reappeared after its visibility"
-        await asyncio.sleep(0.02)
-        newer = await sched.take(LONG)
-    assert newer.workflow == "w"
-    current = await queued(sched)
-    assert await sched.answer_and_take(old, await sched.now(), LONG) is None
-    assert await queued(sched) == current, "a stale sleep answer must not move the newer delivery"
-    assert await sched.answer_and_take(old, None, LONG) is None
-    assert await queued(sched) == current, "a stale finish must not remove the newer delivery"
-    assert await sched.answer_and_take(newer, None, LONG) is None
-    assert await queued(sched) == {}
-
-
 async def test_a_due_sleep_answer_is_never_handed_back_but_left_for_the_next_take(wd_store: Store) -> None:
     sched = scheduler(wd_store)
     await sched.schedule("sleeper")
@@ -151,25 +96,6 @@ async def test_a_delivery_from_elsewhere_is_refused_before_anything_is_written(w
             await call()
     assert await queued(other) == before
     await other.client.delete(*[k for k in await other.client.keys(other.prefix + "*")])
-
-
-async def test_concurrent_chains_hand_out_every_workflow_exactly_once(wd_store: Store) -> None:
-    sched = scheduler(wd_store)
-    names = [f"c-{i:03d}" for i in range(120)]
-    for n in names:
-        await sched.schedule(n)
-    got: list[str] = []
-
-    async def chain() -> None:
-        d = await sched.take(LONG)
-        while d is not None:
-            got.append(d.workflow)
-            await asyncio.sleep(0)  # let the chains interleave
-            d = await sched.answer_and_take(d, None, LONG)
-
-    await asyncio.gather(*(chain() for _ in range(6)))
-    assert sorted(got) == names, f"expected each of 120 once, got {len(got)} ({len(set(got))} distinct)"
-    assert await queued(sched) == {}
 
 
 async def test_concurrent_take_many_hand_out_every_workflow_exactly_once(wd_store: Store) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from wd_chaos.toxiproxy_server import TOXIPROXY_SERVER
+from wd_chaos.control.toxiproxy_server import TOXIPROXY_SERVER
 from without_durability.testing.servers import (
     INSTALL_HINT,
     Probe,

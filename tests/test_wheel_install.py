@@ -20,9 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HOUSE = Path(
-    os.environ.get("WD_WHEELHOUSE", Path.home() / ".cache" / "without-durability" / "wheelhouse")
-)
+HOUSE = Path(os.environ.get("WD_WHEELHOUSE", Path.home() / ".cache" / "without-durability" / "wheelhouse"))
 # what pip needs to build our wheel in isolation (pyproject's build-system.requires)
 BUILD_REQUIRES = ["setuptools>=77", "wheel"]
 
@@ -49,14 +47,26 @@ def _copy_tree(dest: Path) -> Path:
     return dest
 
 
+def _forget_our_own() -> None:
+    """Drop this project's own wheels from HOUSE (``pip wheel`` writes the one it is given there):
+    ``[all]`` names the project's other extras through the project itself, and an older wheel of
+    the same version left in HOUSE would answer for it, so a dependency a newer extra adds (as
+    ``powerloss`` added mfusepy) would never be fetched and the install would then fail."""
+    for old in HOUSE.glob("without_durability-*.whl"):
+        old.unlink(missing_ok=True)
+
+
 def _wheelhouse(requirements: list[str]) -> None:
     """Every wheel ``requirements`` need is in HOUSE: offline when it already is, else pip wheel
     fetches the rest from the index."""
     HOUSE.mkdir(parents=True, exist_ok=True)
+    _forget_our_own()
     offline = _pip("wheel", "-q", "--no-index", "--find-links", str(HOUSE), "-w", str(HOUSE), *requirements)
+    _forget_our_own()
     if offline.returncode == 0:
         return
     online = _pip("wheel", "-q", "--find-links", str(HOUSE), "-w", str(HOUSE), *requirements, timeout=600)
+    _forget_our_own()
     assert online.returncode == 0, (
         f"the wheelhouse {HOUSE} lacks wheels and pip could not fetch them (set WD_WHEELHOUSE to a "
         f"folder holding them, or reach the package index):\n{online.stderr[-3000:]}"
@@ -67,14 +77,27 @@ def test_a_built_wheel_installed_with_all_lists_and_runs_from_an_empty_folder(tm
     started = time.monotonic()
     tree = _copy_tree(tmp_path / "tree")
     _wheelhouse(BUILD_REQUIRES)
-    built = _pip("wheel", "-q", "--no-deps", "--no-index", "--find-links", str(HOUSE), "-w", str(tmp_path / "dist"), str(tree))
+    built = _pip(
+        "wheel",
+        "-q",
+        "--no-deps",
+        "--no-index",
+        "--find-links",
+        str(HOUSE),
+        "-w",
+        str(tmp_path / "dist"),
+        str(tree),
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = (tmp_path / "dist").glob("without_durability-*.whl")
     _wheelhouse([f"{wheel}[all]"])
 
     venv = tmp_path / "venv"
     made = subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", str(venv)], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert made.returncode == 0, made.stderr
     python = venv / "bin" / "python"
@@ -109,11 +132,20 @@ def test_a_built_wheel_installed_with_all_lists_and_runs_from_an_empty_folder(tm
     listed = run(str(venv / "bin" / "wd-chaos"), "list")
     assert listed.returncode == 0, listed.stderr
     missing = [name for name in shipped if name not in listed.stdout]
-    assert "lease-stall" in listed.stdout and not missing, f"wd-chaos list from the wheel lacks {missing}:\n{listed.stdout}"
+    assert "lease-stall" in listed.stdout and not missing, (
+        f"wd-chaos list from the wheel lacks {missing}:\n{listed.stdout}"
+    )
 
     # a shorter workload than the file's 24 s keeps the test inside its allowance; both stalls still happen
     ran = run(
-        str(venv / "bin" / "wd-chaos"), "run", "lease-stall", "--store", "sqlite", "--time-limit", "10", timeout=240
+        str(venv / "bin" / "wd-chaos"),
+        "run",
+        "lease-stall",
+        "--store",
+        "sqlite",
+        "--time-limit",
+        "10",
+        timeout=240,
     )
     assert ran.returncode == 0, f"exit {ran.returncode}\n{ran.stdout[-3000:]}\n{ran.stderr[-3000:]}"
     assert list((empty / "reports").glob("*-lease-stall-sqlite")), "no report folder in the empty folder"

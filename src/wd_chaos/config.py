@@ -7,7 +7,9 @@ it is written and where it is read:
   models (``scenario.Lease``, ...), so a field added to a scenario is in the config too.
 - ``HistoryLine``: one line of a history file, checked by ``history.HistoryWriter`` before it is
   written and by ``history.merge`` / ``history.load_finished`` when read; the lines stay plain
-  JSON objects (``history.Op``) for the checkers.
+  JSON objects (``history.Op``) for the checkers. It is defined in ``wd_chaos.history`` (with
+  ``Outcome``, ``OUTCOMES``, ``check_line``, ``ConfigError`` and ``errors``), the bottom of the
+  harness, which imports nothing of it; this module re-exports those names.
 
 Both keep the JSON shapes the files always had (``reports/README.md``). A key a run adds before it
 is typed here still travels: ``RunConfig`` keeps unknown keys, readable as ``cfg["key"]`` or
@@ -18,13 +20,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .history import OUTCOMES, ConfigError, HistoryLine, Outcome, check_line, errors
 from .scenario import Lease, Lifecycle, Storm, Workload
 
 __all__ = [
+    "OUTCOMES",
+    "Outcome",
+    "check_line",
     "ConfigError",
     "HistoryLine",
     "LeaseConfig",
@@ -35,16 +41,6 @@ __all__ = [
     "errors",
     "load",
 ]
-
-
-Outcome = Literal["ok", "fenced", "contended", "failed", "unknown"]
-"""How an operation completed (``history.OUTCOMES``)."""
-OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
-
-
-class ConfigError(ValueError):
-    """A config.json or history line that is not the form its reader expects; the message names
-    the file (or line), the field and what was wrong."""
 
 
 class _Keyed:
@@ -122,20 +118,6 @@ class RunConfig(_Keyed, BaseModel):
         return self.model_dump_json(indent=2)
 
 
-def errors(exc: ValidationError, source: str) -> str:
-    """``exc`` as one line per problem, each naming ``source`` and the field."""
-    lines = []
-    for err in exc.errors():
-        message = str(err["msg"]).removeprefix("Value error, ")
-        if not err["loc"]:  # a check across fields: its message names them
-            lines.append(f"{source}: {message}")
-            continue
-        where = ".".join(str(part) for part in err["loc"])
-        got = "" if err["type"] == "missing" else f", got {err.get('input')!r}"
-        lines.append(f"{source}: {where}: {message}{got}")
-    return "; ".join(lines)
-
-
 def validate(data: object, source: str) -> RunConfig:
     """``data`` (parsed JSON) as a ``RunConfig``; raises ``ConfigError`` naming ``source``."""
     try:
@@ -153,41 +135,3 @@ def load(path: Path) -> RunConfig:
     except ValueError as exc:
         raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
     return validate(data, str(path))
-
-
-class HistoryLine(BaseModel):
-    """One history line (``reports/README.md``): its ``type``, the writing process, both clocks,
-    and for an operation its id, function and (on complete) outcome. Other fields are kept as
-    written."""
-
-    model_config = ConfigDict(extra="allow")
-
-    type: str = Field(pattern=r"^[a-z][a-z-]*$")
-    """``invoke``, ``complete``, ``effect``, ``fault`` or ``info``."""
-    process: str
-    pid: int
-    mono: int
-    """``time.monotonic_ns()`` when written: the merged history's order."""
-    wall: str
-    """The wall clock when written, ISO 8601."""
-    op: str | None = None
-    f: str | None = None
-    outcome: Outcome | None = None
-
-    @model_validator(mode="after")
-    def _operation_fields(self) -> HistoryLine:
-        if self.type in ("invoke", "complete"):
-            missing = [name for name in ("op", "f") if getattr(self, name) is None]
-            if self.type == "complete" and self.outcome is None:
-                missing.append("outcome")
-            if missing:
-                raise ValueError(f"a {self.type} line needs {', '.join(missing)}")
-        return self
-
-
-def check_line(line: dict[str, Any], source: str) -> None:
-    """Raise ``ConfigError`` naming ``source`` when ``line`` is not a ``HistoryLine``."""
-    try:
-        HistoryLine.model_validate(line)
-    except ValidationError as exc:
-        raise ConfigError(errors(exc, source)) from exc

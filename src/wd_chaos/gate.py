@@ -4,7 +4,8 @@ verdict, and the text that says why a verdict was not the one its scenario expec
 
 A run that comes out unknown (its fault did not bite, a dangerous window was never reached, this
 machine's wall clock stepped) tested nothing, so a case runs again on another seed, at most
-``RUNS`` runs in all; it fails on a real verdict its scenario does not expect, or when every run
+``RUNS`` runs in all; so does a valid run of a scenario that loses writes by design, since the loss
+it exists to show did not happen; it fails on a real verdict its scenario does not expect, or when every run
 was unknown (``AllUnknown`` names each run and why).
 """
 
@@ -21,11 +22,13 @@ from typing import Any
 
 from without_durability.testing.kit import KitError, resolve
 
-from .kits import chaos_kits, why_not
-from .runner import Options, Outcome, check_options, run
+from .analyze import Outcome
+from .control.kits import chaos_kits, why_not
+from .control.runner import Options, check_options, run
+from .control.services import check_available
+from .faults import service_needs
+from .rundir import shrink_command
 from .scenario import OptionError, Scenario, ScenarioError, available, find
-from .services import check_available
-from .shrink import shrink_command
 
 RUNS = 3
 """At most this many runs of one case: an unknown run is run again, on another seed."""
@@ -176,6 +179,14 @@ def _why_unknown(outcome: Outcome) -> str:
     return "; ".join(why) or "no verdict said why"
 
 
+LOSSLESS = (
+    "valid: no acknowledged write was lost, so durability had no loss to count "
+    "(the cuts found nothing acknowledged still unsynced)"
+)
+"""Why a run of a scenario that loses writes by design (``expect = "lost-writes"``) that came out
+valid is run again: the loss it exists to show did not happen, so it tested nothing."""
+
+
 def run_judged(
     scenario: Scenario,
     opts: Options,
@@ -184,12 +195,11 @@ def run_judged(
     progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> Judged:
     """Run ``scenario`` with ``opts`` until a run gives a real verdict (valid or invalid), at most
-    ``runs`` times. Each unknown run is kept, a ``UserWarning`` names it, and the next run takes
+    ``runs`` times. A valid run of a scenario that loses writes by design (``expect =
+    "lost-writes"``) showed no loss to count and counts as unknown here. Each unknown run is kept, a ``UserWarning`` names it, and the next run takes
     another seed (``opts.seed``, else the scenario's, plus the retry's number), since the same seed
     would likely time the same way. ``runs`` unknown runs raise ``AllUnknown`` naming each;
     servers that cannot be had raise ``Unavailable`` before anything starts."""
-    from .faults import service_needs
-
     reason = check_available(opts.store, **service_needs([{"fault": f.kind} for f in scenario.faults]))
     if reason:
         raise Unavailable(f"{scenario.name} on {opts.store}: servers unavailable: {reason}")
@@ -198,9 +208,11 @@ def run_judged(
     for attempt in range(max(1, runs)):
         this = replace(opts, seed=opts.seed if attempt == 0 else base + attempt)
         outcome = run(scenario, this, progress)
-        if outcome.valid is True or outcome.valid is False:
+        lossless = scenario.expect == "lost-writes" and outcome.valid is True
+        if (outcome.valid is True and not lossless) or outcome.valid is False:
             return Judged(outcome, scenario, this, misses)
-        missed = f"{outcome.run_dir} (seed {outcome.summary.get('seed')}): {_why_unknown(outcome)}"
+        why = _why_unknown(outcome) if not lossless else LOSSLESS
+        missed = f"{outcome.run_dir} (seed {outcome.summary.get('seed')}): {why}"
         misses.append(missed)
         if attempt + 1 < runs:
             warnings.warn(

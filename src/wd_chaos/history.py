@@ -22,23 +22,88 @@ import time
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
-from . import config
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-OUTCOMES = config.OUTCOMES
+Outcome = Literal["ok", "fenced", "contended", "failed", "unknown"]
+"""How an operation completed (``OUTCOMES``)."""
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 """How an operation completed. ``unknown``: it may or may not have taken effect (a timeout, a
 connection lost mid-call); an invoke with no complete at all (a killed process) is unknown too."""
+
+
+class ConfigError(ValueError):
+    """A config.json or history line that is not the form its reader expects; the message names
+    the file (or line), the field and what was wrong. (Defined here, at the bottom, because a
+    history line is checked here; ``wd_chaos.config`` re-exports it.)"""
+
 
 Op = dict[str, Any]
 """One history line, as parsed JSON."""
 
 
+def errors(exc: ValidationError, source: str) -> str:
+    """``exc`` as one line per problem, each naming ``source`` and the field."""
+    lines = []
+    for err in exc.errors():
+        message = str(err["msg"]).removeprefix("Value error, ")
+        if not err["loc"]:  # a check across fields: its message names them
+            lines.append(f"{source}: {message}")
+            continue
+        where = ".".join(str(part) for part in err["loc"])
+        got = "" if err["type"] == "missing" else f", got {err.get('input')!r}"
+        lines.append(f"{source}: {where}: {message}{got}")
+    return "; ".join(lines)
+
+
+class HistoryLine(BaseModel):
+    """One history line (``reports/README.md``): its ``type``, the writing process, both clocks,
+    and for an operation its id, function and (on complete) outcome. Other fields are kept as
+    written."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = Field(pattern=r"^[a-z][a-z-]*$")
+    """``invoke``, ``complete``, ``effect``, ``fault`` or ``info``."""
+    process: str
+    pid: int
+    mono: int
+    """``time.monotonic_ns()`` when written: the merged history's order."""
+    wall: str
+    """The wall clock when written, ISO 8601."""
+    op: str | None = None
+    f: str | None = None
+    outcome: Outcome | None = None
+
+    @model_validator(mode="after")
+    def _operation_fields(self) -> HistoryLine:
+        if self.type in ("invoke", "complete"):
+            missing = [name for name in ("op", "f") if getattr(self, name) is None]
+            if self.type == "complete" and self.outcome is None:
+                missing.append("outcome")
+            if missing:
+                raise ValueError(f"a {self.type} line needs {', '.join(missing)}")
+        return self
+
+
+def check_line(line: dict[str, Any], source: str) -> None:
+    """Raise ``ConfigError`` naming ``source`` when ``line`` is not a ``HistoryLine``."""
+    try:
+        HistoryLine.model_validate(line)
+    except ValidationError as exc:
+        raise ConfigError(errors(exc, source)) from exc
+
+
 def digest(value: object) -> str:
     """A short digest of ``value``'s canonical JSON (sorted keys, compact), the form a read's
     values take in the history: two reads agree on a key's value when their digests do."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
-    return hashlib.blake2b(text.encode(), digest_size=5).hexdigest()
+    return hashlib.blake2b(_DIGEST_JSON(value).encode(), digest_size=5).hexdigest()
+
+
+# json.dumps with these arguments builds this encoder on every call (it keeps no state between
+# calls); a read digests every value it saw, thousands a simulated run
+_DIGEST_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=repr).encode
 
 
 def observation(items: Iterable[tuple[str, object]]) -> dict[str, list[str]]:
@@ -61,8 +126,16 @@ def _jsonable(value: object) -> object:
         return repr(value)
 
 
+MONO_SHIFT_ENV = "WD_CHAOS_MONO_SHIFT_NS"
+"""The variable a process started in a time namespace of its own (``faults/reboot.py``) is given:
+nanoseconds to add to its ``time.monotonic_ns()`` for the machine's, so its lines' ``mono`` stays
+comparable with every other process's (the store's clock restarted, the harness's did not)."""
+
+
 class HistoryWriter:
-    """Appends this process's lines to ``path``. Not shared between processes."""
+    """Appends this process's lines to ``path``. Not shared between processes. ``mono`` is the
+    machine's monotonic clock even in a process whose own clock a reboot restarted
+    (``MONO_SHIFT_ENV``)."""
 
     def __init__(self, path: Path, process: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,22 +143,23 @@ class HistoryWriter:
         self.process = process
         self.pid = os.getpid()
         self._counter = 0
+        self._shift = int(os.environ.get(MONO_SHIFT_ENV) or 0)
 
     def close(self) -> None:
         """Close the file; later writes raise."""
         os.close(self._fd)
 
     def write(self, line: Op) -> Op:
-        """Stamp ``line`` with process, pid and both clocks, check it is a ``config.HistoryLine``
-        (``config.ConfigError`` if not: nothing is written), and append it."""
+        """Stamp ``line`` with process, pid and both clocks, check it is a ``HistoryLine``
+        (``ConfigError`` if not: nothing is written), and append it."""
         line.setdefault("process", self.process)
         line.setdefault("pid", self.pid)
-        line["mono"] = time.monotonic_ns()
+        line["mono"] = time.monotonic_ns() + self._shift
         line["wall"] = datetime.now(UTC).isoformat()
         for field in ("value", "result"):
             if field in line:
                 line[field] = _jsonable(line[field])
-        config.check_line(line, f"history line of {self.process}")
+        check_line(line, f"history line of {self.process}")
         os.write(self._fd, (json.dumps(line, sort_keys=True) + "\n").encode())
         return line
 
@@ -123,8 +197,8 @@ def merge(files: Iterable[Path], out: Path) -> list[Op]:
     for path in files:
         for number, line in enumerate(read_lines(path), 1):
             try:
-                config.check_line(line, f"{path}: line {number}")
-            except config.ConfigError as exc:
+                check_line(line, f"{path}: line {number}")
+            except ConfigError as exc:
                 raise DamagedHistory(str(exc)) from exc
             ops.append(line)
     ops.sort(key=lambda o: (o["mono"], o.get("process", ""), o.get("op", "")))
@@ -186,8 +260,8 @@ def load_finished(path: Path) -> list[Op]:
         if not isinstance(op, dict) or not isinstance(op.get("type"), str):
             raise DamagedHistory(f"{path}: line {number} has no 'type' field{again}")
         try:
-            config.check_line(op, f"{path}: line {number}")
-        except config.ConfigError as exc:
+            check_line(op, f"{path}: line {number}")
+        except ConfigError as exc:
             raise DamagedHistory(f"{exc}{again}") from exc
         ops.append(op)
     return ops

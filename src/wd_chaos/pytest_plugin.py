@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from .analyze import Outcome
     from .gate import Case, Judged
-    from .runner import Outcome
 
 DEFAULT_RUNS = 3
 """Runs of one case at most, when its runs come out unknown (``gate.RUNS``)."""
@@ -293,7 +293,7 @@ class ChaosRun:
         """Run ``scenario`` (a name, or a .toml file's path) on ``store`` (a kit name or alias)
         until a run gives a real verdict and return that run's ``Outcome``, whatever its verdict.
         ``seconds`` caps the time limit (default ``--wd-chaos-seconds``); ``runs`` bounds the runs
-        (default ``--wd-chaos-runs``); ``options`` are ``wd_chaos.runner.Options`` fields (``seed``,
+        (default ``--wd-chaos-runs``); ``options`` are ``wd_chaos.control.runner.Options`` fields (``seed``,
         ``time_limit``, ``workers``, ``client``, ``mutant``, ``schedule``, ``report_dir``)."""
         return self.judge(scenario, store, runs=runs, seconds=seconds, **options).outcome
 

@@ -20,8 +20,8 @@ from typing import Any
 from .checks.core import not_bitten, operations
 from .faults import kinds
 from .history import Op
+from .rundir import FinalState, shrink_command
 from .scenario import available
-from .shrink import shrink_command
 from .timeline import STYLE as TIMELINE_STYLE
 from .timeline import render as render_timeline
 
@@ -143,7 +143,7 @@ def _op_counts(counts: dict[str, int]) -> str:
     )
 
 
-def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: dict[str, Any]) -> Path:
+def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: FinalState) -> Path:
     """Write ``report.html`` for a run; returns its path."""
     esc = html.escape
     rows = []

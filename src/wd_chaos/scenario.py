@@ -35,6 +35,8 @@ from pydantic import (
 
 from without_durability.testing.kit import Capability, KitError, resolve
 
+from .checks import bites, checkers
+from .checks.coverage import windows
 from .faults import EventSpec, FaultSpec, kind, kinds
 
 StoreName = str
@@ -43,24 +45,18 @@ StoreName = str
 
 
 def _known_check(name: str) -> str:
-    from .checks import checkers
-
     if name not in checkers():
         raise ValueError(f"one of {', '.join(repr(n) for n in sorted(checkers()))}")
     return name
 
 
 def _known_bite(name: str) -> str:
-    from .checks import bites
-
     if name not in bites():
         raise ValueError(f"one of {', '.join(repr(n) for n in sorted(bites()))}")
     return name
 
 
 def _known_window(name: str) -> str:
-    from .checks.coverage import windows
-
     if name not in windows():
         raise ValueError(f"one of {', '.join(repr(n) for n in windows())}")
     return name
@@ -70,6 +66,16 @@ WindowName = Annotated[str, AfterValidator(_known_window)]
 """A coverage window's name (see ``wd_chaos.checks.coverage``)."""
 CheckName = Annotated[str, AfterValidator(_known_check)]
 """A checker's name: any a module of ``wd_chaos.checks`` defines (see ``wd_chaos.checks.registry``)."""
+CarelessRound = Literal[
+    "refused-burst",
+    "sweeps-beside-overruns",
+    "claim-storm",
+    "cancellations",
+    "starved",
+    "ticking-pass",
+    "claim-burst",
+]
+"""A careless client's round (``wd_chaos.client.clients.ROUNDS`` says what each does)."""
 BiteName = Annotated[str, AfterValidator(_known_bite)]
 """A bite check's name, found the same way."""
 
@@ -149,7 +155,9 @@ class Workload(_Strict):
     workflows: WorkflowCount = 12
     workers: WorkerCount = 4
     messages: Annotated[int, Field(ge=0, le=100)] = 3
-    writers: Annotated[int, Field(ge=1, le=16)] = 2
+    writers: Annotated[int, Field(ge=0, le=16)] = 2
+    """Outside writer processes delivering ``messages`` and approvals; 0 (with ``messages = 0``):
+    none, for a fault that kills every process of the run and restarts only workers."""
     step_seconds: Annotated[float, Field(ge=0)] = 0.3
     nap_seconds: Annotated[float, Field(ge=0)] = 0.5
     spread_seconds: Annotated[float, Field(ge=0)] = 8.0
@@ -177,13 +185,24 @@ class Workload(_Strict):
     """Each outside writer also tries to supply a reserved ``wd/`` key to every workflow; the
     ``misuse`` checker judges that each was refused and nothing stored."""
     careless_clients: Annotated[int, Field(ge=0, le=8)] = 0
-    """Processes of careless clients beside the workers (``wd_chaos.clients``): refused input beside
+    """Processes of careless clients beside the workers (``wd_chaos.client.clients``): refused input beside
     valid calls, cancelled calls, a pass with a renewal ticker, claim storms, sweeps beside
     overrunning passes, on workflows of their own, through a pool of one connection (judged by
     ``errors-classified``, ``cancelled-calls``, ``no-hung-pass`` and ``tokens-unique``)."""
     careless_ttl: Annotated[float, Field(ge=1, le=60)] = 1.0
     """The retention the careless clients' store is opened with (a Redis checkpointer's ``ttl``;
     seconds >= 1): their claim storms pause longer than it, so claim records expire between."""
+    careless_rounds: list[CarelessRound] | None = Field(default=None, min_length=1)
+    """The careless clients' rounds, in order (``wd_chaos.client.clients``); unset: every round but
+    ``claim-burst``, which makes thousands of claims a round and is asked for by name."""
+
+    @model_validator(mode="after")
+    def _messages_need_writers(self) -> Workload:
+        if self.writers == 0 and self.messages > 0:
+            raise ValueError(
+                f"messages = {self.messages} needs writers to deliver them; with writers = 0 set messages = 0"
+            )
+        return self
 
 
 class Lifecycle(_Strict):

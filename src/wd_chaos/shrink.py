@@ -22,6 +22,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .analyze import read_parts
+from .control.runner import Options, run
+
+# shrink_command lived here before wd_chaos.rundir; cli and gate still import it from here
+from .rundir import shrink_command as shrink_command
 from .scenario import Scenario, available
 
 Event = dict[str, Any]
@@ -31,11 +36,6 @@ Oracle = Callable[[list[Event]], bool]
 AFTER_LAST_FAULT = 4.0
 """Seconds of workload a candidate runs past its last fault's end: time for a woken worker's write
 to reach the store before the final heal."""
-
-
-def shrink_command(run_dir: Path) -> str:
-    """The command that shrinks the run stored in ``run_dir`` (printed under a failing verdict)."""
-    return f"wd-chaos shrink {shlex.quote(str(run_dir))}"
 
 
 def _key(events: list[Event]) -> str:
@@ -157,8 +157,6 @@ class Result:
 
 
 def _read(run_dir: Path) -> tuple[Scenario, dict[str, Any], dict[str, Any]]:
-    from .runner import read_parts
-
     scenario, (meta, summary) = read_parts(run_dir, "run.json", "summary.json")
     return scenario, meta, summary
 
@@ -191,8 +189,6 @@ def shrink(
     """Shrink the failing run in ``run_dir``; candidate runs and the result go to a new folder
     under ``report_dir``. ``say`` gets one line per candidate run. Raises ``NothingToShrink`` for
     a run that failed no checker, ``DamagedRun`` for a folder that is not a finished run's."""
-    from .runner import Options, run
-
     scenario, meta, summary = _read(run_dir)
     targets = failing_checkers(summary)
     if not targets:

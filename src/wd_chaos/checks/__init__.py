@@ -39,7 +39,8 @@ from .core import (
     operations,
     overall,
 )
-from .registry import bite, bites, check, checkers, run_checker
+from .judge import check, run_checker
+from .registry import bite, bites, checkers
 
 __all__ = [
     "NOT_TESTED",

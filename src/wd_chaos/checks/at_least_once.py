@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from ..faults.clock_step import repeat_cause
 from ..history import Op
+from ..rundir import FinalState
 from .core import (
     Operation,
     Verdict,
@@ -15,7 +17,7 @@ from .core import (
 
 
 @checker("at-least-once")
-def at_least_once(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def at_least_once(ops: list[Op], final: FinalState) -> Verdict:
     """Every recorded step's effect ran (its nonce is in the external effect log); every repeat of
     an effect is attributed to a kill, a forward clock step that lapsed its pass (``faults.clock_step``), a
     fence or a store error of the pass that ran it first; a
@@ -41,8 +43,6 @@ def at_least_once(ops: list[Op], final: dict[str, Any]) -> Verdict:
             acks[(o.workflow, str(o.invoke.get("key")))].append(o)
     bad: list[dict[str, Any]] = []
     causes: dict[str, int] = defaultdict(int)
-    from ..faults.clock_step import repeat_cause
-
     lapsed_by_step = repeat_cause(ops, final)
     steps = 0
     for wf, state in final.get("workflows", {}).items():

@@ -3,14 +3,13 @@ A fault kind's own bite checks live in its module in ``wd_chaos.faults``."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..history import Op
+from ..rundir import FinalState
 from .core import Operation, Verdict, _bit, bite_check, operations
 
 
 @bite_check("storm")
-def storm(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def storm(ops: list[Op], final: FinalState) -> Verdict:
     all_ops = [o for o in operations(ops) if o.f in ("take", "append") and o.determinate]
     all_ops.sort(key=lambda o: o.start)
     overlaps = 0
@@ -27,6 +26,6 @@ def storm(ops: list[Op], final: dict[str, Any]) -> Verdict:
 
 
 @bite_check("none")
-def none(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def none(ops: list[Op], final: FinalState) -> Verdict:
     """For a scenario that injects no fault (a storm judges its own overlap): nothing to bite."""
     return Verdict("bite", True, "this scenario injects no fault")

@@ -2,7 +2,7 @@
 
 Clients cancel calls: ``asyncio.wait_for`` and ``asyncio.timeout`` around a store call, a request
 handler whose client went away, the Worker's renewal ticker cancelled when its pass ends. The
-workload (``wd_chaos.clients``) does all of it and marks the outcome on the complete line:
+workload (``wd_chaos.client.clients``) does all of it and marks the outcome on the complete line:
 ``cancelled`` (the client cancelled the call and it ended with ``CancelledError``, or its
 ``wait_for`` timed out), ``cancel_swallowed`` (the client's cancel was accepted, ``Task.cancel()``
 returned True, yet the call returned as if never cancelled), and ``unsent`` (the client knows the
@@ -31,6 +31,7 @@ from collections import Counter
 from typing import Any
 
 from ..history import Op, digest
+from ..rundir import FinalState
 from .core import UNKNOWN, Operation, Verdict, checker, operations
 
 READS = ("load", "history")
@@ -54,7 +55,7 @@ def _last_reads(all_ops: list[Operation]) -> dict[str, Operation]:
 
 
 @checker("cancelled-calls")
-def cancelled_calls(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def cancelled_calls(ops: list[Op], final: FinalState) -> Verdict:
     """No cancellation swallowed; no ``unsent`` call's value or key in the workflow's last read
     made after it; no cancelled append's value there more often than appends of it were made, nor a
     cancelled record's key holding a value no one wrote; and the count of cancelled calls that

@@ -4,18 +4,17 @@ the helpers the real-time checks use, the ``Checker`` protocol and the ``checker
 from __future__ import annotations
 
 import bisect
+import contextlib
+import contextvars
 import functools
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-# the history and wall-clock modules are read when a checker runs, not at import: a fault kind's
-# module defines its bite checks here while the scenario loader (which history's config needs)
-# is still importing it
-if TYPE_CHECKING:
-    from ..history import Op
-
+from .. import wallclock
+from ..history import Op, pair
+from ..rundir import FinalState
 
 Valid = bool | str
 UNKNOWN = "unknown"
@@ -53,10 +52,29 @@ class Operation:
 
     invoke: Op
     complete: Op | None
+    f: str = field(init=False, repr=False)
+    """The operation's name (its invoke line's ``f``)."""
+    workflow: str | None = field(init=False, repr=False)
+    """The workflow the invoke names (else the complete), or None."""
+    token: int | None = field(init=False, repr=False)
+    """The token the complete names (else the invoke), or None. These three are plain
+    attributes, set once: the checkers read them hundreds of thousands of times a sweep."""
+
+    def __post_init__(self) -> None:
+        self.f = str(self.invoke["f"])
+        wf = self.invoke.get("workflow")
+        if wf is None and self.complete is not None:
+            wf = self.complete.get("workflow")
+        self.workflow = None if wf is None else str(wf)
+        self.token = None
+        for line in (self.complete, self.invoke):
+            if line is not None and line.get("token") is not None:
+                self.token = int(line["token"])
+                break
 
     @property
-    def f(self) -> str:
-        return str(self.invoke["f"])
+    def start(self) -> int:
+        return int(self.invoke["mono"])
 
     @property
     def outcome(self) -> str:
@@ -78,26 +96,8 @@ class Operation:
         return self.complete is not None and self.complete["outcome"] != "unknown"
 
     @property
-    def start(self) -> int:
-        return int(self.invoke["mono"])
-
-    @property
     def end(self) -> float:
         return float("inf") if self.complete is None else int(self.complete["mono"])
-
-    @property
-    def workflow(self) -> str | None:
-        wf = self.invoke.get("workflow")
-        if wf is None and self.complete is not None:
-            wf = self.complete.get("workflow")
-        return None if wf is None else str(wf)
-
-    @property
-    def token(self) -> int | None:
-        for line in (self.complete, self.invoke):
-            if line is not None and line.get("token") is not None:
-                return int(line["token"])
-        return None
 
     def got(self, name: str) -> Any:
         return None if self.complete is None else self.complete.get(name)
@@ -159,28 +159,53 @@ def _inversions(items: list[tuple[Any, Operation]]) -> list[tuple[Operation, Ope
 
 
 def operations(ops: Iterable[Op]) -> list[Operation]:
-    """Pair a history's lines into operations."""
-    from ..history import pair
-
+    """Pair a history's lines into operations (a new list each call, which the caller may sort or
+    filter). Inside ``paired_once(ops)`` the pairing of that very list is made once and shared."""
+    memo = _PAIRED.get()
+    if memo is not None and memo[0] is ops and memo[1] == _shape(ops):
+        return list(memo[2])
     return [Operation(p["invoke"], p["complete"]) for p in pair(ops)]
 
 
-def _final_records(final: dict[str, Any], workflow: str) -> list[list[Any]]:
+def _shape(ops: Iterable[Op]) -> tuple[int, int, int]:
+    """What must not have changed for a memo of ``ops`` to hold: its length and its end lines."""
+    lines = ops if isinstance(ops, list) else []
+    return (len(lines), id(lines[0]) if lines else 0, id(lines[-1]) if lines else 0)
+
+
+_PAIRED: contextvars.ContextVar[tuple[list[Op], tuple[int, int, int], list[Operation]] | None] = (
+    contextvars.ContextVar("wd_chaos_paired", default=None)
+)
+
+
+@contextlib.contextmanager
+def paired_once(ops: list[Op]) -> Iterator[None]:
+    """Judge ``ops`` with several checkers, pairing it once: inside this block ``operations(ops)``
+    (called with this same list, unchanged in length and end lines) shares one pairing instead of
+    pairing anew for each checker. The verdicts are the same; the memo ends with the block.
+    Checkers must not change the lines or the ``Operation`` objects they are given (they are pure)."""
+    memo = (ops, _shape(ops), [Operation(p["invoke"], p["complete"]) for p in pair(ops)])
+    token = _PAIRED.set(memo)
+    try:
+        yield
+    finally:
+        _PAIRED.reset(token)
+
+
+def _final_records(final: FinalState, workflow: str) -> list[list[Any]]:
     return list(final.get("workflows", {}).get(workflow, {}).get("history", []))
 
 
-def _final_values(final: dict[str, Any], workflow: str) -> dict[str, Any]:
+def _final_values(final: FinalState, workflow: str) -> dict[str, Any]:
     return {r[0]: r[1] for r in _final_records(final, workflow)}
 
 
-def _store_steps(ops: list[Op], final: dict[str, Any], *, leases: bool = False) -> list[dict[str, Any]]:
+def _store_steps(ops: list[Op], final: FinalState, *, leases: bool = False) -> list[dict[str, Any]]:
     """The wall-clock steps of this machine that moved the clock the store decided by (its leases'
     clock with ``leases``), or none where the store's clock is not this machine's wall clock."""
     if final.get("store_clock") != "local" or (leases and final.get("lease_clock") != "wall"):
         return []
     steps = final.get("wall_clock_steps")  # ``check`` reads them once for every checker
-    from .. import wallclock
-
     return list(steps) if steps is not None else wallclock.steps(ops)
 
 
@@ -201,8 +226,6 @@ class _Breach:
     def stepped(self, steps: list[dict[str, Any]]) -> bool:
         """Whether steps inside the window (or the ``also`` window) are large enough to account for
         the breach."""
-        from .. import wallclock
-
         if not steps:
             return False
         for window, shortfall in (self.window, self.shortfall_ns), *([self.also] if self.also else []):
@@ -300,7 +323,7 @@ def refused_after(
     return hits
 
 
-CheckFn = Callable[[list["Op"], dict[str, Any]], "Verdict"]
+CheckFn = Callable[[list[Op], FinalState], "Verdict"]
 """A checker's judgement: a run's history lines and the store's final state in, a verdict out."""
 
 
@@ -311,7 +334,7 @@ class Checker(Protocol):
 
     name: str
 
-    def __call__(self, ops: list[Op], final: dict[str, Any]) -> Verdict: ...
+    def __call__(self, ops: list[Op], final: FinalState) -> Verdict: ...
 
 
 class Check:
@@ -326,7 +349,7 @@ class Check:
         self.fn = fn
         self.bite = bite
 
-    def __call__(self, ops: list[Op], final: dict[str, Any]) -> Verdict:
+    def __call__(self, ops: list[Op], final: FinalState) -> Verdict:
         return self.fn(ops, final)
 
     def __repr__(self) -> str:

@@ -15,14 +15,13 @@ for a window about that fault; ``windows()`` lists them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..history import Op
 from .core import FENCED_WRITES, UNKNOWN, Operation, Verdict, operations
+from .registry import checkers
 
-if TYPE_CHECKING:
-    from ..history import Op
-
-WindowFn = Callable[[list[Operation], list["Op"]], int]
+WindowFn = Callable[[list[Operation], list[Op]], int]
 
 _WINDOWS: dict[str, tuple[WindowFn, str]] = {}
 
@@ -43,8 +42,6 @@ def window(name: str) -> Callable[[WindowFn], WindowFn]:
 def windows() -> dict[str, str]:
     """Every window a scenario may name, with what it is: those of this module and of the fault
     kinds' modules (a window about one kind of fault lives with it, as its bite checks do)."""
-    from .registry import checkers
-
     checkers()  # imports every module of the checks and faults packages, so theirs are registered
     return {name: what for name, (_, what) in sorted(_WINDOWS.items())}
 
@@ -97,6 +94,28 @@ def sweep_fenced_a_pass(ops: list[Operation], lines: list[Op]) -> int:
             continue
         newer = any((c.token or 0) > (o.token or 0) and c.start < o.end for c in claims.get(o.workflow, []))
         hits += not newer
+    return hits
+
+
+@window("claim-ahead-after-retention")
+def claim_ahead_after_retention(ops: list[Operation], lines: list[Op]) -> int:
+    """A claim made after a quiet spell longer than the retention, while a burst's tokens were still
+    ahead of the store's clock: where a store that forgot its claim record would mint one again."""
+    del lines
+    ends: dict[str, list[tuple[float, float]]] = {}
+    for o in ops:
+        if o.f == "claim" and o.workflow is not None:
+            ends.setdefault(o.workflow, []).append((o.start, o.end))
+    hits = 0
+    for o in ops:
+        if o.f != "claim" or not o.invoke.get("after_burst") or o.workflow is None:
+            continue
+        if float(o.invoke.get("lead_ms") or 0) <= 0:  # the clock had caught up: nothing to re-mint
+            continue
+        # quiet since the last claim of the id by anyone (every careless process bursts on it)
+        before = [min(end, o.start) for start, end in ends[o.workflow] if start < o.start]
+        quiet_ms = (o.start - max(before, default=o.start)) / 1e6
+        hits += quiet_ms > float(o.invoke.get("retention_ms") or 0)
     return hits
 
 

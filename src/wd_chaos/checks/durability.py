@@ -16,13 +16,14 @@ from collections import Counter
 from typing import Any
 
 from ..history import Op
+from ..rundir import FinalState
 from .core import Verdict, _final_values, canon, checker, operations
 
 JUDGED = ("record", "supply", "transact", "append")
 
 
 @checker("durability")
-def durability(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def durability(ops: list[Op], final: FinalState) -> Verdict:
     """Count acknowledged writes and those missing from (or changed in) the final state; the
     verdict is invalid when any is lost. ``counts``: ``acknowledged``, ``lost``, and per kind."""
     ledger = {(str(r["workflow"]), str(r["key"])) for r in final.get("ledger", [])}

@@ -7,7 +7,7 @@ says "the store failed, try again", so a client retries refused input for ever a
 chases an outage that is not there. And a refusal must stay the refused caller's: the valid calls
 sent beside it (in one batch, say) still succeed.
 
-The workload marks what it sends (``wd_chaos.clients``): a refused-input call carries ``refused``
+The workload marks what it sends (``wd_chaos.client.clients``): a refused-input call carries ``refused``
 (what is wrong with it: ``oversize-id``, ``oversize-key``, ``deep``, ``codec``) and its ``burst``;
 the valid calls it sends at the same moment carry ``beside`` (that burst). Errors are judged by
 their type names (the complete line's ``error_types``, the exception's classes, else the name the
@@ -20,6 +20,7 @@ from collections import defaultdict
 from typing import Any
 
 from ..history import Op
+from ..rundir import FinalState
 from .core import UNKNOWN, Operation, Verdict, checker, operations
 
 MUST_REFUSE = ("codec",)
@@ -76,7 +77,7 @@ def fault_windows(ops: list[Op]) -> list[tuple[float, float]]:
 
 
 @checker("errors-classified")
-def errors_classified(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def errors_classified(ops: list[Op], final: FinalState) -> Verdict:
     """Every call the workload sent with refused input (``refused`` on its invoke) either succeeded
     (a store that can hold it; never for input the codec cannot encode) or failed with an error of
     the ``InvalidInput`` family, never ``StoreUnavailable``, ``StoreError`` or an unknown outcome;

@@ -6,6 +6,7 @@ from collections import defaultdict
 from typing import Any
 
 from ..history import Op
+from ..rundir import FinalState
 from .core import (
     Operation,
     Verdict,
@@ -16,7 +17,7 @@ from .core import (
 
 
 @checker("exactly-once")
-def exactly_once(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def exactly_once(ops: list[Op], final: FinalState) -> Verdict:
     """The store's ledger moved exactly once per recorded transact key and never otherwise; the
     recorded value names the ledger row that moved; a refused transact left no row."""
     bad: list[dict[str, Any]] = []

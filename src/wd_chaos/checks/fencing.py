@@ -3,10 +3,14 @@ one workflow at once (the exclusive-claim and budget rules)."""
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from typing import Any
 
+from ..faults.clock_step import lease_steps
+from ..faults.reboot import reboots_by_pid
 from ..history import Op
+from ..rundir import FinalState, FinalUnread
 from .core import (
     FENCED_WRITES,
     RENEWING,
@@ -24,7 +28,7 @@ from .core import (
 
 
 @checker("fencing")
-def fencing(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def fencing(ops: list[Op], final: FinalState) -> Verdict:
     """No write (record, transact, renew) by a pass lands once a claim with a higher token has
     completed; claim tokens are unique and grow in real-time order; a write refused as Fenced had a
     newer claim to be refused by (or a discard of its workflow, or a sweep, began before it ended)."""
@@ -83,14 +87,47 @@ def fencing(ops: list[Op], final: dict[str, Any]) -> Verdict:
             if not newer and not unsure:
                 bad.append(w.brief("refused as Fenced, but no newer claim was invoked before it"))
     steps = _store_steps(ops, final, leases=True)
-    from ..faults.clock_step import lease_steps
-
     # a step this run made itself, of a known size and moment, on the clock the leases run on:
     # the lapse is the step's doing, and the fence (not the lease) is what safety rests on
     injected = lease_steps(ops, final)
     explained: list[dict[str, Any]] = []
     caused: list[dict[str, Any]] = []
-    for breach in _exclusive(operations_, claims) + _budget_ends(operations_, claims, maybe_claims):
+    # With fast failover (the store takes a live claim over once the server has ended its holder's
+    # session), a claim inside a holder's window is the design when a fault struck the holder's
+    # process first (a kill, a partition); one with no such fault is still a breach.
+    try:
+        fast_failover = bool(final.get("fast_failover"))
+    except FinalUnread:  # a partial analysis never read it: takeovers are judged strictly
+        fast_failover = False
+    faulted = _faulted(ops) if fast_failover else {}
+    taken_over: list[_Breach] = []
+    exclusive: list[_Breach] = []
+    # A reboot ends every process and restarts the clock leases run on, so the real-time windows
+    # these rules measure say nothing about a pass a reboot ended: its claim row is free at once
+    # (the documented rule: written before the restart) or, when the new clock has already run
+    # past the row's age on the old one (a second reboot soon after a first), lapses within its
+    # alive on the new clock, as a crashed pass's would. Neither a claim taken from such a pass nor
+    # a refusal while its row lapses is a breach here; liveness judges that the workflow ran on.
+    rebooted = reboots_by_pid(ops)
+    ended = 0
+
+    def reboot_ended(window: tuple[float, float], holder_pid: object) -> bool:
+        lo, hi = window
+        return isinstance(holder_pid, int) and any(lo < at <= hi for at in rebooted.get(holder_pid, ()))
+
+    for breach, holder_pid in _exclusive(operations_, claims):
+        if reboot_ended(breach.window, holder_pid):
+            ended += 1
+            continue
+        struck = faulted.get(holder_pid, float("inf")) if holder_pid is not None else float("inf")
+        (taken_over if struck <= breach.window[1] else exclusive).append(breach)
+    budget_ends = []
+    for breach in _budget_ends(operations_, claims, maybe_claims):
+        if reboot_ended(breach.window, breach.evidence[1].get("pid")):
+            ended += 1
+        else:
+            budget_ends.append(breach)
+    for breach in exclusive + budget_ends:
         if injected and breach.stepped(injected):
             caused.extend(breach.evidence)
         else:
@@ -103,26 +140,54 @@ def fencing(ops: list[Op], final: dict[str, Any]) -> Verdict:
     }
     if caused:
         counts["lease breaches caused by an injected clock step"] = len(caused) // 2
+    if taken_over:
+        counts["live claims taken over from a faulted holder (fast failover)"] = len(taken_over)
+    if ended:
+        counts["claims taken from, or refused by, passes a reboot ended"] = ended
     if bad:
         return Verdict("fencing", False, f"{len(bad) // 2 or 1} fencing violation(s)", bad, counts)
     if explained:
         return _unjudged("fencing", f"{len(explained) // 2} lease breach(es)", explained, steps, counts)
     stepped = f"; {len(caused) // 2} lease(s) lapsed early by an injected clock step" if caused else ""
+    if taken_over:
+        stepped += f"; {len(taken_over)} live claim(s) taken over from a faulted holder (fast failover)"
+    if ended:
+        stepped += f"; {ended} claim(s) taken from, or refused by, a pass a reboot ended"
     return Verdict("fencing", True, f"{refused} stale write(s) refused, none accepted{stepped}", [], counts)
 
 
-def _exclusive(all_ops: list[Operation], claims: dict[str, list[Operation]]) -> list[_Breach]:
+def _faulted(ops: list[Op]) -> dict[int, float]:
+    """Each worker process's first fault: a kill or partition aimed at it (``target_pid``), or a
+    failpoint at which it killed itself (its own fault line), by pid, as a monotonic time."""
+    first: dict[int, float] = {}
+    for o in ops:
+        if o.get("type") != "fault" or o.get("phase") != "start":
+            continue
+        pid = o.get("target_pid", o.get("pid") if o.get("process") != "controller" else None)
+        if isinstance(pid, int):
+            first[pid] = min(first.get(pid, float("inf")), float(o["mono"]))
+    return first
+
+
+def _exclusive(
+    all_ops: list[Operation], claims: dict[str, list[Operation]]
+) -> list[tuple[_Breach, int | None]]:
     """A claim granted while another pass was provably alive: that pass had a write accepted
     (a renewal) late enough that its liveness window, measured from when the write was invoked,
     still covered the moment the new claim completed, within its budget, and no release of it had
-    been invoked by then.
+    been invoked by then. Each with the pid of the process that held the older claim.
     Needs the claim's ``alive`` and ``budget`` in the history; older histories skip this."""
-    bad: list[_Breach] = []
+    bad: list[tuple[_Breach, int | None]] = []
     passes: dict[tuple[str, int], list[Operation]] = defaultdict(list)
     for o in all_ops:
         if o.workflow is not None and o.token is not None:
             passes[(o.workflow, o.token)].append(o)
     for wf, cs in claims.items():
+        # the claims by completion: a breach needs b to complete inside a renewal's liveness
+        # window, so only the claims completing inside the widest such window are looked at (a
+        # storm's claims of a microsecond's lease look at none, rather than at every other claim)
+        order = sorted(range(len(cs)), key=lambda i: cs[i].end)
+        ends = [cs[i].end for i in order]
         for a in cs:
             alive = a.invoke.get("alive")
             budget = a.invoke.get("budget")
@@ -131,7 +196,14 @@ def _exclusive(all_ops: list[Operation], claims: dict[str, list[Operation]]) -> 
             mine = passes.get((wf, a.token), [])
             released = min((o.start for o in mine if o.f == "release"), default=float("inf"))
             held_until = a.start + float(budget) * 1e9
-            for b in cs:
+            renewals = [x for x in mine if x.landed and x.f in RENEWING]
+            if not renewals:
+                continue
+            widest = max(min(x.start + float(alive) * 1e9, held_until) for x in renewals)
+            lo = bisect.bisect_left(ends, min(x.end for x in renewals))
+            hi = bisect.bisect_left(ends, widest - SLACK_NS)
+            for i in sorted(order[lo:hi]):  # in the history's order, as every pair once was
+                b = cs[i]
                 # a claim still in flight when the release was invoked may have been decided
                 # after it (SQLite queues writers; Postgres waits on the row): no proof of a breach
                 if b.token is None or b.token <= a.token or b.end > released:
@@ -146,7 +218,13 @@ def _exclusive(all_ops: list[Operation], claims: dict[str, list[Operation]]) -> 
                             x.brief(f"renewed token {a.token}'s liveness ({alive}s) from before this point"),
                         ]
                         budget_end = ((a.start, b.end), held_until - b.end)
-                        bad.append(_Breach(evidence, (x.start, b.end), covered - b.end, True, budget_end))
+                        pid = a.invoke.get("pid")
+                        bad.append(
+                            (
+                                _Breach(evidence, (x.start, b.end), covered - b.end, True, budget_end),
+                                pid if isinstance(pid, int) else None,
+                            )
+                        )
                         break
     return bad
 
@@ -160,26 +238,49 @@ def _budget_ends(
     claim began: renewals must never carry a pass past its budget. Needs ``budget`` in the claim's
     history line; a concurrent or indeterminate claim that might be the holder skips it."""
     bad: list[_Breach] = []
+    by_end = {wf: _Prefix([(a.end, a.token or 0, a) for a in cs]) for wf, cs in claims.items()}
+    by_start = {wf: _Prefix([(b.start, b.token or 0, b) for b in cs]) for wf, cs in claims.items()}
     for c in all_ops:
-        if c.f != "claim" or c.outcome != "contended" or c.workflow is None:
+        if c.f != "claim" or c.outcome != "contended" or c.workflow is None or c.workflow not in by_end:
             continue
-        before = [a for a in claims.get(c.workflow, []) if a.end < c.start]
-        if not before:
+        # the newest claim completed before c began (the first of the highest token, as max() was)
+        found = by_end[c.workflow].highest_before(c.start)
+        if found is None:
             continue
-        holder = max(before, key=lambda a: a.token or 0)
+        holder = found[1]
         budget = holder.invoke.get("budget")
-        overlapping = [
-            b for b in claims.get(c.workflow, []) + maybe_claims.get(c.workflow, [])
-            if b is not holder and b.start < c.end and b.end > holder.start
-            and (b.token or 0) >= (holder.token or 0)
-        ]  # fmt: skip
-        if budget is None or overlapping:
+        if budget is None:
             continue
         ends = holder.end + float(budget) * 1e9
-        if c.start > ends + SLACK_NS:
-            evidence = [
-                c.brief(f"refused as Contended {budget}s past token {holder.token}'s budget"),
-                holder.brief("the newest claim, whose budget had run out"),
-            ]
-            bad.append(_Breach(evidence, (holder.start, c.end), c.start - ends, False))
+        if not c.start > ends + SLACK_NS:
+            continue
+        if _overlapped(c, holder, claims[c.workflow], maybe_claims.get(c.workflow, []), by_start[c.workflow]):
+            continue
+        evidence = [
+            c.brief(f"refused as Contended {budget}s past token {holder.token}'s budget"),
+            holder.brief("the newest claim, whose budget had run out"),
+        ]
+        bad.append(_Breach(evidence, (holder.start, c.end), c.start - ends, False))
     return bad
+
+
+def _overlapped(
+    c: Operation, holder: Operation, cs: list[Operation], maybes: list[Operation], by_start: _Prefix
+) -> bool:
+    """Whether a claim other than ``holder``, with a token at least its, was in flight with ``c``
+    (began before ``c`` ended, ended after ``holder`` began): then that claim may hold the lease.
+    A claim with a higher token than the holder's ended after ``c`` began (the holder has the
+    highest token of those ended before), so one that began before ``c`` ended is found by the
+    highest token begun by then; only a tie with the holder's token (a token issued twice, which
+    fencing reports anyway) or a holder without a token needs the scan of every claim."""
+    top = by_start.highest_before(c.end)
+    if holder.token is not None and top is not None and top[0] > holder.token:
+        return True
+    # a claim whose reply was lost has no token we know: in flight with c, it may be the holder
+    if any(b.token is None and b.start < c.end and b.end > holder.start for b in maybes):
+        return True
+    tied = [b for b in cs + maybes if (b.token or 0) == (holder.token or 0)] if holder.token else cs + maybes
+    return any(
+        b is not holder and b.start < c.end and b.end > holder.start and (b.token or 0) >= (holder.token or 0)
+        for b in tied
+    )

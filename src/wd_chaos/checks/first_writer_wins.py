@@ -6,6 +6,7 @@ from collections import defaultdict
 from typing import Any
 
 from ..history import Op
+from ..rundir import FinalState
 from .core import (
     WRITES,
     Operation,
@@ -18,7 +19,7 @@ from .core import (
 
 
 @checker("first-writer-wins")
-def first_writer_wins(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def first_writer_wins(ops: list[Op], final: FinalState) -> Verdict:
     """Every acknowledged write of a key returns the value the store holds at the end; ``won`` is
     True exactly when the caller offered that value; the stored value was offered by some caller;
     at most one transact of a key won; no acknowledged write is missing from the final state; a

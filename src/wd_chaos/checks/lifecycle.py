@@ -13,6 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from ..history import Op
+from ..rundir import FinalState
 from .core import UNKNOWN, Operation, Verdict, _bit, _final_records, bite_check, checker, operations
 
 LANDING = ("record", "supply", "transact", "append")
@@ -26,7 +27,7 @@ def _terminal_key(key: object) -> bool:
 class _Life:
     """The history read once: acknowledged writes, loads and terminal moments per workflow."""
 
-    def __init__(self, ops: list[Op], final: dict[str, Any]) -> None:
+    def __init__(self, ops: list[Op], final: FinalState) -> None:
         self.ops = operations(ops)
         self.lines = ops
         self.final = final
@@ -65,7 +66,7 @@ class _Life:
 
 
 @checker("ledger-once")
-def ledger_once(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def ledger_once(ops: list[Op], final: FinalState) -> Verdict:
     """Every workflow's transact moved the in-store ledger at most once, and exactly once for one
     that finished or failed (both pass its transact first), whether or not its records are still
     there; a transact refused as Fenced left no row."""
@@ -93,7 +94,7 @@ def ledger_once(ops: list[Op], final: dict[str, Any]) -> Verdict:
 
 
 @checker("no-rerun")
-def no_rerun(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def no_rerun(ops: list[Op], final: FinalState) -> Verdict:
     """No step's effect ran in a pass that loaded after the step's record was acknowledged (that
     pass found the record gone: the workflow restarted)."""
     life = _Life(ops, final)
@@ -126,7 +127,7 @@ def no_rerun(ops: list[Op], final: dict[str, Any]) -> Verdict:
 
 
 @checker("nothing-lost")
-def nothing_lost(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def nothing_lost(ops: list[Op], final: FinalState) -> Verdict:
     """No open workflow loses a record: every load shows every write to its workflow that was
     acknowledged before the load began, unless the workflow had become terminal by then; a workflow
     that never became terminal still holds them all at the final read."""
@@ -164,7 +165,7 @@ def nothing_lost(ops: list[Op], final: dict[str, Any]) -> Verdict:
 
 
 @checker("arrivals")
-def arrivals(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def arrivals(ops: list[Op], final: FinalState) -> Verdict:
     """Every acknowledged ``arrive`` reaches its workflow: a pass loads it afterwards (or the
     workflow was already terminal, when its body need not see it)."""
     life = _Life(ops, final)
@@ -187,7 +188,7 @@ def arrivals(ops: list[Op], final: dict[str, Any]) -> Verdict:
 
 
 @checker("attempt-limit")
-def attempt_limit(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def attempt_limit(ops: list[Op], final: FinalState) -> Verdict:
     """A failing workflow records one ``wd/error`` per failed attempt, fails after exactly
     ``max_attempts`` of them, and its body never runs after its failure was acknowledged; no other
     workflow fails."""
@@ -235,7 +236,7 @@ def attempt_limit(ops: list[Op], final: dict[str, Any]) -> Verdict:
 
 
 @checker("lifecycle-liveness")
-def lifecycle_liveness(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def lifecycle_liveness(ops: list[Op], final: FinalState) -> Verdict:
     """After the final heal every workflow is terminal: failed if it fails on purpose, else
     finished (acknowledged ``wd/finished``, whether or not its records are still kept)."""
     life = _Life(ops, final)
@@ -257,7 +258,7 @@ def lifecycle_liveness(ops: list[Op], final: dict[str, Any]) -> Verdict:
 
 
 @bite_check("long-wait")
-def long_wait_bit(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def long_wait_bit(ops: list[Op], final: FinalState) -> Verdict:
     """The bite: some open workflow sat unwritten for longer than the sweep age and than the TTL
     plus a claim's budget (what a write used to keep the records for), and the next pass still
     loaded all its records (a store that expired or swept it would not)."""

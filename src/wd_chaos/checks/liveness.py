@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..history import Op
+from ..rundir import FinalState
 from .core import (
     UNKNOWN,
     Verdict,
@@ -14,7 +13,7 @@ from .core import (
 
 
 @checker("liveness")
-def liveness(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def liveness(ops: list[Op], final: FinalState) -> Verdict:
     """Every workflow of the workload finished (holds its ``done`` record) after the final heal."""
     expected = list(final.get("expected_workflows", []))
     if not expected:

@@ -22,13 +22,14 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ..careless import CARELESS_LEDGER_KEY
+from ..client.careless import CARELESS_LEDGER_KEY
 from ..history import Op
+from ..rundir import FinalState
 from .core import UNKNOWN, Verdict, _final_values, checker, operations
 
 
 @checker("misuse")
-def misuse(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def misuse(ops: list[Op], final: FinalState) -> Verdict:
     """No careless effect's ledger row survives (its transaction committed without the record) and
     no careless transact returned as won; every forged reserved-key write was refused as
     ``InvalidKey`` and its key is in no load and not in the final state. Unknown when the run tried

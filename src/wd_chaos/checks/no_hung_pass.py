@@ -4,7 +4,7 @@ When a pass's body ends, the Worker cancels its renewal ticker and waits for it,
 releases. A store call that swallows the cancellation keeps the ticker renewing a pass whose body
 is over, for ever: the workflow stays claimed, the worker never takes another one, and it does
 not stop when asked. The history shows it: ``body`` operations (the workflow body, as the
-library Worker ran it, or a careless client's own pass, ``wd_chaos.clients``), ``pass``
+library Worker ran it, or a careless client's own pass, ``wd_chaos.client.clients``), ``pass``
 operations (a careless client's pass, from its claim until its ticker has ended), the ``renew``
 calls, and each process's ``start`` and ``exit`` lines; the controller writes ``stop`` when it
 asks the processes to end.
@@ -16,6 +16,7 @@ from collections import defaultdict
 from typing import Any
 
 from ..history import Op
+from ..rundir import FinalState
 from .core import UNKNOWN, Operation, Verdict, checker, operations
 
 MARGIN_NS = 5_000_000_000
@@ -66,7 +67,7 @@ def _stalled(ops: list[Op]) -> dict[int, list[tuple[float, float]]]:
 
 
 @checker("no-hung-pass")
-def no_hung_pass(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def no_hung_pass(ops: list[Op], final: FinalState) -> Verdict:
     """No renewal of a pass is invoked more than ``MARGIN_NS`` after its body ended; no pass (a
     ``pass`` operation) ends more than that after its body, nor never while its process lived on
     past that; and every worker or careless-client process that started exits once the controller

@@ -18,6 +18,7 @@ from typing import Any
 from without_durability.testing.prefix import Read, non_prefix
 
 from ..history import Op, digest
+from ..rundir import FinalState
 from .core import UNKNOWN, Operation, Verdict, checker, operations
 
 READS = ("load", "history")
@@ -57,7 +58,7 @@ def _written(o: Operation) -> tuple[str, str] | None:
 
 
 @checker("monotonic-loads")
-def monotonic_loads(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def monotonic_loads(ops: list[Op], final: FinalState) -> Verdict:
     """Every read of a workflow extends every read that completed before it began; a process's
     reads show its own acknowledged writes; and so no cursor over the inbox skips a message."""
     all_ops = operations(ops)

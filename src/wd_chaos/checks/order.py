@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from ..history import Op
+from ..rundir import FinalState
 from .core import (
     WRITES,
     Operation,
@@ -23,7 +24,7 @@ from .core import (
 
 
 @checker("order")
-def order(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def order(ops: list[Op], final: FinalState) -> Verdict:
     """Load order equals history order and follows written_at; appends got distinct keys that sort
     in real-time append order, and every acknowledged append is in the final state with its value;
     a write acknowledged before another began sits before it in load order."""

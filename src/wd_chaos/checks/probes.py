@@ -15,6 +15,7 @@ from collections import defaultdict
 from typing import Any
 
 from ..history import Op
+from ..rundir import FinalState
 from .core import SLACK_NS, UNKNOWN, Operation, Verdict, checker, operations
 
 RENEWING = ("claim", "renew", "record", "transact")
@@ -38,7 +39,7 @@ def _verdict(name: str, bad: list[dict[str, Any]], what: str, ok: str, counts: d
 
 
 @checker("tokens-rise")
-def tokens_rise(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def tokens_rise(ops: list[Op], final: FinalState) -> Verdict:
     """A granted claim's token exceeds every token granted for its workflow by a claim that
     completed before it was invoked, discards of the workflow in between notwithstanding (a
     discard raises the fence; it never lets a token be minted again)."""
@@ -65,7 +66,7 @@ def tokens_rise(ops: list[Op], final: dict[str, Any]) -> Verdict:
 
 
 @checker("lease-lapses")
-def lease_lapses(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def lease_lapses(ops: list[Op], final: FinalState) -> Verdict:
     """A claim refused as Contended had a pass that may still have been alive: some claim, renew,
     record or transact of the workflow that landed (or may have) within its pass's ``alive`` of the
     refused claim's start. A refusal past every such window means something else renewed the
@@ -115,7 +116,7 @@ def lease_lapses(ops: list[Op], final: dict[str, Any]) -> Verdict:
 
 
 @checker("cancel-sticks")
-def cancel_sticks(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def cancel_sticks(ops: list[Op], final: FinalState) -> Verdict:
     """No take hands out a workflow whose cancel completed before the take was invoked, unless a
     wakeup (schedule, deliver, arrive) of it was invoked after the cancel was: an answer from a
     delivery taken before the cancel must not reinstate it."""
@@ -147,7 +148,7 @@ def cancel_sticks(ops: list[Op], final: dict[str, Any]) -> Verdict:
 
 
 @checker("own-receipt")
-def own_receipt(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def own_receipt(ops: list[Op], final: FinalState) -> Verdict:
     """An answer acts only on its own receipt: a workflow taken (its receipt in the history) is not
     handed out again within 80% of that take's visibility unless a wakeup or an answer carrying
     that very receipt was invoked since. Takes and answers that record no receipt are not judged
@@ -183,7 +184,7 @@ def own_receipt(ops: list[Op], final: dict[str, Any]) -> Verdict:
 
 
 @checker("answer-then-take")
-def answer_then_take(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def answer_then_take(ops: list[Op], final: FinalState) -> Verdict:
     """``answer_and_take`` never hands back the workflow it answered (a workflow answered as due now
     is left for the next take). No call to judge is valid only when no probe ran its answer
     sequence (the scheduler does not offer ``answer_and_take``); a probe that did, yet recorded no

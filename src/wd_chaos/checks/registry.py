@@ -6,14 +6,8 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
-import traceback
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
 
-from .core import UNKNOWN, Check, Checker, CheckFn, Verdict
-
-if TYPE_CHECKING:
-    from ..history import Op
+from .core import Check, Checker
 
 PACKAGES = ("wd_chaos.checks", "wd_chaos.faults")
 """The packages whose modules hold checks: the checkers, and each fault kind's bite checks."""
@@ -55,38 +49,3 @@ def bite(kind: str) -> Checker:
     nothing either way, so that verdict is unknown (never invalid). ``KeyError`` for a name no
     module defines."""
     return bites()[kind]
-
-
-def run_checker(name: str, fn: CheckFn, ops: list[Op], final: dict[str, Any]) -> Verdict:
-    """Run one checker; a crash is ``unknown`` with the traceback, never valid."""
-    try:
-        verdict: Verdict = fn(ops, final)
-    except Exception:
-        return Verdict(name, UNKNOWN, "the checker crashed", [{"traceback": traceback.format_exc()}])
-    verdict.name = name
-    return verdict
-
-
-def check(
-    ops: list[Op],
-    final: dict[str, Any],
-    checks: Iterable[str],
-    bite_kind: str,
-    coverage: Iterable[str] = (),
-) -> list[Verdict]:
-    """Run the named checkers and the bite check, reading the history's wall-clock steps once for
-    all of them (into ``final["wall_clock_steps"]`` unless the caller already did); and, when the
-    scenario names coverage windows, the ``coverage`` verdict (see ``wd_chaos.checks.coverage``)."""
-    from .. import wallclock
-
-    if "wall_clock_steps" not in final:
-        final = {**final, "wall_clock_steps": wallclock.steps(ops)}
-    found = checkers()
-    out = [run_checker(name, found[name], ops, final) for name in checks]
-    out.append(run_checker(f"bite: {bite_kind}", bite(bite_kind), ops, final))
-    windows = list(coverage)
-    if windows:
-        from .coverage import coverage as reached
-
-        out.append(run_checker("coverage", lambda o, _f: reached(o, windows), ops, final))
-    return out

@@ -14,11 +14,12 @@ from collections import defaultdict
 from typing import Any
 
 from ..history import Op
+from ..rundir import FinalState
 from .core import Operation, Verdict, checker, operations
 
 
 @checker("stale-landing")
-def stale_landing(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def stale_landing(ops: list[Op], final: FinalState) -> Verdict:
     """No won record or transact of token t is missing from a load that began after a claim with a
     token above t completed and before the write was acknowledged."""
     all_ops = operations(ops)

@@ -7,6 +7,7 @@ from collections import defaultdict
 from typing import Any
 
 from ..history import Op
+from ..rundir import FinalState
 from .core import (
     Operation,
     Verdict,
@@ -20,7 +21,7 @@ from .core import (
 
 
 @checker("take-exclusive")
-def take_exclusive(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def take_exclusive(ops: list[Op], final: FinalState) -> Verdict:
     """Two takes never hand out the same workflow while it is hidden: a second take of a workflow
     within 80% of the visibility of the first, with no wake_at, schedule, arrive or deliver of it
     in between, is a double delivery."""

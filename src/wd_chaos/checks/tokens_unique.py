@@ -4,7 +4,7 @@ The fence is only as good as its tokens: a pass refused nothing if another pass 
 token. A store re-mints one when it forgets what it handed out: a sweep that drops the claim row
 of a pass still renewing, a claim hash that expires under a short TTL while the tokens (a clock
 of their own) ran ahead, a discard or a failover that loses the counter. The workload's claim
-storms, sweeps beside overrunning passes and short retention (``wd_chaos.clients``) make those
+storms, sweeps beside overrunning passes and short retention (``wd_chaos.client.clients``) make those
 moments; this checker judges every token any claim (a ``claim`` or the claim a ``take_and_claim``
 stands for) returned, whatever happened to the workflow in between.
 """
@@ -15,6 +15,7 @@ from collections import defaultdict
 from typing import Any
 
 from ..history import Op
+from ..rundir import FinalState
 from .core import UNKNOWN, Operation, Verdict, _inversions, checker, operations
 
 BETWEEN = ("sweep", "discard", "release", "cancel")
@@ -40,7 +41,7 @@ def _between(
 
 
 @checker("tokens-unique")
-def tokens_unique(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def tokens_unique(ops: list[Op], final: FinalState) -> Verdict:
     """No token of a workflow id is handed out twice: no two granted claims of one workflow (a
     ``claim``, or the claim of a ``take_and_claim``) returned the same token, whether they
     overlapped or lay on either side of a sweep, an expiry, a discard or a failover. And a claim

@@ -17,12 +17,13 @@ from collections import defaultdict
 from typing import Any
 
 from ..history import Op
+from ..rundir import FinalState
 from .core import Verdict, _store_steps, _unjudged, checker, operations
 from .order import _instant
 
 
 @checker("written-at")
-def written_at(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def written_at(ops: list[Op], final: FinalState) -> Verdict:
     """Along each workflow's final history, ``written_at`` never goes backward; and a transact's
     record is stamped no earlier than the end of the effect it ran (as its worker saw it), where
     the store stamps by this machine's clock."""
@@ -73,7 +74,7 @@ SLACK_S = 0.05
 """Allowance between a worker's reading of the clock and the store's (one machine's clock)."""
 
 
-def _stamped_before_effect(ops: list[Op], final: dict[str, Any]) -> list[dict[str, Any]]:
+def _stamped_before_effect(ops: list[Op], final: FinalState) -> list[dict[str, Any]]:
     """Won transacts whose record is stamped before their effect (an ``effect`` the same process
     ran for the same workflow, key and token inside the call) had ended: a record lands with its
     commit, after its effect, so such a stamp was taken when the transaction began. Judged only

@@ -9,7 +9,7 @@ action and final heal, what it needs from a store's kit and from the run's serve
 
 from __future__ import annotations
 
-from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec, Marker, kind, kinds, service_needs
+from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec, Marker, kind, kinds, launching, service_needs
 from .nemesis import Active, Nemesis
 
 __all__ = [
@@ -22,5 +22,6 @@ __all__ = [
     "Nemesis",
     "kind",
     "kinds",
+    "launching",
     "service_needs",
 ]

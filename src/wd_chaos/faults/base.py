@@ -10,15 +10,14 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from without_durability.testing.kit import Capability
 
-if TYPE_CHECKING:
-    from ..history import Op
-    from .nemesis import Nemesis
+from ..history import Op
 
 TARGET_WAIT = 6.0
 """How long a fault that wants a busy worker (a stall, a cut, a step) waits for one to be inside an
@@ -64,9 +63,17 @@ class EventSpec(BaseModel):
         return self
 
 
-Start = Callable[["Nemesis", dict[str, Any], float], bool]
-"""The nemesis's action for one due event (with its ``id``) at ``elapsed`` seconds: True when done
+# The nemesis is ``Any`` here: ``nemesis`` looks kinds up in this module, so naming its class here
+# (even for typing only) would make the two modules a cycle. A kind's own functions name it.
+Start = Callable[[Any, dict[str, Any], float], bool]
+"""The nemesis's action (called with the ``nemesis.Nemesis``) for one due event (with its ``id``)
+at ``elapsed`` seconds: True when done
 (started, or skipped with a line saying why), False to be asked again on the next tick."""
+
+
+Launch = Callable[[Path], tuple[list[str], dict[str, str]]]
+"""How a process of the run started now is launched (given the run's folder): words put before
+its command line and variables added to its environment, ``([], {})`` for no change."""
 
 
 def _nothing_required(fault: Any) -> frozenset[Capability]:
@@ -99,7 +106,15 @@ class FaultKind:
     ``services.services``, such as ``partition`` or ``restart``). Its bite checks are
     ``checks.core.bite_check`` functions defined in the same module. The report shades its
     start-to-stop windows (``window``) in ``color``, draws ``markers`` (a kind with neither: a
-    line at each start) and lists ``detail``; ``describe`` (optional) adds to the report's text."""
+    line at each start) and lists ``detail``; ``describe`` (optional) adds to the report's text.
+    ``launch`` (optional) changes how every process the run starts from then on is launched (a
+    ``reboot`` starts them on the rebooted machine's clock).
+
+    What a kind remembers during a run is its own (Jepsen's nemesis protocol): a module-level
+    ``setup(nemesis)`` makes a per-run state object, which ``start`` (invoke) and ``heal``
+    (teardown) get with ``nemesis.state(NAME, setup)``; a state that subclasses
+    ``nemesis.KindState`` tells the other kinds which workers it holds stopped or spares. The
+    nemesis itself keeps only what is common to every kind."""
 
     name: str
     spec: type[BaseModel]
@@ -108,7 +123,8 @@ class FaultKind:
     start: Start
     requires: Callable[[Any], frozenset[Capability]] = _nothing_required
     services: Callable[[list[dict[str, Any]]], dict[str, Any]] = _no_services
-    heal: Callable[[Nemesis], None] | None = None
+    heal: Callable[[Any], None] | None = None
+    """Called with the ``nemesis.Nemesis`` at the final heal."""
     color: str = "#999999"
     window: bool = False
     markers: tuple[Marker, ...] = ()
@@ -116,6 +132,8 @@ class FaultKind:
     """An HTML paragraph for the report about what this kind did in the run ('' for nothing)."""
     detail: tuple[str, ...] = ()
     """The fields of its fault lines the report's fault table shows."""
+    launch: Launch | None = None
+    """Called by the cluster each time it starts a process of the run (see ``launching``)."""
 
 
 PACKAGE = "wd_chaos.faults"
@@ -152,3 +170,16 @@ def service_needs(events: list[dict[str, Any]]) -> dict[str, Any]:
         if mine:
             out.update(k.services(mine))
     return out
+
+
+def launching(run_dir: Path) -> tuple[list[str], dict[str, str]]:
+    """How a process of the run in ``run_dir`` started now is launched: every kind's ``launch``
+    prefix (in kind order) and environment, merged; ``([], {})`` while no fault has changed it."""
+    prefix: list[str] = []
+    env: dict[str, str] = {}
+    for k in kinds().values():
+        if k.launch is not None:
+            more, extra = k.launch(run_dir)
+            prefix += more
+            env.update(extra)
+    return prefix, env

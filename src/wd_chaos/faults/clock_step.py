@@ -30,17 +30,16 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from ..checks.core import FENCED_WRITES, RENEWING, SLACK_NS, Operation, Verdict, _bit, bite_check, operations
-from ..stores import WALL_OFFSET
+from ..history import Op
+from ..rundir import FinalState
 from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec
-
-if TYPE_CHECKING:
-    from ..history import Op
-    from .nemesis import Nemesis
+from .nemesis import Nemesis
+from .wall_step import wall_offset
 
 KIND = "clock-step"
 CLOCK_FILE = "server-clock"
@@ -197,36 +196,55 @@ def _write(path: Path, text: str) -> None:
     aside.replace(path)
 
 
+class ClockSteps:
+    """A run's clock steps: which clock they move (the server's, or with no server the workers'
+    wall clock a file store reads), how far the server's is off now, and how many steps were made."""
+
+    def __init__(self, run_dir: Path, server: bool) -> None:
+        self.run_dir = run_dir
+        self.server = server
+        self.offset = 0.0
+        """The server clock's offset (a file store's is the shared ``wall_step.WallOffset``)."""
+        self.steps = 0
+
+
+def setup(nemesis: Nemesis) -> ClockSteps:
+    """The run's clock-step state: no step yet, on the server's clock if the run has a server."""
+    return ClockSteps(nemesis.run_dir, nemesis.services.get("server") is not None)
+
+
 def _move(nemesis: Nemesis, seconds: float) -> tuple[float, int]:
     """Move the store's clock by ``seconds``; returns the new offset and the monotonic time (ns)
     just before the move."""
+    state = nemesis.state(KIND, setup)
     before = time.monotonic_ns()
-    if nemesis.server is not None:
-        nemesis.clock_offset += seconds
-        _write(nemesis.run_dir / CLOCK_FILE, f"{nemesis.clock_offset:+.3f}\n")
-        return nemesis.clock_offset, before
-    nemesis.wall_offset += seconds  # the same offset a wall-step moves: the two add up
-    _write(nemesis.run_dir / WALL_OFFSET, repr(nemesis.wall_offset))
-    return nemesis.wall_offset, before
+    if state.server:
+        state.offset += seconds
+        _write(state.run_dir / CLOCK_FILE, f"{state.offset:+.3f}\n")
+        return state.offset, before
+    # the same offset a wall-step moves: the two add up
+    return wall_offset(nemesis).move(seconds), before
 
 
 def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float, wait: float = TARGET_WAIT) -> bool:
     """Make one scheduled step; False to be asked again (no pass is mid-step yet, for at most
     ``wait`` seconds past its time): a step proves most when it lands on a live pass."""
-    if not nemesis.busy("step") - nemesis.stalled and elapsed - float(ev["at"]) <= wait:
+    state = nemesis.state(KIND, setup)
+    if not nemesis.busy("step") - nemesis.stopped and elapsed - float(ev["at"]) <= wait:
         return False
     offset, before = _move(nemesis, float(ev["seconds"]))
-    nemesis.clock_steps += 1
-    clock = "server" if nemesis.server is not None else "worker wall"
-    nemesis._line(ev, "start", offset=offset, before_mono=before, clock=clock)
+    state.steps += 1
+    clock = "server" if state.server else "worker wall"
+    nemesis.line(ev, "start", offset=offset, before_mono=before, clock=clock)
     return True
 
 
 def heal(nemesis: Nemesis) -> None:
     """Put the store's clock right (offset 0), logged as one more step, so the final reads and the
     liveness wait run on true time."""
-    moved = nemesis.clock_offset if nemesis.server is not None else nemesis.wall_offset
-    if not nemesis.clock_steps or moved == 0:
+    state = nemesis.state(KIND, setup)
+    moved = state.offset if state.server else wall_offset(nemesis).seconds
+    if not state.steps or moved == 0:
         return
     offset, before = _move(nemesis, -moved)
     nemesis.hist.event(
@@ -260,7 +278,7 @@ def injected(ops: list[Op]) -> list[dict[str, Any]]:
     ]
 
 
-def lease_steps(ops: list[Op], final: dict[str, Any]) -> list[dict[str, Any]]:
+def lease_steps(ops: list[Op], final: FinalState) -> list[dict[str, Any]]:
     """The injected steps that moved the clock the store's leases run on: every step on a store
     whose leases are on its wall clock (a server's ``now()``/``TIME``), none on a store that keeps
     them on the monotonic clock (SQLite), where a lapse at a step is the store's fault."""
@@ -293,7 +311,7 @@ def _passes(all_ops: list[Operation]) -> dict[tuple[str, int], list[Operation]]:
     return passes
 
 
-def lapsed(ops: list[Op], final: dict[str, Any]) -> list[tuple[Operation, Operation, Operation]]:
+def lapsed(ops: list[Op], final: FinalState) -> list[tuple[Operation, Operation, Operation]]:
     """For each forward step on a store whose leases run on the stepped clock, the passes it
     lapsed: ``(held, taken, refused)``: ``held`` the old pass's last write before ``taken`` (a
     newer claim of its workflow, decided after the step began), whose liveness window still
@@ -336,7 +354,7 @@ def lapsed(ops: list[Op], final: dict[str, Any]) -> list[tuple[Operation, Operat
     return list(unique.values())
 
 
-def repeat_cause(ops: list[Op], final: dict[str, Any]) -> Callable[[list[Operation]], bool]:
+def repeat_cause(ops: list[Op], final: FinalState) -> Callable[[list[Operation]], bool]:
     """Whether a pass (its operations) was lapsed by a forward step: its repeated effects are the
     step's doing (at-least-once attributes them to it)."""
     hit = {(held.workflow, held.token) for held, _, _ in lapsed(ops, final)}
@@ -347,7 +365,7 @@ def repeat_cause(ops: list[Op], final: dict[str, Any]) -> Callable[[list[Operati
     return caused
 
 
-def _stamps_moved(ops: list[Op], final: dict[str, Any], step: dict[str, Any]) -> dict[str, Any] | None:
+def _stamps_moved(ops: list[Op], final: FinalState, step: dict[str, Any]) -> dict[str, Any] | None:
     """A record landed after ``step`` whose stored ``written_at`` is ahead of the harness's own
     wall clock at its invoke by at least half the step: the step reached the store's clock."""
     from datetime import datetime
@@ -367,7 +385,7 @@ def _stamps_moved(ops: list[Op], final: dict[str, Any], step: dict[str, Any]) ->
     return None
 
 
-def _held_across(ops: list[Op], final: dict[str, Any]) -> list[dict[str, Any]]:
+def _held_across(ops: list[Op], final: FinalState) -> list[dict[str, Any]]:
     """On a store whose leases are on the monotonic clock: for each forward step that reached the
     store's clock, a pass live at the step whose next write after it was accepted, its lease kept."""
 
@@ -389,7 +407,7 @@ def _held_across(ops: list[Op], final: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @bite_check(KIND)
-def clock_step_bite(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def clock_step_bite(ops: list[Op], final: FinalState) -> Verdict:
     """The step touched a live lease. Where the store's leases run on the stepped clock (a server's):
     a forward step lapsed a live pass: a newer claim completed while the old pass's window was
     still open in real time, and the old pass's next write was refused as Fenced. Where they run

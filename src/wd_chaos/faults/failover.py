@@ -20,21 +20,18 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from without_durability.testing.kit import Capability
+from without_durability.testing.replicated import Replicated
 
 from ..checks.core import WRITES, Verdict, _bit, _windows, bite_check, operations
-from .base import EventSpec, FaultKind, Marker
-from .nemesis import Active
-
-if TYPE_CHECKING:
-    from without_durability.testing.replicated import Replicated
-
-    from ..history import Op
-    from .nemesis import Nemesis
+from ..history import Op
+from ..rundir import FinalState
+from .base import TARGET_WAIT, EventSpec, FaultKind, Marker
+from .nemesis import Active, Nemesis
 
 PROMOTE_TIMEOUT = 30.0
 """Seconds the nemesis waits for a promoted standby to answer as the primary."""
@@ -94,20 +91,20 @@ def start(nemesis: Nemesis, ev: dict[str, Any]) -> None:
     whatever is still due, so a run that ends mid-failover still ends with a primary."""
     from without_durability.testing.replicated import Replicated
 
-    pair = nemesis.server
+    pair = nemesis.services.get("server")
     if not isinstance(pair, Replicated):
-        nemesis._line(ev, "skipped", why="the store was not started replicated")
+        nemesis.line(ev, "skipped", why="the store was not started replicated")
         return
     if ev.get("how") == "partition":
         _partition(nemesis, pair, ev)
         return
-    nemesis._line(ev, "start", target_pid=pair.pid, standby_port=pair.standby.port)
+    nemesis.line(ev, "start", target_pid=pair.pid, standby_port=pair.standby.port)
     pair.stall_standby()
     lag = float(ev.get("lag", 0.0))
 
     def kill() -> None:
         # the line goes first: killing waits for the processes to be reaped, which takes a while
-        nemesis._line(ev, "kill", target_pid=pair.pid)
+        nemesis.line(ev, "kill", target_pid=pair.pid)
         old = pair.kill_primary()
         pair.resume_standby()
         killed = not _alive(old)
@@ -116,9 +113,9 @@ def start(nemesis: Nemesis, ev: dict[str, Any]) -> None:
             try:
                 new = pair.promote(PROMOTE_TIMEOUT)
             except Exception as exc:  # the run goes on; the bite check says the fault failed
-                nemesis._line(ev, "stop", target_pid=old, killed=killed, promoted=False, why=str(exc)[:300])
+                nemesis.line(ev, "stop", target_pid=old, killed=killed, promoted=False, why=str(exc)[:300])
                 return
-            nemesis._line(
+            nemesis.line(
                 ev, "stop", target_pid=old, killed=killed, promoted=True, primary_pid=new.pid,
                 primary_port=new.port,
             )  # fmt: skip
@@ -135,26 +132,26 @@ def _partition(nemesis: Nemesis, pair: Replicated, ev: dict[str, Any]) -> None:
     primary serve its clients for ``isolated_for`` s, then let it rejoin."""
     if not pair.offers_partition:
         why = f"a partition failover is not offered for {pair.kind} (use how = 'kill')"
-        nemesis._line(ev, "skipped", why=why)
+        nemesis.line(ev, "skipped", why=why)
         return
     old = pair.pid
-    nemesis._line(ev, "start", target_pid=old)
+    nemesis.line(ev, "start", target_pid=old)
     pair.isolate_primary()
 
     def promote() -> None:
         try:
             new = pair.promote(PROMOTE_TIMEOUT)
         except Exception as exc:
-            nemesis._line(ev, "stop", target_pid=old, isolated=True, promoted=False, why=str(exc)[:300])
+            nemesis.line(ev, "stop", target_pid=old, isolated=True, promoted=False, why=str(exc)[:300])
         else:
-            nemesis._line(
+            nemesis.line(
                 ev, "stop", target_pid=old, isolated=True, promoted=True, primary_pid=new.pid,
                 primary_port=new.port,
             )  # fmt: skip
 
         def rejoin() -> None:
             pair.rejoin_primary()
-            nemesis._line(ev, "rejoin", target_pid=old)
+            nemesis.line(ev, "rejoin", target_pid=old)
 
         nemesis.active.append(Active(time.monotonic() + float(ev.get("isolated_for", 0.0)), ev, rejoin))
 
@@ -170,7 +167,7 @@ def _alive(pid: int) -> bool:
 
 
 @bite_check("failover-promoted")
-def failover_promoted(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def failover_promoted(ops: list[Op], final: FinalState) -> Verdict:
     """The failover bit: the old primary's process died, a different server answered as the
     primary, at least one client operation failed across the failover, and writes were
     acknowledged after it (by the new primary)."""
@@ -241,6 +238,11 @@ def _plan(fault: FailoverFault, scenario: Any) -> dict[str, object]:
 
 
 def _start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
+    # under load: a failover that lands while the workers are still starting (seconds of imports on
+    # a loaded machine) fails no call and so tests nothing; it waits for a worker inside a step,
+    # up to TARGET_WAIT past its time, as a stall or a cut does
+    if not nemesis.busy("step") and elapsed < float(ev["at"]) + TARGET_WAIT:
+        return False
     start(nemesis, ev)
     return True
 

@@ -4,14 +4,14 @@ it. It bit when a worker died between an effect and its record (``kill-between``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from ..checks.core import Verdict, _bit, bite_check
+from ..history import Op
+from ..rundir import FinalState
 from .base import EventSpec, FaultKind, FaultSpec, Marker
-
-if TYPE_CHECKING:
-    from ..history import Op
-    from .nemesis import Nemesis
+from .nemesis import Nemesis
 
 Failpoint = Literal["after-effect-before-record", "inside-transact", "after-claim"]
 
@@ -36,23 +36,31 @@ def plan(fault: KillFault, scenario: Any) -> dict[str, object]:
     return {"failpoint": fault.failpoint}
 
 
+def setup(nemesis: Nemesis) -> Path:
+    """The run's failpoint folder (``armed/``, with ``taken/`` for the worker that takes one),
+    which the workers' ``testflow.Failpoints`` look in."""
+    armed = nemesis.run_dir / "armed"
+    (armed / "taken").mkdir(parents=True, exist_ok=True)
+    return armed
+
+
 def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     """Arm the failpoint: a file the workers look for, taken by the first to reach it."""
-    (nemesis.armed / f"{ev['failpoint']}.{ev['id']}").touch()
-    nemesis._line(ev, "armed")
+    (nemesis.state("kill", setup) / f"{ev['failpoint']}.{ev['id']}").touch()
+    nemesis.line(ev, "armed")
     return True
 
 
 def heal(nemesis: Nemesis) -> None:
     """Disarm every failpoint no worker reached."""
-    for left in nemesis.armed.glob("*.*"):
+    for left in nemesis.state("kill", setup).glob("*.*"):
         if left.is_file():
             left.unlink(missing_ok=True)
             nemesis.hist.event("fault", fault="kill", phase="disarmed", id=left.name)
 
 
 @bite_check("kill-between")
-def kill_between(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def kill_between(ops: list[Op], final: FinalState) -> Verdict:
     hits = []
     points = [
         line

@@ -1,21 +1,27 @@
 """The nemesis: runs a concrete fault schedule during a run. Each event is handed, when due, to
 its kind's ``start`` (``wd_chaos.faults``, one module per kind); a fault with a duration leaves an
 ``Active`` whose undo the nemesis runs when it ends; every start, stop or skip writes a ``fault``
-line into the controller's history."""
+line into the controller's history.
+
+The nemesis itself is generic: the schedule, the clock (``tick``), the faults under way, the
+history, and what the run offers every kind (its processes, its watch of writes, its servers as
+``services``). What a kind remembers between its events lives in the kind, as Jepsen's nemesis
+protocol has it: the kind's setup makes a per-run state object the first time the kind asks
+``Nemesis.state`` for it, its ``start`` (Jepsen's invoke) and ``heal`` (teardown) use it. Kinds
+coordinate through what every state may say (``KindState``): the workers it holds stopped, and
+those no fault may stop for now."""
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
+from ..history import HistoryWriter
 from .base import kind, kinds
-
-if TYPE_CHECKING:
-    from ..history import HistoryWriter
 
 
 class Writes(Protocol):
@@ -29,6 +35,23 @@ class Writes(Protocol):
     def written_since(self, workflow: str, since_ns: int) -> bool:
         """Whether ``workflow`` took an acknowledged write invoked after ``since_ns``."""
         ...
+
+
+S = TypeVar("S")
+
+
+class KindState:
+    """What any kind's per-run state may tell the other kinds (none by default): the workers it
+    holds stopped (a stall), which a fault wanting a running worker leaves alone, and the workers
+    no fault may stop for now (a wall step waiting on their next write)."""
+
+    def stopped(self) -> set[str]:
+        """Workers this kind holds stopped now."""
+        return set()
+
+    def spared(self) -> set[str]:
+        """Workers this kind asks every other fault not to stop now."""
+        return set()
 
 
 @dataclass
@@ -53,38 +76,50 @@ class Nemesis:
         busy: Callable[[str], set[str]],
         seed: int,
         writes: Writes | None = None,
-        toxi: Any = None,
-        proxies: dict[str, str] | None = None,
-        server: Any = None,
+        services: Mapping[str, Any] | None = None,
     ) -> None:
         self.pending = sorted(events, key=lambda e: float(e["at"]))
         self.hist = hist
-        self.armed = run_dir / "armed"
         self.run_dir = run_dir
-        self.wall_offset = 0.0
-        self.clock_offset = 0.0  # a server clock's, which the clock-step kind moves
-        self.clock_steps = 0
-        (self.armed / "taken").mkdir(parents=True, exist_ok=True)
         self.pids = pids
         self.busy = busy
         self.writes = writes
         """Who wrote what, for faults that want to land between two writes (``runner.Watch``)."""
-        self.wall_stepped_ns = 0
-        """When the last ``wall-step`` was in place (monotonic ns; 0: none yet)."""
-        self.wall_awaited: set[str] = set()
-        """Workflows whose next write the last ``wall-step`` was placed before (``after_write``)."""
-        self.spared: set[str] = set()
-        """Workers no stall may stop for now: a ``wall-step`` waits on the write they are about to
-        make."""
+        self.services: Mapping[str, Any] = dict(services or {})
+        """The run's servers as the kinds use them, by name (``server``: the store's server, None
+        for a file store; ``toxi`` and ``proxies``: toxiproxy and each worker's proxy; ``lazyfs``:
+        a power-loss run's file system). A kind's setup takes what it needs; absent: not started."""
         self.rng = random.Random(f"{seed}:targets")
-        self.toxi = toxi
-        self.proxies = proxies or {}
-        self.server = server
         self.active: list[Active] = []
         self.count = 0
         self.skipped = 0
-        self.stalled: set[str] = set()
-        self.cut: set[str] = set()
+        self.states: dict[str, object] = {}
+        """Each kind's per-run state (``state``), by its owner's name."""
+
+    def state(self, owner: str, setup: Callable[[Nemesis], S]) -> S:
+        """The per-run state ``owner`` keeps (a kind's name, or a name kinds that share one state
+        agree on), made by ``setup`` the first time it is asked for; the same object after that."""
+        if owner not in self.states:
+            self.states[owner] = setup(self)
+        return cast(S, self.states[owner])
+
+    @property
+    def stopped(self) -> set[str]:
+        """Workers some fault holds stopped now (every state's ``KindState.stopped``)."""
+        out: set[str] = set()
+        for s in self.states.values():
+            if isinstance(s, KindState):
+                out |= s.stopped()
+        return out
+
+    @property
+    def spared(self) -> set[str]:
+        """Workers some fault asks the others not to stop now (every state's ``KindState.spared``)."""
+        out: set[str] = set()
+        for s in self.states.values():
+            if isinstance(s, KindState):
+                out |= s.spared()
+        return out
 
     def tick(self, elapsed: float) -> None:
         """Start what is due, stop what has run its course."""
@@ -102,7 +137,8 @@ class Nemesis:
         """Whether an event already due is still waiting (for a worker inside an effect, say)."""
         return any(float(ev["at"]) <= elapsed for ev in self.pending)
 
-    def _line(self, ev: dict[str, Any], phase: str, **more: Any) -> None:
+    def line(self, ev: dict[str, Any], phase: str, **more: Any) -> None:
+        """Write a ``fault`` line for event ``ev`` (with its ``id``) in ``phase``, with ``more``."""
         self.hist.event(
             "fault",
             fault=ev["fault"],
@@ -111,6 +147,9 @@ class Nemesis:
             **{k: v for k, v in ev.items() if k not in ("fault", "id")},
             **more,
         )
+
+    _line = line
+    """The name ``line`` had before it was public (kinds written against it still work)."""
 
     def _start(self, ev: dict[str, Any], elapsed: float) -> bool:
         ev = {**ev, "id": f"{ev['fault']}-{self.count}"}

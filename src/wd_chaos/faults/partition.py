@@ -5,19 +5,18 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from without_durability.testing.kit import Capability
 
 from ..checks.core import FENCED_WRITES, Verdict, _bit, _windows, bite_check, operations, refused_after
+from ..history import Op
+from ..rundir import FinalState
 from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec
-from .nemesis import Active
-
-if TYPE_CHECKING:
-    from ..history import Op
-    from .nemesis import Nemesis
+from .nemesis import Active, Nemesis
+from .toxics import proxies
 
 Mode = Literal["down", "timeout", "latency", "reset_peer"]
 
@@ -47,19 +46,20 @@ def plan(fault: PartitionFault, scenario: Any) -> dict[str, object]:
 def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     """Cut a busy worker (the target if busy), or any after ``TARGET_WAIT`` seconds."""
     # like a stall, a cut proves most when it lands on a worker mid-pass
-    busy = sorted(nemesis.busy("step") - nemesis.stalled - nemesis.cut)
+    net = proxies(nemesis)
+    busy = sorted(nemesis.busy("step") - nemesis.stopped - net.cut)
     if not busy and elapsed - float(ev["at"]) <= TARGET_WAIT:
         return False
     name = ev["target"] if ev["target"] in busy or not busy else nemesis.rng.choice(busy)
     ppid = nemesis.pids().get(name)
-    nemesis.toxi.cut(nemesis.proxies[name], ev["mode"])
-    nemesis.cut.add(name)
-    nemesis._line({**ev, "target": name}, "start", target_pid=ppid)
+    net.toxi.cut(net.proxies[name], ev["mode"])
+    net.cut.add(name)
+    nemesis.line({**ev, "target": name}, "start", target_pid=ppid)
 
     def heal(name: str = name, pid: int | None = ppid, ev: dict[str, Any] = ev) -> None:
-        nemesis.toxi.heal(nemesis.proxies[name])
-        nemesis.cut.discard(name)
-        nemesis._line({**ev, "target": name}, "stop", target_pid=pid)
+        net.toxi.heal(net.proxies[name])
+        net.cut.discard(name)
+        nemesis.line({**ev, "target": name}, "stop", target_pid=pid)
 
     nemesis.active.append(Active(time.monotonic() + float(ev["duration"]), ev, heal))
     return True
@@ -67,8 +67,9 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
 
 def heal_all(nemesis: Nemesis) -> None:
     """Heal every proxy."""
-    if nemesis.toxi is not None:
-        nemesis.toxi.heal_all()
+    net = proxies(nemesis)
+    if net.toxi is not None:
+        net.toxi.heal_all()
 
 
 def requires(fault: PartitionFault) -> frozenset[Capability]:
@@ -82,7 +83,7 @@ def services(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @bite_check("partition-refused")
-def partition_refused(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def partition_refused(ops: list[Op], final: FinalState) -> Verdict:
     all_ops = operations(ops)
     windows = _windows(ops, "partition")
     hits = refused_after(

@@ -3,16 +3,15 @@ Operations fail across it and writes succeed after it (``restart-survived``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from without_durability.testing.kit import Capability
 
 from ..checks.core import WRITES, Verdict, _bit, _windows, bite_check, operations
-from .base import EventSpec, FaultKind, FaultSpec
-
-if TYPE_CHECKING:
-    from ..history import Op
-    from .nemesis import Nemesis
+from ..history import Op
+from ..rundir import FinalState
+from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec
+from .nemesis import Nemesis
 
 
 class RestartFault(FaultSpec):
@@ -33,10 +32,15 @@ def plan(fault: RestartFault, scenario: Any) -> dict[str, object]:
 
 
 def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
-    """SIGKILL the server and start it again on its data, logging both ends."""
-    nemesis._line(ev, "start", target_pid=nemesis.server.pid)
-    nemesis.server.restart(kill=True)
-    nemesis._line(ev, "stop", target_pid=nemesis.server.pid)
+    """SIGKILL the server and start it again on its data, logging both ends: once a worker is
+    inside a step (up to ``TARGET_WAIT`` past its time), since a restart that lands while the
+    workers are still starting (seconds of imports on a loaded machine) interrupts no call."""
+    if not nemesis.busy("step") and elapsed < float(ev["at"]) + TARGET_WAIT:
+        return False
+    server = nemesis.services["server"]
+    nemesis.line(ev, "start", target_pid=server.pid)
+    server.restart(kill=True)
+    nemesis.line(ev, "stop", target_pid=server.pid)
     return True
 
 
@@ -51,7 +55,7 @@ def services(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @bite_check("restart-survived")
-def restart_survived(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def restart_survived(ops: list[Op], final: FinalState) -> Verdict:
     all_ops = operations(ops)
     hits = []
     windows = _windows(ops, "restart")

@@ -10,7 +10,7 @@ import os
 import signal
 import time
 from collections import defaultdict
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -27,12 +27,10 @@ from ..checks.core import (
     refused_after,
 )
 from ..checks.coverage import window
+from ..history import Op
+from ..rundir import FinalState
 from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec
-from .nemesis import Active
-
-if TYPE_CHECKING:
-    from ..history import Op
-    from .nemesis import Nemesis
+from .nemesis import Active, KindState, Nemesis
 
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False, description="a number of seconds > 0")]
 
@@ -77,27 +75,43 @@ def plan(fault: StallFault, scenario: Any) -> dict[str, object]:
     return event
 
 
+class Stalled(KindState):
+    """A run's stalls: the workers stopped now (SIGSTOP), which other faults leave alone."""
+
+    def __init__(self) -> None:
+        self.workers: set[str] = set()
+
+    def stopped(self) -> set[str]:
+        return set(self.workers)
+
+
+def setup(nemesis: Nemesis) -> Stalled:
+    """The run's stall state: none stopped yet."""
+    return Stalled()
+
+
 def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     """Stop a worker inside an effect (the event's target if it is one); skip the event when none
     has been for ``TARGET_WAIT`` seconds past its time."""
-    candidates = sorted(nemesis.busy(ev.get("inside", "step")) - nemesis.stalled - nemesis.spared)
+    stalled = nemesis.state("stall", setup)
+    candidates = sorted(nemesis.busy(ev.get("inside", "step")) - nemesis.stopped - nemesis.spared)
     if not candidates:
         if elapsed - float(ev["at"]) > TARGET_WAIT:
             nemesis.skipped += 1
-            nemesis._line(ev, "skipped", why="no worker was inside an effect")
+            nemesis.line(ev, "skipped", why="no worker was inside an effect")
             return True
         return False
     name = ev["target"] if ev["target"] in candidates else nemesis.rng.choice(candidates)
     pid = nemesis.pids()[name]
     os.kill(pid, signal.SIGSTOP)
-    nemesis.stalled.add(name)
-    nemesis._line({**ev, "target": name}, "start", target_pid=pid)
+    stalled.workers.add(name)
+    nemesis.line({**ev, "target": name}, "start", target_pid=pid)
 
     def cont(name: str = name, pid: int = pid, ev: dict[str, Any] = ev) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
-        nemesis.stalled.discard(name)
-        nemesis._line({**ev, "target": name}, "stop", target_pid=pid)
+        stalled.workers.discard(name)
+        nemesis.line({**ev, "target": name}, "stop", target_pid=pid)
 
     nemesis.active.append(Active(time.monotonic() + float(ev["duration"]), ev, cont))
     return True
@@ -109,7 +123,7 @@ def requires(fault: StallFault) -> frozenset[Capability]:
 
 
 @bite_check("stall-fenced")
-def stall_fenced(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def stall_fenced(ops: list[Op], final: FinalState) -> Verdict:
     """The stall bit: a stalled pass that lost its workflow to a newer claim was refused on
     waking, or (a broken store) wrote on waking all the same, which ``fencing`` fails. Neither:
     unknown, the stall touched nothing (it caught a worker between passes, or none outlived it)."""
@@ -147,7 +161,7 @@ def stall_fenced(ops: list[Op], final: dict[str, Any]) -> Verdict:
 
 
 @bite_check("budget-fenced")
-def budget_fenced(ops: list[Op], final: dict[str, Any]) -> Verdict:
+def budget_fenced(ops: list[Op], final: FinalState) -> Verdict:
     all_ops = operations(ops)
     passes: dict[tuple[str, int], list[Operation]] = defaultdict(list)
     for o in all_ops:

@@ -6,12 +6,11 @@ tests by function name, or wd-chaos checkers as ``chaos:<scenario>:<checker>``. 
 runs every mutant and the real store it derives from through the same checks in one run: a mutant must
 fail at least one of its killers, and the real store must pass all of them.
 
-A mutant is a small subclass of a real store class. ``wrap`` swaps the class of the live checkpointer
-or scheduler inside a freshly opened ``Durable``, so the mutant shares the real store's connection, pool
-or client, and the suite's effect kit and the harness's workers need nothing special. A test that
-builds its own store must meet the mutant too: ``replaced`` puts the mutant class in place of the real
-one in every loaded module while a check runs on the mutant (the gate's plugin does this per test), and
-every process of a wd-chaos run opens its stores through the spec that names the mutant.
+The types a mutant is written with (``Mutant``, ``Swap``, ``swap``, ``replaced``) live in the core's
+``without_durability.testing.mutants``, beside ``MutatePlan``, so a store's package can hold its own
+mutants without importing the harness; they are re-exported here. Every process of a wd-chaos run
+opens its stores through the spec that names the mutant (``install_from_env`` for a process a check
+starts).
 
 The catalogue is the one mutant mechanism: each store's kit names the modules holding its mutants
 (``StoreKit.mutant_modules``, each with a ``MUTANTS`` list), and loading the catalogue checks that every
@@ -28,89 +27,25 @@ import contextlib
 import functools
 import importlib
 import os
-import sys
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
-Wrap = Callable[[Any], Any]
+from without_durability.testing.mutants import Mutant, Swap, Wrap, mutant_class, replaced, swap
 
-
-@dataclass(frozen=True)
-class Mutant:
-    """One deliberately broken store.
-
-    ``store`` is the conformance-registry name of the real store it derives from; ``wrap`` turns a
-    fresh ``Durable`` of that store into the mutant (in place or by returning a new one).
-    """
-
-    name: str
-    store: str
-    guarantee: str
-    description: str
-    killers: tuple[str, ...]
-    wrap: Wrap
-    unseen_by_chaos: str = ""
-    """Where none of its killers is a chaos checker: why no wd-chaos run observes it (ever, or
-    until a workload, nemesis or checker is extended as the text says)."""
-
-
-
-class Swap:
-    """A ``wrap`` that turns the durable's ``part`` ("checkpointer" or "scheduler") into an instance
-    of ``cls``, which must subclass that part's class directly: same object, same connection, one
-    method broken. ``cls`` is kept so ``replaced`` can put it in place of the real class."""
-
-    def __init__(self, part: str, cls: type) -> None:
-        self.part = part
-        self.cls = cls
-
-    def __call__(self, durable: Any) -> Any:
-        target = getattr(durable, self.part)
-        base = self.cls.__mro__[1]
-        if not isinstance(target, base):
-            raise TypeError(f"{self.cls.__name__} mutates {base.__name__}, not {type(target).__name__}")
-        target.__class__ = self.cls
-        return durable
-
-
-def swap(part: str, cls: type) -> Wrap:
-    """A ``Swap`` of ``part`` to ``cls`` (see ``Swap``)."""
-    return Swap(part, cls)
-
-
-def mutant_class(mutant: Mutant) -> type | None:
-    """The subclass ``mutant`` swaps in, when its ``wrap`` is (or wraps) a ``Swap``; else None."""
-    return mutant.wrap.cls if isinstance(mutant.wrap, Swap) else None
-
-
-@contextlib.contextmanager
-def replaced(mutant: Mutant) -> Iterator[None]:
-    """While open, every loaded module's name for the real class (the store's own module, and every
-    module that imported it by name, tests included) names the mutant class instead, so a store a
-    check builds itself is the mutant too. The mutant's own module keeps the real name (its subclass
-    may call the real method through it). Restored on exit."""
-    cls = mutant_class(mutant)
-    if cls is None:
-        yield
-        return
-    base = cls.__mro__[1]
-    changed: list[tuple[Any, str]] = []
-    for module in list(sys.modules.values()):
-        if module is None or getattr(module, "__name__", None) == cls.__module__:
-            continue
-        names = getattr(module, "__dict__", {})
-        for attr, value in list(names.items()):
-            if value is base:
-                setattr(module, attr, cls)
-                changed.append((module, attr))
-    try:
-        yield
-    finally:
-        for module, attr in changed:
-            setattr(module, attr, base)
-
+__all__ = [
+    "MUTANT_ENV",
+    "CatalogueError",
+    "Mutant",
+    "Swap",
+    "Wrap",
+    "catalogue",
+    "check_killers",
+    "install_from_env",
+    "modules_from_env",
+    "mutant_class",
+    "replaced",
+    "swap",
+]
 
 MUTANT_ENV = "WD_MUTANT"
 """Set to a mutant's name while a check runs on it, so a process the check starts can meet it too."""
@@ -140,13 +75,6 @@ def install_from_env() -> None:
 def modules_from_env() -> list[str]:
     """The extra catalogue modules ``WD_MUTANT_MODULES`` names (comma-separated)."""
     return [m for m in os.environ.get("WD_MUTANT_MODULES", "").split(",") if m]
-
-
-LEASE_CLOCK_KILLERS = (
-    "tests/test_lease_clock.py::test_a_wall_clock_step_forward_does_not_lapse_a_live_claim",
-    "tests/test_lease_clock.py::test_a_wall_clock_step_back_neither_frees_nor_keeps_a_pass",
-)
-"""The checks that catch a process-clock store (Memory, SQLite) measuring leases on the wall clock."""
 
 
 class CatalogueError(ValueError):
@@ -196,7 +124,8 @@ def check_killers(mutants: Iterable[Mutant], *, files_required: bool = False) ->
     """Raise ``CatalogueError`` unless every killer names something that exists: a bare test name
     a test of the conformance suite; ``path::test`` a test function in that file (a file missing
     from this folder is an error only with ``files_required``: the gate runs from the project that
-    holds it); ``chaos:<scenario>:<checker>`` a scenario that exists and a checker it runs."""
+    holds it); ``chaos:<scenario>:<checker>`` a scenario that exists and a checker it runs;
+    ``sim:<scenario>:<checker>`` the same for a simulation of a store ``wd-chaos sim`` runs."""
     from without_durability.testing import conformance
 
     from ..scenario import ScenarioError, find
@@ -221,6 +150,8 @@ def check_killers(mutants: Iterable[Mutant], *, files_required: bool = False) ->
                         f"{m.name}: {killer!r}: scenario {parts[1]} runs no checker {parts[2]!r} "
                         f"(it runs {', '.join(scenario.checks)})"
                     )
+            elif killer.startswith("sim:"):
+                problems.extend(_sim_killer_problems(m, killer))
             elif "::" in killer:
                 file, _, test = killer.partition("::")
                 why = _missing_test(Path(file), test, files_required)
@@ -232,7 +163,33 @@ def check_killers(mutants: Iterable[Mutant], *, files_required: bool = False) ->
                     "(without_durability.testing.conformance); name a file's test as path::test"
                 )
     if problems:
-        raise CatalogueError("the mutant catalogue names killers that do not exist:\n  " + "\n  ".join(problems))
+        raise CatalogueError(
+            "the mutant catalogue names killers that do not exist:\n  " + "\n  ".join(problems)
+        )
+
+
+def _sim_killer_problems(m: Mutant, killer: str) -> list[str]:
+    """What is wrong with a ``sim:<scenario>:<checker>`` killer: a scenario the simulator runs, a
+    checker it judges with, on a store it simulates."""
+    from ..scenario import ScenarioError, find
+    from ..sim import SIM_CHECKS
+    from ..sim import SIM_STORES as STORES
+
+    parts = killer.split(":")
+    if len(parts) != 3:
+        return [f"{m.name}: {killer!r} is not sim:<scenario>:<checker>"]
+    if m.store not in STORES:
+        return [f"{m.name}: {killer!r}: wd-chaos sim simulates {', '.join(STORES)}, not {m.store!r}"]
+    try:
+        scenario = find(parts[1])
+    except ScenarioError as exc:
+        return [f"{m.name}: {killer!r}: {exc}"]
+    judged = (*scenario.checks, *SIM_CHECKS)
+    if parts[2] not in judged:
+        return [
+            f"{m.name}: {killer!r}: a simulation of {parts[1]} judges no {parts[2]!r} ({', '.join(judged)})"
+        ]
+    return []
 
 
 @functools.cache

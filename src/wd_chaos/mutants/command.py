@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,17 +24,66 @@ from . import CatalogueError, Mutant, catalogue, check_killers
 from .gate_shrink import RUN_DIR
 from .runner import ChaosRunner, GateReport, run_gate
 
+UNKNOWN_RETRIES = 2
+"""Runs on other seeds a chaos killer gets when its run came out unknown (its fault did not bite),
+or, on a mutant, came out valid: a fault schedule is a sample, and a bug the harness finds on one
+seed of three is found (the evidence names every seed tried, so a weak kill shows as one)."""
 
-def chaos_runner(seconds: float) -> ChaosRunner:
+
+def another_seed(summary: dict[str, Any], mutant: str | None) -> str | None:
+    """Why a chaos killer's run (its ``summary.json``) should be made again on another seed, or
+    None when it has said what it can: a run whose fault did not bite (or that never reached a
+    window it must reach) tested nothing, as in the chaos gate; and a mutant's run that came out
+    valid was one fault schedule that missed it (timing-bound kills, such as a power loss landing
+    inside the second an everysec log has not fsynced yet, are samples). A real store's valid run
+    and any invalid run are final."""
+    valid = summary.get("valid")
+    if valid is False or (valid is True and mutant is None):
+        return None
+    return "valid (the mutant was not caught)" if valid is True else "unknown"
+
+
+def stored_real_runs(folders: Sequence[Path]) -> dict[tuple[str, str], Path]:
+    """Finished runs under ``folders`` (searched for ``summary.json``) that a real store passed, by
+    (scenario, store): runs of the harness's own client on a store as shipped (no mutant, no
+    fast failover), whose every verdict was valid. The newest wins. What ``--real-runs`` reuses."""
+    found: dict[tuple[str, str], tuple[str, Path]] = {}
+    for folder in folders:
+        for summary_path in sorted(folder.rglob("summary.json")):
+            run_dir = summary_path.parent
+            try:
+                summary = json.loads(summary_path.read_text())
+                final = json.loads((run_dir / "final.json").read_text())
+            except (OSError, ValueError):
+                continue
+            if not isinstance(summary, dict) or not isinstance(final, dict):
+                continue
+            if summary.get("valid") is not True or summary.get("mutant") or final.get("fast_failover"):
+                continue
+            if summary.get("client", "harness") != "harness" or summary.get("schedule_from") != "seed":
+                continue
+            key = (str(summary.get("scenario")), str(summary.get("store")))
+            stamp = str(summary.get("analyzed_at", ""))
+            if key not in found or stamp > found[key][0]:
+                found[key] = (stamp, run_dir)
+    return {key: run_dir for key, (_, run_dir) in found.items()}
+
+
+def chaos_runner(seconds: float, real_runs: dict[tuple[str, str], Path] | None = None) -> ChaosRunner:
     """Run a chaos killer as a real ``wd-chaos run`` command (worker processes, faults) of
-    ``seconds``, in a process of its own, so that runs may go side by side (``--jobs``)."""
+    ``seconds``, in a process of its own, so that runs may go side by side (``--jobs``). A real
+    store's run found in ``real_runs`` (``stored_real_runs``) is judged from that run instead of
+    run again."""
 
-    def run_once(scenario: str, store: str, mutant: str | None, report_dir: Path) -> tuple[str, dict[str, Any]]:
+    def run_once(
+        scenario: str, store: str, mutant: str | None, report_dir: Path, seed: int | None = None
+    ) -> tuple[str, dict[str, Any]]:
         # a folder per run: the run's own folder is found by name when it is done
         out = report_dir / f"{scenario}-{mutant or store}"
         command = [sys.executable, "-m", "wd_chaos.cli", "run", scenario, "--store", store]
         command += ["--time-limit", f"{seconds:g}", "--report-dir", str(out)]
         command += ["--mutant", mutant] if mutant else []
+        command += ["--seed", str(seed)] if seed is not None else []
         before = set(out.glob(f"*-{scenario}-*"))
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         ran = sorted(set(out.glob(f"*-{scenario}-*")) - before)
@@ -49,6 +99,13 @@ def chaos_runner(seconds: float) -> ChaosRunner:
 
         if "workers" not in find_kit(store).provides:
             return {"__evidence__": f"store kit {store!r} cannot be opened by worker processes"}
+        stored = (real_runs or {}).get((scenario, store)) if mutant is None else None
+        if stored is not None:  # the real store already passed this scenario's run (--real-runs)
+            summary = json.loads((stored / "summary.json").read_text())
+            verdicts = {str(v["name"]): "valid" for v in summary["verdicts"]}
+            verdicts["__evidence__"] = f"{stored}: all valid (a run of this scenario from --real-runs)"
+            verdicts[RUN_DIR] = str(stored)
+            return verdicts
         run_dir, summary = run_once(scenario, store, mutant, report_dir)
         stepped = ""
         if summary.get("valid") not in (True, False) and summary.get("wall_clock_steps"):
@@ -56,6 +113,13 @@ def chaos_runner(seconds: float) -> ChaosRunner:
             # nothing either way, so it is kept, named, and run once more
             stepped = f"{run_dir} was unknown across a wall-clock step; again: "
             run_dir, summary = run_once(scenario, store, mutant, report_dir)
+        for retry in range(1, UNKNOWN_RETRIES + 1):
+            missed = another_seed(summary, mutant)
+            if missed is None:
+                break
+            stepped += f"{run_dir} was {missed}; on another seed: "
+            seed = int(summary.get("seed", 0)) + retry
+            run_dir, summary = run_once(scenario, store, mutant, report_dir, seed)
         verdicts = {
             str(v["name"]): "valid" if v["valid"] is True else "invalid" if v["valid"] is False else "unknown"
             for v in summary["verdicts"]
@@ -70,7 +134,16 @@ def chaos_runner(seconds: float) -> ChaosRunner:
 
 def _table(report: GateReport) -> Table:
     table = Table(title="mutant gate")
-    for column in ("mutant", "guarantee", "verdict", "by tests", "by wd-chaos", "killed by", "time"):
+    for column in (
+        "mutant",
+        "guarantee",
+        "verdict",
+        "by tests",
+        "by wd-chaos",
+        "by sim",
+        "killed by",
+        "time",
+    ):
         table.add_column(column, overflow="fold")
     for m in report.mutants:
         verdict = "[green]killed" if m.killed else "[red bold]SURVIVED"
@@ -80,6 +153,7 @@ def _table(report: GateReport) -> Table:
             verdict,
             "yes" if m.killed_by_tests else "no",
             "yes" if m.killed_by_chaos else "no",
+            "yes" if m.killed_by_sim else "no",
             ", ".join(m.killed_by) or "-",
             f"{m.seconds:.1f}s",
         )
@@ -97,7 +171,12 @@ def _table(report: GateReport) -> Table:
     metavar="MODULE",
     help="Also the mutants in MODULE's MUTANTS list (your own store's; repeatable).",
 )
-@click.option("--chaos/--no-chaos", default=True, help="Run killers that are wd-chaos scenarios too.")
+@click.option(
+    "--chaos/--no-chaos",
+    default=True,
+    help="Run killers that are wd-chaos scenarios too (real processes and servers). Simulation "
+    "killers (sim:...) run either way: they take seconds and start no server.",
+)
 @click.option(
     "--chaos-seconds",
     type=Bounded(TimeLimit, click.FLOAT, "time_limit"),
@@ -131,6 +210,16 @@ def _table(report: GateReport) -> Table:
     help="Shrink only on this store kit (a name or alias; repeatable; default: every store with a "
     "chaos-killed mutant).",
 )
+@click.option(
+    "--real-runs",
+    "real_runs",
+    multiple=True,
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    metavar="DIR",
+    help="Folders of finished wd-chaos runs (a chaos gate's reports) to take the real stores' "
+    "verdicts from: a scenario a real store passed there (valid, no mutant) is not run again for it "
+    "(repeatable).",
+)
 def mutants_command(
     store: str | None,
     names: tuple[str, ...],
@@ -141,6 +230,7 @@ def mutants_command(
     jobs: int,
     shrink_seconds: float,
     shrink_stores: tuple[str, ...],
+    real_runs: tuple[Path, ...],
 ) -> None:
     """Run every mutant (a store with one guarantee removed) and its real store through the checks
     named for that guarantee. Exit 0 when every mutant is killed and every real store passes, else 1."""
@@ -170,7 +260,10 @@ def mutants_command(
     if modules:
         os.environ["WD_MUTANT_MODULES"] = ",".join(modules)
     out = report_dir / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-mutants"
-    runner: Any = chaos_runner(chaos_seconds) if chaos else None
+    reused = stored_real_runs(real_runs) if real_runs else {}
+    if reused:
+        console.print(f"real stores' verdicts from {len(reused)} stored run(s) under --real-runs")
+    runner: Any = chaos_runner(chaos_seconds, reused) if chaos else None
     if shrink_seconds and not chaos:
         raise click.UsageError("--shrink-seconds shrinks chaos runs: it needs --chaos")
     with console.status(f"running {len(mutants)} mutants and their real stores ..."):
@@ -194,7 +287,7 @@ def mutants_command(
     verdict = "[green]PASS" if report.passed else "[red bold]FAIL"
     console.print(
         f"{verdict}: {len(report.mutants) - len(survivors)}/{len(report.mutants)} killed"
-        f" (by tests {report.killed_by_tests}, by wd-chaos {report.killed_by_chaos})"
+        f" (by tests {report.killed_by_tests}, by wd-chaos {report.killed_by_chaos}, by sim {report.killed_by_sim})"
         f"{', survivors: ' + ', '.join(survivors) if survivors else ''}; "
         f"real stores {'pass' if not bad_real else 'FAIL'}"
         f"{f'; shrinks {sum(c.passed for c in report.shrinks)}/{len(report.shrinks)} pass' if report.shrinks else ''}"

@@ -121,7 +121,9 @@ def check(chosen: Pick, report_dir: Path, budget_seconds: float, say: Callable[[
         )  # fmt: skip
         folders = sorted(out.glob("*-shrink-*"))
         if done.returncode not in (0, 1) or not folders or not (folders[-1] / "shrink.json").is_file():
-            result.evidence = f"wd-chaos shrink exited {done.returncode}: {(done.stdout + done.stderr)[-600:]}"
+            result.evidence = (
+                f"wd-chaos shrink exited {done.returncode}: {(done.stdout + done.stderr)[-600:]}"
+            )
             return result
         data = json.loads((folders[-1] / "shrink.json").read_text())
         original, shrunk = data["original"]["schedule"], data["shrunk"]["schedule"]
@@ -145,7 +147,9 @@ def check(chosen: Pick, report_dir: Path, budget_seconds: float, say: Callable[[
                 f"({result.candidates} candidates)"
             )
         else:
-            say(f"{chosen.store}: {len(original)} faults shrunk to {len(shrunk)}; replaying: {data['replay']}")
+            say(
+                f"{chosen.store}: {len(original)} faults shrunk to {len(shrunk)}; replaying: {data['replay']}"
+            )
             words = shlex.split(data["replay"])
             if words[:2] != ["wd-chaos", "run"]:
                 result.evidence = f"the shrink's replay is not a wd-chaos run command: {data['replay']}"
@@ -157,7 +161,9 @@ def check(chosen: Pick, report_dir: Path, budget_seconds: float, say: Callable[[
             )  # fmt: skip
             ran = sorted(replays.glob(f"*-{chosen.scenario}-*"))
             if not ran or not (ran[-1] / "summary.json").is_file():
-                result.evidence = f"the replay exited {again.returncode}: {(again.stdout + again.stderr)[-600:]}"
+                result.evidence = (
+                    f"the replay exited {again.returncode}: {(again.stdout + again.stderr)[-600:]}"
+                )
                 return result
             summary = json.loads((ran[-1] / "summary.json").read_text())
             result.replay_dir = str(ran[-1])

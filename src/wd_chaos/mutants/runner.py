@@ -3,25 +3,26 @@
 The conformance half is one pytest session (one server per store kind, shared by its mutants) limited
 to the checks some mutant names as its killers; results come back through pytest's JUnit XML. The
 chaos half runs each ``chaos:<scenario>:<checker>`` killer as a real ``wd-chaos run`` against the
-mutant and against the real store. A mutant survives if none of its killers fails on it; a real store
-fails if any of those checks fails on it. Either fails the gate.
+mutant and against the real store; the simulation half runs each ``sim:<scenario>:<checker>`` killer
+as ``wd-chaos sim`` over the same seeds on the mutant and on the real store. A mutant survives if none
+of its killers fails on it; a real store fails if any of those checks fails on it. Either fails the
+gate. Kills by tests, by wd-chaos runs and by simulation are counted apart.
 """
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..mutation import junit, page, session
 from . import Mutant, gate_shrink
 from .gate_shrink import ShrinkCheck
 
@@ -56,6 +57,8 @@ class MutantVerdict:
     """A unit or conformance test killed it."""
     killed_by_chaos: bool = False
     """A wd-chaos run (``chaos:<scenario>:<checker>``) killed it."""
+    killed_by_sim: bool = False
+    """A simulation (``sim:<scenario>:<checker>``, ``wd-chaos sim``) killed it."""
     unseen_by_chaos: str = ""
     """The catalogue's reason no wd-chaos run can observe it, if it gives one."""
 
@@ -92,11 +95,24 @@ class GateReport:
         """How many mutants a wd-chaos run killed."""
         return sum(m.killed_by_chaos for m in self.mutants)
 
+    @property
+    def killed_by_sim(self) -> int:
+        """How many mutants a simulation (``wd-chaos sim``) killed."""
+        return sum(m.killed_by_sim for m in self.mutants)
+
+
+HARNESS_KILLERS = ("chaos:", "sim:")
+"""The prefixes of killers that are harness runs rather than tests."""
+
+SIM_SEEDS = 24
+"""Seeds a ``sim:`` killer runs on the mutant and on its real store (each catalogue mutant a
+simulation sees is found within the first ten)."""
+
 
 def check_name(killer: str) -> str:
     """A killer's check name: a test function's name (after ``path::`` for a store's own tests), or
-    the whole ``chaos:scenario:checker`` string."""
-    return killer if killer.startswith("chaos:") else killer.rpartition("::")[2]
+    the whole ``chaos:scenario:checker`` or ``sim:scenario:checker`` string."""
+    return killer if killer.startswith(HARNESS_KILLERS) else killer.rpartition("::")[2]
 
 
 def _split_id(name: str, stores: Sequence[str]) -> tuple[str, str]:
@@ -109,63 +125,42 @@ def _split_id(name: str, stores: Sequence[str]) -> tuple[str, str]:
 
 
 def _junit_results(path: Path, stores: Sequence[str]) -> list[CheckResult]:
-    results: list[CheckResult] = []
-    for case in ET.parse(path).getroot().iter("testcase"):
-        check, store = _split_id(case.get("name", ""), stores)
-        outcome, evidence = "passed", ""
-        for tag in ("failure", "error"):
-            node = case.find(tag)
-            if node is not None:
-                outcome = "failed" if tag == "failure" else "error"
-                evidence = (node.get("message") or node.text or "").strip()
-        if case.find("skipped") is not None:
-            outcome = "skipped"
-        results.append(CheckResult(check, store, outcome, float(case.get("time", 0) or 0), evidence[:600]))
-    return results
+    return [
+        CheckResult(*_split_id(case.name, stores), case.outcome, case.seconds, case.evidence[:600])
+        for case in junit.read(path)
+    ]
 
 
 def run_conformance(
     mutants: Sequence[Mutant], workdir: Path, *, python: str = sys.executable
 ) -> list[CheckResult]:
     """One pytest session over the mutants and their real stores, limited to the mutants' killers."""
-    killers = {k for m in mutants for k in m.killers if not k.startswith("chaos:")}
+    killers = {k for m in mutants for k in m.killers if not k.startswith(HARNESS_KILLERS)}
     checks = sorted({check_name(k) for k in killers})
     if not checks:
         return []
     files = sorted({str(Path(k.partition("::")[0]).resolve()) for k in killers if "::" in k})
     stores = sorted({m.store for m in mutants}) + [m.name for m in mutants]
     (workdir / "test_mutants.py").write_text(SUITE)
-    junit = workdir / "conformance.xml"
-    command = [
-        python,
-        "-m",
-        "pytest",
-        str(workdir / "test_mutants.py"),
-        *files,
-        "-p",
-        "wd_chaos.mutants.plugin",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:locust",
-        *_pytest_config(files, workdir),
-        "-q",
-        "--no-header",
-        "-k",
-        " or ".join(checks),
-        f"--junitxml={junit}",
-        *[arg for s in stores for arg in ("--wd-store", s)],
-    ]
+    results = workdir / "conformance.xml"
+    command = session.command(
+        [str(workdir / "test_mutants.py"), *files],
+        stores=stores,
+        plugins=("wd_chaos.mutants.plugin", "no:locust"),
+        junit=results,
+        after=(*_pytest_config(files, workdir), "-k", " or ".join(checks)),
+        python=python,
+    )
     plan: dict[str, set[str]] = {}
     for m in mutants:
-        named = {check_name(k) for k in m.killers if not k.startswith("chaos:")}
+        named = {check_name(k) for k in m.killers if not k.startswith(HARNESS_KILLERS)}
         plan.setdefault(m.name, set()).update(named)
         plan.setdefault(m.store, set()).update(named)  # the real store passes the same checks
     env = {**os.environ, "WD_MUTANT_PLAN": json.dumps({s: sorted(c) for s, c in plan.items()})}
-    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, check=False, env=env)
-    if not junit.exists():
+    done = session.run(command, env=env, cwd=workdir)
+    if not results.exists():
         raise RuntimeError(f"the conformance run did not start:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-    return _junit_results(junit, stores)
+    return _junit_results(results, stores)
 
 
 def _pytest_config(files: Sequence[str], workdir: Path) -> list[str]:
@@ -236,8 +231,9 @@ def judge(mutants: Sequence[Mutant], results: Sequence[CheckResult], started: fl
                 killed_by,
                 round(sum(r.seconds for r in mine), 2),
                 evidence,
-                killed_by_tests=any(not k.startswith("chaos:") for k in killed_by),
+                killed_by_tests=any(not k.startswith(HARNESS_KILLERS) for k in killed_by),
                 killed_by_chaos=any(k.startswith("chaos:") for k in killed_by),
+                killed_by_sim=any(k.startswith("sim:") for k in killed_by),
                 unseen_by_chaos=m.unseen_by_chaos,
             )
         )
@@ -266,23 +262,79 @@ def run_gate(
     with tempfile.TemporaryDirectory(prefix="wd-mutants-") as tmp:
         results = run_conformance(mutants, Path(tmp))
     timings["conformance"] = round(time.monotonic() - started, 1)
+    sim_started = time.monotonic()
+    results += run_sim_killers(mutants, jobs)
+    if any(k.startswith("sim:") for m in mutants for k in m.killers):
+        timings["sim"] = round(time.monotonic() - sim_started, 1)
     runs: dict[tuple[str, str], dict[str, str]] = {}
     if chaos is not None:
+        chaos_started = time.monotonic()
         results += run_chaos_killers(mutants, report_dir, chaos, runs, jobs)
-        timings["chaos"] = round(time.monotonic() - started - timings["conformance"], 1)
+        timings["chaos"] = round(time.monotonic() - chaos_started, 1)
     report = judge(mutants, results, started)
     if chaos is not None and shrink_seconds > 0:
         shrink_started = time.monotonic()
         killed_by = {m.name: m.killed_by for m in report.mutants}
         picks = gate_shrink.pick(mutants, killed_by, runs, shrink_stores)
         for chosen in picks:
-            say(f"shrinking {chosen.mutant}'s {chosen.scenario} run on {chosen.store} ({chosen.faults} faults)")
+            say(
+                f"shrinking {chosen.mutant}'s {chosen.scenario} run on {chosen.store} ({chosen.faults} faults)"
+            )
         report.shrinks = gate_shrink.check_all(picks, report_dir / "shrinks", shrink_seconds, say, jobs)
         timings["shrink"] = round(time.monotonic() - shrink_started, 1)
         report.seconds = round(time.monotonic() - started, 1)
     report.timings = timings
     write_report(report, report_dir)
     return report
+
+
+def run_sim_killers(mutants: Sequence[Mutant], jobs: int = 1, seeds: int = SIM_SEEDS) -> list[CheckResult]:
+    """Each ``sim:<scenario>:<checker>`` killer judged by ``wd-chaos sim SCENARIO --seeds seeds``
+    on the mutant and, once per scenario and store, on its real store, each in a process of its
+    own (``jobs`` processes for a run's seeds): the check fails on a run where some seed's failing
+    checkers include it, and passes where every seed was valid."""
+    wanted: dict[tuple[str, str], tuple[str, str | None]] = {}
+    judged: list[tuple[str, str, str, str]] = []  # (killer, judged store name, scenario, checker)
+    for m in mutants:
+        for killer in m.killers:
+            if not killer.startswith("sim:"):
+                continue
+            _, scenario, checker = killer.split(":", 2)
+            for store_name, mutant_name in ((m.name, m.name), (m.store, None)):
+                wanted.setdefault((scenario, store_name), (m.store, mutant_name))
+                judged.append((killer, store_name, scenario, checker))
+    runs: dict[tuple[str, str], tuple[dict[str, list[int]], str, float]] = {}
+    for (scenario, store_name), (store, mutant_name) in wanted.items():
+        t0 = time.monotonic()
+        command = [sys.executable, "-m", "wd_chaos.cli", "sim", scenario, "--store", store]
+        command += ["--seeds", str(seeds), "--jobs", str(max(1, jobs)), "--json"]
+        command += ["--mutant", mutant_name] if mutant_name else []
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        failing: dict[str, list[int]] = {}
+        lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        for line in lines:
+            for name in line.get("failing", []):
+                failing.setdefault(str(name), []).append(int(line["seed"]))
+        summary = lines[-1] if lines and "runs" in lines[-1] else None
+        why = "" if summary is not None else f"wd-chaos sim exited {done.returncode}: {done.stderr[-600:]}"
+        runs[(scenario, store_name)] = (failing, why, round(time.monotonic() - t0, 1))
+    results: list[CheckResult] = []
+    for killer, store_name, scenario, checker in judged:
+        failing, why, seconds = runs[(scenario, store_name)]
+        if why:
+            results.append(CheckResult(killer, store_name, "error", seconds, why))
+            continue
+        seeds_failed = failing.get(checker, [])
+        outcome = "failed" if seeds_failed else "passed"
+        evidence = (
+            f"{checker} failed on seed(s) {seeds_failed[:5]} of {seeds}: wd-chaos sim {scenario} --store "
+            f"{wanted[(scenario, store_name)][0]} --seed {seeds_failed[0]} --seeds 1"
+            + (f" --mutant {store_name}" if store_name != wanted[(scenario, store_name)][0] else "")
+            if seeds_failed
+            else f"{checker} valid on all {seeds} seeds"
+        )
+        results.append(CheckResult(killer, store_name, outcome, seconds, evidence))
+    return results
 
 
 def run_chaos_killers(
@@ -345,50 +397,52 @@ def write_report(report: GateReport, report_dir: Path) -> None:
         "shrinks": gate_shrink.as_json(report.shrinks),
     }
     (report_dir / "mutants.json").write_text(json.dumps(data, indent=2))
-    rows = "\n".join(
-        f"<tr class={'killed' if m.killed else 'survived'}><td>{html.escape(m.name)}</td>"
-        f"<td>{html.escape(m.store)}</td><td>{html.escape(m.guarantee)}</td>"
-        f"<td>{html.escape(m.description)}</td><td>{'killed' if m.killed else 'SURVIVED'}</td>"
-        f"<td>{'yes' if m.killed_by_tests else 'no'}</td>"
-        f"<td>{'yes' if m.killed_by_chaos else html.escape(m.unseen_by_chaos or 'no')}</td>"
-        f"<td>{html.escape(', '.join(m.killed_by) or '-')}</td><td>{m.seconds:.1f}s</td>"
-        f"<td><pre>{html.escape(m.evidence)}</pre></td></tr>"
-        for m in report.mutants
+    mutants = page.Table(
+        ["mutant", "store", "guarantee", "what it breaks", "verdict", "by tests", "by wd-chaos", "killed by", "time", "evidence"],
+        [
+            (
+                "killed" if m.killed else "survived",
+                [
+                    m.name, m.store, m.guarantee, m.description, "killed" if m.killed else "SURVIVED",
+                    "yes" if m.killed_by_tests else "no", "yes" if m.killed_by_chaos else m.unseen_by_chaos or "no",
+                    ", ".join(m.killed_by) or "-", f"{m.seconds:.1f}s", page.pre(m.evidence),
+                ],
+            )
+            for m in report.mutants
+        ],
+    )  # fmt: skip
+    real = page.Table(
+        ["store", "check", "outcome", "evidence"],
+        [(r.outcome, [r.store, r.check, r.outcome, page.pre(r.evidence)]) for r in report.real],
+        heading="The real stores on the same checks",
     )
-    real_rows = "\n".join(
-        f"<tr class={'killed' if r.outcome == 'passed' else 'survived'}><td>{html.escape(r.store)}</td>"
-        f"<td>{html.escape(r.check)}</td><td>{r.outcome}</td><td><pre>{html.escape(r.evidence)}</pre></td></tr>"
-        for r in report.real
-    )
-    shrink_rows = "\n".join(
-        f"<tr class={'killed' if c.passed else 'survived'}><td>{html.escape(c.store)}</td>"
-        f"<td>{html.escape(c.mutant)}</td><td>{html.escape(c.scenario)}</td>"
-        f"<td>{html.escape(', '.join(c.targets))}</td><td>{c.original_faults} &rarr; {c.shrunk_faults}</td>"
-        f"<td>{c.candidates}</td><td>{html.escape(', '.join(c.replay_failed) or '-')}</td>"
-        f"<td>{'pass' if c.passed else 'FAIL'}</td><td>{c.seconds:.1f}s</td>"
-        f"<td><pre>{html.escape(c.evidence)}\n{html.escape(c.folder)}</pre></td></tr>"
-        for c in report.shrinks
-    )
-    shrinks = (
-        "<h2>Shrinking: one chaos-killed mutant per store, shrunk and replayed</h2>"
-        "<table><tr><th>store</th><th>mutant</th><th>scenario</th><th>target</th><th>faults</th>"
-        f"<th>candidates</th><th>replay failed</th><th>verdict</th><th>time</th><th>evidence</th></tr>{shrink_rows}</table>"
-        if report.shrinks
-        else ""
-    )
+    shrinks = page.Table(
+        ["store", "mutant", "scenario", "target", "faults", "candidates", "replay failed", "verdict", "time", "evidence"],
+        [
+            (
+                "pass" if c.passed else "FAIL",
+                [
+                    c.store, c.mutant, c.scenario, ", ".join(c.targets), f"{c.original_faults} \u2192 {c.shrunk_faults}",
+                    c.candidates, ", ".join(c.replay_failed) or "-", "pass" if c.passed else "FAIL",
+                    f"{c.seconds:.1f}s", page.pre(f"{c.evidence}\n{c.folder}"),
+                ],
+            )
+            for c in report.shrinks
+        ],
+        heading="Shrinking: one chaos-killed mutant per store, shrunk and replayed",
+    )  # fmt: skip
     timings = ", ".join(f"{part} {seconds}s" for part, seconds in report.timings.items())
     verdict = "PASS: every mutant killed, real stores pass" if report.passed else "FAIL"
-    (report_dir / "mutants.html").write_text(f"""<!doctype html><meta charset=utf-8>
-<title>wd-chaos mutants: {verdict}</title>
-<style>body{{font:14px system-ui;margin:2em}}td,th{{border:1px solid #ccc;padding:4px;vertical-align:top}}
-table{{border-collapse:collapse}}.killed td:nth-child(5){{color:#080}}.survived{{background:#fdd}}
-pre{{white-space:pre-wrap;max-width:50em;margin:0}}</style>
-<h1>Mutant gate: {verdict}</h1><p>{len(report.mutants)} mutants, {report.seconds}s ({timings});
-killed by tests: {report.killed_by_tests}/{len(report.mutants)};
-killed by wd-chaos: {report.killed_by_chaos}/{len(report.mutants)}.</p>
-<table><tr><th>mutant</th><th>store</th><th>guarantee</th><th>what it breaks</th><th>verdict</th>
-<th>by tests</th><th>by wd-chaos</th><th>killed by</th><th>time</th><th>evidence</th></tr>{rows}</table>
-<h2>The real stores on the same checks</h2>
-<table><tr><th>store</th><th>check</th><th>outcome</th><th>evidence</th></tr>{real_rows}</table>
-{shrinks}
-""")
+    summary = (
+        f"{len(report.mutants)} mutants, {report.seconds}s ({timings}); killed by tests: "
+        f"{report.killed_by_tests}/{len(report.mutants)}; killed by wd-chaos: "
+        f"{report.killed_by_chaos}/{len(report.mutants)}."
+    )
+    (report_dir / "mutants.html").write_text(
+        page.render(
+            f"wd-chaos mutants: {verdict}",
+            summary,
+            [mutants, real, *([shrinks] if report.shrinks else [])],
+            heading=f"Mutant gate: {verdict}",
+        )
+    )

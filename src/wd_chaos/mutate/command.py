@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import json
 import sys
 from dataclasses import replace
@@ -12,7 +11,7 @@ from pathlib import Path
 import click
 
 from ..options import probe_dir
-from .runner import EQUIVALENT_FILE, StorePlan, mutate, plan_for, servers
+from .runner import StorePlan, mutate, plan_equivalents, plan_for, servers
 from .targets import mutants
 
 
@@ -56,8 +55,8 @@ from .targets import mutants
     "--equivalent",
     type=click.Path(path_type=Path, exists=True, dir_okay=False),
     default=None,
-    help='TOML file of equivalent mutants ([equivalent] "id" = "why"); default: the built-in list '
-    "(equivalent.toml, or equivalent_python.toml with --python).",
+    help='TOML file of equivalent mutants ([equivalent] "id" = "why"); default: the list the '
+    "store's kit ships (its MutatePlan's equivalents).",
 )
 @click.option(
     "--resume",
@@ -122,7 +121,7 @@ def mutate_command(
         jobs=jobs,
         only=only,
         progress=lambda line: click.echo(line, err=True),
-        equivalent_file=equivalent or EQUIVALENT_FILE,
+        equivalent_file=equivalent,
         resume=resume,
     )
     click.echo(
@@ -143,7 +142,7 @@ def _python(
     """The Python half: cosmic-ray's mutants of the plan's files, through its tests, into the job's
     mutate.json (under "python") and mutate.html; exit 0 only when every mutant run was killed or
     listed as equivalent and none was left unrun."""
-    from .python import PYTHON_EQUIVALENT_FILE, PythonMutateError, html_section, mutate_python
+    from .python import PythonMutateError, html_page, mutate_python
 
     probe_dir(report_dir, "--report-dir")
     out = report_dir / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-mutate-{plan.name}-python"
@@ -156,7 +155,7 @@ def _python(
                 plan.pytest_args,
                 budget_seconds=budget_minutes * 60,
                 store=plan.name,
-                equivalent_file=equivalent or PYTHON_EQUIVALENT_FILE,
+                equivalent_file=equivalent or plan_equivalents(plan),
                 resume=resume,
                 progress=lambda line: click.echo(line, err=True),
             )
@@ -164,10 +163,7 @@ def _python(
         raise click.UsageError(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
     (out / "mutate.json").write_text(json.dumps({"store": plan.name, "python": found}, indent=2) + "\n")
-    (out / "mutate.html").write_text(
-        f"<!doctype html><meta charset=utf-8><title>wd-chaos mutate {html.escape(plan.name)} --python</title>"
-        f"<h1>wd-chaos mutate: {html.escape(plan.name)}</h1>{html_section(found)}"
-    )
+    (out / "mutate.html").write_text(html_page(plan.name, found))
     skipped = ", ".join(f"{n} {why}" for why, n in sorted(found["skipped"].items())) or "0"
     click.echo(
         f"{plan.name} python: generated {found['generated']}, skipped ({skipped}), killed {found['killed']}, "

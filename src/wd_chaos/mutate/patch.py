@@ -13,7 +13,6 @@ import os
 import sys
 from dataclasses import asdict, dataclass
 from functools import _lru_cache_wrapper
-from typing import Any
 
 from .operators import Edit
 
@@ -21,13 +20,16 @@ EDIT_ENV = "WD_MUTANT_EDIT"
 """Holds a ``Spec`` as JSON while a check runs on a generated mutant."""
 
 LUA_PREFIX = "lua:"
-"""A target naming a script file of the Redis store (``lua:claim``), not a statement constant."""
+"""A target naming a script file of a store's scripts package (``lua:claim``), not a statement
+constant."""
 
 
 @dataclass(frozen=True)
 class Spec:
     """One generated mutant: ``target`` is ``module:CONSTANT`` (a statement constant) or ``lua:NAME``
-    (a script file of ``without_durability_redis``), and ``edit`` the change to its text."""
+    (a script file of the store's scripts package), and ``edit`` the change to its text. For a
+    script, ``reader`` is the ``module:function`` the store reads its scripts through (the kit's
+    ``MutatePlan.script_reader``); it is not part of the id."""
 
     id: str
     target: str
@@ -35,6 +37,7 @@ class Spec:
     start: int
     old: str
     new: str
+    reader: str = ""
 
     @property
     def edit(self) -> Edit:
@@ -50,7 +53,8 @@ class Spec:
         """The spec ``text`` holds; ``ValueError`` naming what is missing when it is malformed."""
         try:
             data = json.loads(text)
-            return cls(**{k: data[k] for k in ("id", "target", "operator", "start", "old", "new")})
+            found = {k: data[k] for k in ("id", "target", "operator", "start", "old", "new")}
+            return cls(**found, reader=str(data.get("reader", "")))
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(
                 f"{EDIT_ENV} must be a JSON object with id, target, operator, start, old, new ({exc})"
@@ -69,7 +73,7 @@ def apply(spec: Spec) -> None:
     if _applied is not None:
         raise RuntimeError(f"mutant {_applied} is already applied in this process; cannot add {spec.id}")
     if spec.target.startswith(LUA_PREFIX):
-        _patch_script(spec.target.removeprefix(LUA_PREFIX), spec.edit)
+        _patch_script(spec.reader, spec.target.removeprefix(LUA_PREFIX), spec.edit)
     else:
         module_name, _, constant = spec.target.partition(":")
         _patch_constant(module_name, constant, spec.edit)
@@ -102,17 +106,26 @@ def _patch_constant(module_name: str, constant: str, edit: Edit) -> None:
                 setattr(value, constant, new)
 
 
-def _patch_script(name: str, edit: Edit) -> None:
-    from without_durability_redis import _scripts
-
-    original = _scripts._file
-    text = original(name)
-    changed = edit.apply(text)
+def _patch_script(reader: str, name: str, edit: Edit) -> None:
+    """Put the edited text of script ``name`` in place of the one the store's ``reader``
+    (``module:function``, called with a script's name) returns, and empty every ``functools``
+    cache in that module, so a source assembled from the script before now is assembled again."""
+    module_name, colon, function = reader.partition(":")
+    if not colon or not module_name or not function:
+        raise ValueError(
+            f"script mutant {name!r} names no script reader ({reader!r}): the store's kit must name "
+            "the module:function it reads its scripts through as MutatePlan.script_reader"
+        )
+    module = importlib.import_module(module_name)
+    original = getattr(module, function, None)
+    if not callable(original):
+        raise ValueError(f"{module_name}.{function} is not a function; cannot read script {name!r}")
+    changed = edit.apply(original(name))
 
     def mutated(file: str) -> str:
         return changed if file == name else original(file)
 
-    _scripts._file = mutated  # type: ignore[assignment]
-    source: Any = _scripts.script_source
-    if isinstance(source, _lru_cache_wrapper):
-        source.cache_clear()
+    setattr(module, function, mutated)
+    for value in list(vars(module).values()):
+        if isinstance(value, _lru_cache_wrapper):
+            value.cache_clear()

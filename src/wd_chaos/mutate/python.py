@@ -20,27 +20,26 @@ import ast
 import contextlib
 import difflib
 import hashlib
-import html
 import importlib.util
 import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from importlib.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-import psutil
-
+from ..mutation import junit, page, session
+from ..mutation.session import Session
 from .inert import Module, compiles
 from .plugin import FIRST_ENV, ORDER_ENV
-from .runner import _FAILED, _TIMED_OUT, _first, _timings, equivalents
+from .runner import _first, equivalents
 
 INSTALL_HINT = "pip install 'without-durability[mutate]' (or: pip install cosmic-ray)"
 
@@ -118,11 +117,7 @@ def check_imports_copy(copy: Path, files: tuple[str, ...], env: dict[str, str]) 
             )
 
 
-PYTHON_EQUIVALENT_FILE = Path(__file__).with_name("equivalent_python.toml")
-"""The built-in list of equivalent Python mutants: ``[equivalent]`` of ``"id" = "why"``, as the
-statements' ``equivalent.toml``, keyed by the ids this module gives."""
-
-TEST_TIMEOUT = 300
+TEST_TIMEOUT = session.TEST_TIMEOUT
 """Seconds one test may take (pytest-timeout), as in the statement half."""
 
 
@@ -269,43 +264,16 @@ def _pytest(
     fail_fast: bool = True,
     first: tuple[str, ...] = (),
     junit: Path | None = None,
-) -> tuple[int, str, float, str]:
-    """One pytest session in ``copy``: (exit code, first failing test, seconds, output tail); exit
-    -1 when ``timeout`` passed (the session's whole process group is stopped)."""
-    command = [
-        sys.executable, "-m", "pytest", *tests, "-q", "--no-header", "-rfE", "-p", "no:cacheprovider",
-        "-p", "wd_chaos.mutate.plugin", "-o", f"timeout={TEST_TIMEOUT}", *(["-x"] if fail_fast else []),
-        *([f"--junitxml={junit}"] if junit else []),
-        *[arg for s in stores for arg in ("--wd-store", s)], *pytest_args,
-    ]  # fmt: skip
-    env = {**env, FIRST_ENV: json.dumps(first)}
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        command, cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True,
+) -> Session:
+    """One pytest session in ``copy``; code -1 when ``timeout`` passed (the session's whole process
+    group is stopped)."""
+    command = session.command(
+        tests, stores=stores, plugins=("wd_chaos.mutate.plugin",), fail_fast=fail_fast, junit=junit,
+        test_timeout=TEST_TIMEOUT, summary=True, after=pytest_args,
     )  # fmt: skip
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _stop(proc)
-        return -1, f"timeout after {timeout:.0f}s", time.monotonic() - started, ""
-    failed = _FAILED.findall(out)
-    if failed and _TIMED_OUT.search(out):
-        failed = [f"timeout in {failed[0]}"]
-    return proc.returncode, failed[0] if failed else "", time.monotonic() - started, out[-2000:]
-
-
-def _stop(proc: subprocess.Popen[Any]) -> None:
-    """Stop ``proc``, its process group and anything it started outside it."""
-    children: list[psutil.Process] = []
-    with contextlib.suppress(psutil.Error):
-        children = psutil.Process(proc.pid).children(recursive=True)
-    with contextlib.suppress(OSError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            child.kill()
-    proc.communicate()
+    return session.run(
+        command, env={**env, FIRST_ENV: json.dumps(first)}, cwd=copy, timeout=timeout, merge_stderr=True
+    )
 
 
 def _run_until(command: list[str], cwd: Path, env: dict[str, str], deadline: float) -> None:
@@ -329,7 +297,7 @@ def mutate_python(
     budget_seconds: float,
     store: str = "store",
     project: Path | None = None,
-    equivalent_file: Path | None = None,
+    equivalent_file: Path | Traversable | None = None,
     resume: Path | None = None,
     progress: Callable[[str], None] = print,
 ) -> dict[str, Any]:
@@ -347,7 +315,7 @@ def mutate_python(
     started = time.monotonic()
     deadline = started + budget_seconds
     project = (project or Path.cwd()).resolve()
-    known = equivalents(equivalent_file) if equivalent_file else {}
+    known = equivalents(equivalent_file)
     earlier = _earlier(resume) if resume else {}
     with tempfile.TemporaryDirectory(prefix="wd-mutate-python-") as folder:
         copy = copy_project(project, Path(folder), files)
@@ -355,8 +323,8 @@ def mutate_python(
         env = {**_environment(copy), "PYTHONPYCACHEPREFIX": str(cache)}
         env.pop("PYTHONDONTWRITEBYTECODE", None)  # compiled modules kept, the mutated one's removed
         check_imports_copy(copy, files, env)
-        junit = Path(folder) / "real.xml"
-        code, failed, base_seconds, tail = _pytest(
+        real = Path(folder) / "real.xml"
+        base = _pytest(
             copy,
             env,
             tests,
@@ -364,19 +332,20 @@ def mutate_python(
             pytest_args,
             timeout=max(600.0, budget_seconds),
             fail_fast=False,
-            junit=junit,
+            junit=real,
         )
-        if code == 1 and (flaky := tuple(_FAILED.findall(tail))):
+        code, base_seconds = base.code, base.seconds
+        if code == 1 and (flaky := tuple(base.failures)):
             again = _pytest(copy, env, flaky, stores, pytest_args, timeout=600.0, fail_fast=False)
             progress(
-                f"python: {', '.join(flaky)} failed on the real code, then {'passed' if again[0] == 0 else 'failed'} once more"
+                f"python: {', '.join(flaky)} failed on the real code, then {'passed' if again.code == 0 else 'failed'} once more"
             )
-            code = again[0]
+            code = again.code
         if code != 0:
             raise PythonMutateError(
-                f"the unmutated copy fails its tests (exit {code}); fix that first:\n{tail[-1500:]}"
+                f"the unmutated copy fails its tests (exit {code}); fix that first:\n{base.tail[-1500:]}"
             )
-        timings = _timings(junit)
+        timings = junit.timings(real)
         order = Path(folder) / "order.json"
         order.write_text(json.dumps(timings))
         env[ORDER_ENV] = str(order)
@@ -412,10 +381,11 @@ def mutate_python(
             if time.monotonic() + min(timeout, base_seconds) > deadline:
                 continue
             with _written(copy / row.module, mutated, cache):
-                code, failed, row.seconds, tail = _pytest(
+                check = _pytest(
                     copy, env, tests, stores, pytest_args, timeout=timeout,
                     first=_first(row.definition, killers, timings),
                 )  # fmt: skip
+            code, failed, row.seconds, tail = check.code, check.failed, check.seconds, check.tail
             if code in (0, 5):
                 row.verdict = "survived"
             elif code in (1, -1) or (code == 2 and failed):
@@ -454,8 +424,8 @@ def _confirm(
     fresh = sorted({r.killed_by for r in rows if r.verdict == "killed" and "::" in r.killed_by and not r.why})
     if not fresh:
         return
-    code, _, _, tail = _pytest(copy, env, tuple(fresh), stores, pytest_args, timeout=900.0, fail_fast=False)
-    failing = set(_FAILED.findall(tail)) if code == 1 else (set() if code == 0 else set(fresh))
+    check = _pytest(copy, env, tuple(fresh), stores, pytest_args, timeout=900.0, fail_fast=False)
+    failing = set(check.failures) if check.code == 1 else (set() if check.code == 0 else set(fresh))
     for r in rows:
         if r.verdict == "killed" and r.killed_by in failing:
             r.verdict, r.why = (
@@ -497,23 +467,24 @@ def report(rows: list[PyMutant], seconds: float) -> dict[str, Any]:
     }
 
 
-def html_section(python: dict[str, Any]) -> str:
-    """mutate.html's section for the Python mutants: the figures, then every mutant judged."""
-    colours = {"killed": "#d4edda", "equivalent": "#e2e3e5", "survived": "#f8d7da", "not run": "#fff3cd"}
-    rows = "\n".join(
-        f'<tr style="background:{colours.get(m["verdict"], "#fff")}"><td>{html.escape(m["mutant"])}</td>'
-        f"<td>{html.escape(m['module'])}:{m['line']}</td><td>{html.escape(m['verdict'])}</td>"
-        f"<td><pre>{html.escape(m['diff'])}</pre></td><td>{html.escape(m['killed_by'] or m['why'])}</td></tr>"
-        for m in python["mutants"]
-        if m["verdict"] != "skipped"
-    )
-    skipped = ", ".join(f"{n} ({html.escape(why)})" for why, n in sorted(python["skipped"].items())) or "none"
-    return (
-        "<h2>Python decision code (cosmic-ray)</h2>"
-        f"<p>generated {python['generated']}, skipped {skipped}, killed {python['killed']}, equivalent "
+def html_page(store: str, python: dict[str, Any]) -> str:
+    """mutate.html for the Python mutants: the figures, then every mutant judged."""
+    table = page.Table(
+        ["mutant", "where", "verdict", "diff", "killed by / why"],
+        [
+            (m["verdict"], [m["mutant"], f"{m['module']}:{m['line']}", m["verdict"], page.pre(m["diff"]), m["killed_by"] or m["why"]])
+            for m in python["mutants"]
+            if m["verdict"] != "skipped"
+        ],
+        heading="Python decision code (cosmic-ray)",
+    )  # fmt: skip
+    skipped = ", ".join(f"{n} ({why})" for why, n in sorted(python["skipped"].items())) or "none"
+    summary = (
+        f"generated {python['generated']}, skipped {skipped}, killed {python['killed']}, equivalent "
         f"{len(python['equivalent'])}, survived {len(python['survived'])}, not run {len(python['not_run'])}, "
-        f"errors {len(python['errors'])}; killed or equivalent: {html.escape(python['killed_or_equivalent'])}; "
-        f"{python['seconds']}s</p>"
-        "<table border=1 cellpadding=4><tr><th>mutant</th><th>where</th><th>verdict</th><th>diff</th>"
-        f"<th>killed by / why</th></tr>\n{rows}</table>\n"
+        f"errors {len(python['errors'])}; killed or equivalent: {python['killed_or_equivalent']}; "
+        f"{python['seconds']}s"
+    )
+    return page.render(
+        f"wd-chaos mutate {store} --python", summary, [table], heading=f"wd-chaos mutate: {store}"
     )

@@ -4,19 +4,21 @@ them: a mutant is killed when a check fails on it that passes on the real store 
 from __future__ import annotations
 
 import contextlib
-import html
 import json
 import os
-import re
 import subprocess
 import sys
 import time
 import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from importlib.abc import Traversable
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from ..mutation import junit, page, session
+from ..mutation.session import Session
 from .patch import EDIT_ENV, Spec
 from .plugin import FIRST_ENV, ORDER_ENV
 from .targets import Target, describe, mutants, script_targets, statement_targets
@@ -30,6 +32,8 @@ class StorePlan:
     name: str
     statements: tuple[str, ...] = ()
     scripts: str | None = None
+    script_reader: str = ""
+    """The ``module:function`` the store reads its scripts through (``MutatePlan.script_reader``)."""
     wd_stores: tuple[str, ...] = ()
     tests: tuple[str, ...] = ()
     server: str | None = None
@@ -41,12 +45,14 @@ class StorePlan:
     pytest_args: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     """Modules whose constants are never mutated: the kit's own module, whose statements are the
-    tests' harness (a ledger, a superseding claim), not the store."""
+    tests' harness (a ledger, a superseding claim), and its mutant modules: not the store."""
     narrow: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """(target prefix, conformance stores): a mutant of a target starting so runs on those stores
     only (the first match); one the prefixes miss runs on ``wd_stores``."""
     python: tuple[str, ...] = ()
     """Python decision-code files (under ``src/``) that ``--python`` mutates with cosmic-ray."""
+    equivalents: str = ""
+    """The kit's list of equivalent mutants, as ``package:file`` (see ``MutatePlan.equivalents``)."""
 
     def stores_for(self, target: str) -> tuple[str, ...]:
         """The conformance stores a mutant of ``target`` is run on."""
@@ -65,10 +71,17 @@ def plan_for(store: str) -> StorePlan:
         raise KitError(
             f"store kit {kit.name!r} declares no mutate_plan (kits that do: {', '.join(having) or 'none'})"
         )
+    if declared.scripts and not declared.script_reader:
+        raise KitError(
+            f"store kit {kit.name!r}: its MutatePlan names a scripts package ({declared.scripts!r}) "
+            "but no script_reader: name the module:function the store reads each script through, "
+            "so a generated script mutant can be put in its place"
+        )
     return StorePlan(
         declared.name or kit.store_kind,
         statements=declared.statements,
         scripts=declared.scripts,
+        script_reader=declared.script_reader,
         wd_stores=declared.stores or (kit.name,),
         tests=declared.tests,
         server=kit.name if declared.server_env else None,
@@ -78,17 +91,29 @@ def plan_for(store: str) -> StorePlan:
         pytest_args=declared.pytest_args,
         narrow=declared.narrow,
         python=declared.python,
-        exclude=(type(kit).__module__,),
+        equivalents=declared.equivalents,
+        exclude=(type(kit).__module__, *kit.mutant_modules),
     )
 
 
-EQUIVALENT_FILE = Path(__file__).with_name("equivalent.toml")
+def plan_equivalents(plan: StorePlan) -> Traversable | None:
+    """The file of equivalent mutants ``plan``'s kit ships in its own package (``package:file``),
+    or None when it names none; a ``ValueError`` saying what to write when the name is malformed."""
+    if not plan.equivalents:
+        return None
+    package, colon, name = plan.equivalents.partition(":")
+    if not colon or not package or not name:
+        raise ValueError(
+            f"MutatePlan.equivalents of {plan.name!r} is {plan.equivalents!r}: write it as "
+            "'package:file' (e.g. 'my_store:equivalent.toml')"
+        )
+    return files(package).joinpath(name)
 
 
-def equivalents(path: Path = EQUIVALENT_FILE) -> dict[str, str]:
+def equivalents(path: Path | Traversable | None) -> dict[str, str]:
     """Mutant id -> why it is equivalent (behaves as the real store for every caller), from ``path``
-    (a TOML table ``[equivalent]`` of ``"id" = "why"``)."""
-    if not path.exists():
+    (a TOML table ``[equivalent]`` of ``"id" = "why"``); empty for None or a missing file."""
+    if path is None or not path.is_file():
         return {}
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     table = data.get("equivalent", {})
@@ -106,7 +131,7 @@ def targets_of(plan: StorePlan) -> list[Target]:
         if t.name.partition(":")[0] not in plan.exclude
     ]
     if plan.scripts:
-        found.extend(script_targets(plan.scripts))
+        found.extend(script_targets(plan.scripts, plan.script_reader))
     return found
 
 
@@ -127,24 +152,7 @@ class Outcome:
     chaos: list[str] = field(default_factory=list)
 
 
-@dataclass
-class Check:
-    """One pytest session's result: exit code, the first failing test, how long, and its tail."""
-
-    code: int
-    failed: str
-    seconds: float
-    tail: str
-
-
-TEST_TIMEOUT = 300
-"""Seconds one test may take (pytest-timeout): generous, since a loaded machine is slow too, and a
-test cut off by it is reported as a timeout, not as the test's failure."""
-
-_TIMED_OUT = re.compile(r"Timeout \(?>?\s*[0-9.]+s")
-# the whole test id, spaces included (a parameter id may hold some), up to pytest's " - reason"
-_FAILED = re.compile(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", re.M)
-_XDIST_STOPPED = re.compile(r"Interrupted: stopping after \d+ failures?")
+TEST_TIMEOUT = session.TEST_TIMEOUT
 
 
 def run_tests(
@@ -157,7 +165,7 @@ def run_tests(
     junit: Path | None = None,
     first: tuple[str, ...] = (),
     jobs: int = 1,
-) -> Check:
+) -> Session:
     """One pytest session over ``plan``'s tests (or ``tests``, node ids) on ``plan``'s stores, with
     ``spec`` applied in every process (None: the real store), the tests ``first`` names run
     before the others, and ``jobs`` > 1 test processes (pytest-xdist)."""
@@ -168,28 +176,12 @@ def run_tests(
         env[EDIT_ENV] = spec.to_json()
     if first:
         env[FIRST_ENV] = json.dumps(first)
-    command = [
-        sys.executable, "-m", "pytest", *(tests or plan.tests), "-q", "--no-header", "-rfE",
-        "-p", "no:cacheprovider", "-p", "wd_chaos.mutate.plugin", "-o", f"timeout={TEST_TIMEOUT}",
-        *(["-x"] if fail_fast else []),
-        *(["-n", str(jobs)] if jobs > 1 else []),
-        *([f"--junitxml={junit}"] if junit else []),
-        *[arg for s in (plan.stores_for(spec.target) if spec else plan.wd_stores) for arg in ("--wd-store", s)],
-        *plan.pytest_args,
-    ]  # fmt: skip
-    started = time.monotonic()
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
-        return Check(-1, f"timeout after {timeout:.0f}s", time.monotonic() - started, out[-2000:])
-    failed = _FAILED.findall(done.stdout)
-    if failed and _TIMED_OUT.search(done.stdout):
-        failed = [f"timeout in {failed[0]}"]  # not the test's verdict: not carried by --resume
-    code = done.returncode
-    if code == 2 and failed and _XDIST_STOPPED.search(done.stdout):
-        code = 1  # pytest-xdist ends a -x session on a failure as "interrupted"; it is the failure
-    return Check(code, failed[0] if failed else "", time.monotonic() - started, done.stdout[-2000:])
+    stores = plan.stores_for(spec.target) if spec else plan.wd_stores
+    command = session.command(
+        tests or plan.tests, stores=stores, plugins=("wd_chaos.mutate.plugin",), fail_fast=fail_fast,
+        jobs=jobs, junit=junit, test_timeout=TEST_TIMEOUT, summary=True, after=plan.pytest_args,
+    )  # fmt: skip
+    return session.run(command, env=env, timeout=timeout)
 
 
 def run_chaos(plan: StorePlan, scenario: str, spec: Spec | None, seconds: float, report_dir: Path) -> int:
@@ -266,13 +258,14 @@ def mutate(
     jobs: int = 1,
     only: tuple[str, ...] = (),
     progress: Progress = print,
-    equivalent_file: Path = EQUIVALENT_FILE,
+    equivalent_file: Path | None = None,
     resume: Path | None = None,
 ) -> dict[str, Any]:
     """Generate ``plan``'s mutants, run each through its tests (and survivors through wd-chaos
     while the budget lasts), write ``mutate.json`` and ``mutate.html`` in ``report_dir``, and
     return the report. With ``resume`` (an earlier ``mutate.json``), a mutant it records as killed
-    keeps that verdict (tests are only ever added, so a kill stays a kill) and only the others run."""
+    keeps that verdict (tests are only ever added, so a kill stays a kill) and only the others run.
+    ``equivalent_file`` replaces the kit's list of equivalent mutants (``plan.equivalents``)."""
     deadline = time.monotonic() + budget_seconds
     started = time.monotonic()
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -280,7 +273,7 @@ def mutate(
     specs = mutants(plan.name, list(targets.values()))
     if only:
         specs = [s for s in specs if s.id in only or any(s.id.startswith(p) for p in only)]
-    known = equivalents(equivalent_file)
+    known = equivalents(equivalent_file or plan_equivalents(plan))
     earlier = _killed_in(resume) if resume else {}
     # the tests that killed each statement's mutants (a resumed report's, then this job's): a
     # mutant meets its neighbours' killers first, since one test often kills a statement's mutants
@@ -295,21 +288,21 @@ def mutate(
     progress(f"{plan.name}: {len(specs)} mutants from {len(targets)} statements/scripts")
     with servers(plan), bytecode_cache():
         base = run_tests(plan, None, fail_fast=False, junit=report_dir / "real.xml", jobs=jobs)
-        if base.code == 1 and (flaky := tuple(_FAILED.findall(base.tail))):
+        if base.code == 1 and (flaky := tuple(base.failures)):
             # a loaded machine can fail a timing test once: the failing tests get one more run
             again = run_tests(plan, None, tests=flaky, fail_fast=False, jobs=1)
             progress(
                 f"real store: {', '.join(flaky)} failed, then {'passed' if again.code == 0 else 'failed'} once more"
             )
             if again.code == 0:
-                base = Check(0, "", base.seconds, base.tail)
+                base.code, base.failures = 0, []
         if base.code != 0:
             raise RuntimeError(
                 f"the real {plan.name} store fails its own tests ({base.failed or base.code}); "
                 f"fix that before mutating it:\n{base.tail}"
             )
         order = report_dir / "order.json"
-        timings = _timings(report_dir / "real.xml")
+        timings = junit.timings(report_dir / "real.xml")
         order.write_text(json.dumps(timings))
         os.environ[ORDER_ENV] = str(order)
         per_mutant = max(90.0, 3 * base.seconds)
@@ -388,17 +381,6 @@ def _first(target: str, killers: dict[str, list[str]], timings: dict[str, float]
     return (*own, *rest)
 
 
-def _timings(junit: Path) -> dict[str, float]:
-    """Test id -> seconds, from a junit file pytest wrote (ids rebuilt as pytest prints them)."""
-    from xml.etree import ElementTree
-
-    found: dict[str, float] = {}
-    for case in ElementTree.parse(junit).iter("testcase"):
-        module = case.get("classname", "").replace(".", "/")
-        found[f"{module}.py::{case.get('name')}"] = float(case.get("time", "0"))
-    return found
-
-
 def _confirm(plan: StorePlan, outcomes: dict[str, Outcome], progress: Progress, jobs: int = 1) -> None:
     """A kill counts only when its failing test passes on the real store: run every distinct
     killing test once more on the real store, and take back the kills of any that fail there."""
@@ -412,7 +394,7 @@ def _confirm(plan: StorePlan, outcomes: dict[str, Outcome], progress: Progress, 
     if not killers:
         return
     check = run_tests(plan, None, tests=tuple(killers), fail_fast=False, jobs=jobs)
-    failing = set(_FAILED.findall(check.tail)) if check.code != 0 else set()
+    failing = set(check.failures) if check.code != 0 else set()
     if check.code not in (0, 1):
         failing = set(killers)
     for o in outcomes.values():
@@ -484,20 +466,20 @@ def _report(plan: StorePlan, outcomes: dict[str, Outcome], seconds: float) -> di
 
 
 def _html(report: dict[str, Any]) -> str:
-    colours = {"killed": "#d4edda", "equivalent": "#e2e3e5", "survived": "#f8d7da", "not run": "#fff3cd"}
-    rows = "\n".join(
-        f'<tr style="background:{colours.get(m["verdict"], "#fff")}"><td>{html.escape(m["mutant"])}</td>'
-        f"<td>{html.escape(m['verdict'])}</td><td><code>{html.escape(m['before'])}</code><br>"
-        f"<code>{html.escape(m['after'])}</code></td><td>{html.escape(m['killed_by'] or m['why'])}</td>"
-        f"<td>{m['seconds']:.1f}s</td></tr>"
-        for m in report["mutants"]
-    )
-    return (
-        f"<!doctype html><meta charset=utf-8><title>wd-chaos mutate {html.escape(report['store'])}</title>"
-        f"<h1>wd-chaos mutate: {html.escape(report['store'])}</h1>"
-        f"<p>generated {report['generated']}, killed {report['killed']}, equivalent "
+    table = page.Table(
+        ["mutant", "verdict", "before / after", "killed by / why", "time"],
+        [
+            (
+                m["verdict"],
+                [m["mutant"], m["verdict"], page.code(m["before"], m["after"]), m["killed_by"] or m["why"], f"{m['seconds']:.1f}s"],
+            )
+            for m in report["mutants"]
+        ],
+    )  # fmt: skip
+    summary = (
+        f"generated {report['generated']}, killed {report['killed']}, equivalent "
         f"{len(report['equivalent'])}, survived {len(report['survived'])}, not run {len(report['not_run'])}; "
-        f"killed or equivalent: {html.escape(report['killed_or_equivalent'])}; {report['seconds']}s</p>"
-        "<table border=1 cellpadding=4><tr><th>mutant</th><th>verdict</th><th>before / after</th>"
-        f"<th>killed by / why</th><th>time</th></tr>\n{rows}</table>\n"
+        f"killed or equivalent: {report['killed_or_equivalent']}; {report['seconds']}s"
     )
+    store = report["store"]
+    return page.render(f"wd-chaos mutate {store}", summary, [table], heading=f"wd-chaos mutate: {store}")

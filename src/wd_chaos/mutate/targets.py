@@ -28,10 +28,12 @@ _SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE)\b")
 
 @dataclass(frozen=True)
 class Target:
-    """One statement constant (``module:NAME``) or script (``lua:NAME``) and its text."""
+    """One statement constant (``module:NAME``) or script (``lua:NAME``) and its text; a script's
+    ``reader`` is the ``module:function`` its store reads it through."""
 
     name: str
     text: str
+    reader: str = ""
 
     @property
     def is_lua(self) -> bool:
@@ -93,11 +95,14 @@ def statement_targets(package: str) -> list[Target]:
     return sorted(found, key=lambda t: t.name)
 
 
-def script_targets(package: str = "without_durability_redis") -> list[Target]:
-    """The Lua scripts (prelude files included) shipped in ``package``'s ``scripts`` folder."""
+def script_targets(package: str, reader: str = "") -> list[Target]:
+    """The Lua scripts (prelude files included) shipped in ``package``'s ``scripts`` folder, each
+    read at run time through ``reader`` (``module:function``; see ``MutatePlan.script_reader``)."""
     folder = files(package) / "scripts"
     names = sorted(p.name.removesuffix(".lua") for p in folder.iterdir() if p.name.endswith(".lua"))
-    return [Target(f"{LUA_PREFIX}{n}", (folder / f"{n}.lua").read_text(encoding="utf-8")) for n in names]
+    return [
+        Target(f"{LUA_PREFIX}{n}", (folder / f"{n}.lua").read_text(encoding="utf-8"), reader) for n in names
+    ]
 
 
 def _line(text: str, start: int, end: int) -> str:
@@ -126,6 +131,7 @@ def mutants(store: str, targets: list[Target]) -> list[Spec]:
                     edit.start,
                     edit.old,
                     edit.new,
+                    target.reader,
                 )
             )
     return found

@@ -31,8 +31,8 @@ from without_durability.testing.servers import (
     why_unavailable,
 )
 
-from .faults import clock_step as stepped_clock
-from .stores import WALL_OFFSET, Spec
+from ..faults import clock_step as stepped_clock
+from ..stores import WALL_OFFSET, Spec
 from .toxiproxy_server import TOXIPROXY_SERVER
 
 __all__ = ["Planned", "Services", "ServerUnavailable", "check_urls", "preflight", "services", "sweep_stale"]
@@ -49,8 +49,10 @@ class Services:
     toxi: Any = None
     worker_urls: dict[str, str] = field(default_factory=dict)
     proxies: dict[str, str] = field(default_factory=dict)
+    lazyfs: Any = None
+    """A power-loss run's LazyFS (``wd_chaos.control.lazyfs``), where the store's data lives."""
     careless_spec: Spec | None = None
-    """A store of the careless clients' own on the same server (``wd_chaos.clients``): a schema, a
+    """A store of the careless clients' own on the same server (``wd_chaos.client.clients``): a schema, a
     key prefix, a file. Their sweeps with a cutoff of a tenth of a second would otherwise sweep the
     workers' finished workflows before the final read."""
 
@@ -82,12 +84,41 @@ def _replicated(
     return pair, spec
 
 
+def _on_lazyfs(
+    stack: contextlib.ExitStack, kit: StoreKit, run_dir: Path, tag: str, relaxed: bool
+) -> tuple[Server | None, Spec, Any]:
+    """A power-loss run's store with its data on a LazyFS mount: a private server whose data
+    folder is the mount, or (no server) the store's file in it; synced once up, as a machine
+    that has run a while has written its setup back. ``FuseUnavailable`` (a ``ServerUnavailable``)
+    when no mount can be had."""
+    from ..faults.power_loss import mounted
+    from .lazyfs import FuseUnavailable
+
+    try:
+        lazy = stack.enter_context(mounted(run_dir))
+    except FuseUnavailable as exc:
+        raise ServerUnavailable(str(exc)) from exc
+    server = stack.enter_context(kit.server(restartable=True, datadir=lazy.mount, relaxed=relaxed))
+    if server is not None and server.source != "local":
+        raise ServerUnavailable(
+            f"a power loss needs a private {kit.name} server this run starts on its own mount; it has "
+            f"{server.source} ({server.url}): unset its URL variable"
+        )
+    spec: Spec = {"store": kit.name, **kit.worker_spec(server, lazy.mount if server is None else run_dir, tag)}
+    spec["wall_offset"] = str(run_dir / WALL_OFFSET)  # the run's clock file stays off the mount
+    if relaxed:
+        spec["relaxed"] = True
+    lazy.sync()
+    return server, spec, lazy
+
+
 def check_available(
     store: str,
     partition: bool = False,
     failover: object = None,
     clock_step: bool = False,
     restart: bool = False,
+    power_loss: object = None,
 ) -> str | None:
     """Why this run cannot have its servers (one message saying how to get them), or None. A
     failover run starts its replicated store privately (the kit's ``replicated``), so it asks the
@@ -107,6 +138,12 @@ def check_available(
         reason = why_unavailable(TOXIPROXY_SERVER)
         if reason:
             return reason
+    if power_loss:
+        from .lazyfs import why_unavailable as fuse_unavailable
+
+        reason = fuse_unavailable()
+        if reason:
+            return f"a power-loss run needs a FUSE mount: {reason}"
     if failover:
         return kit.replication_unavailable()
     return None
@@ -210,12 +247,14 @@ def preflight(
     failover: object = None,
     clock_step: bool = False,
     restart: bool = False,
+    power_loss: object = None,
 ) -> list[Planned]:
     """Where every server a run of ``store`` with these faults would use comes from, each one
     checked now: a URL variable's address reached (``reach``), Docker asked when a container would
     be used, the binaries of a private server found. Raises ``ServerUnavailable`` with one message
     naming what is missing (the variable, the server, the binary) and what to do. Starts nothing."""
-    reason = check_available(store, partition, failover, clock_step, restart)
+    reason = check_available(store, partition, failover, clock_step, restart, power_loss)
+    restart = restart or bool(power_loss)  # a power loss restarts the server on what was synced
     kit = find_kit(store)
     planned: list[Planned] = []
     recipe = kit.recipe
@@ -271,18 +310,24 @@ def services(
     failover: dict[str, Any] | None = None,
     clock_step: bool = False,
     careless: bool = False,
+    power_loss: dict[str, Any] | None = None,
 ) -> Iterator[Services]:
     """Provide the servers a run needs and yield its ``Services``. With ``failover`` (the run's
     failover event) the store is a replicated pair (``faults/failover.py``) that clients reach through
     a client following the primary. With ``clock_step`` the kit's server runs on a clock the
     nemesis steps (``faults.clock_step.server_env``), so it is a private one. With ``careless``
-    the careless clients get a store of their own on the same server (``careless_spec``)."""
+    the careless clients get a store of their own on the same server (``careless_spec``). With
+    ``power_loss`` (``{"relaxed": bool}``) the store's data lives on a LazyFS mount in the run's
+    folder (``faults/power_loss.py``), in its relaxed durability setting when ``relaxed``."""
     tag = f"chaos_{secrets.token_hex(4)}"
+    lazy = None
     with contextlib.ExitStack() as stack:
         kit = find_kit(store)
         server: Server | Replicated | None
         if failover is not None:
             server, spec = _replicated(stack, kit, failover, run_dir, tag)
+        elif power_loss is not None:
+            server, spec, lazy = _on_lazyfs(stack, kit, run_dir, tag, bool(power_loss.get("relaxed")))
         else:
             env = None
             if clock_step and kit.server_binary is not None:
@@ -299,6 +344,7 @@ def services(
         if mutant:
             spec["mutant"] = mutant
         found = Services(spec, server)
+        found.lazyfs = lazy
         if careless and failover is None:
             folder = run_dir / "careless"
             folder.mkdir(exist_ok=True)

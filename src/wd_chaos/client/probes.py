@@ -15,7 +15,7 @@ what it expected:
   not act), and the hidden workflow must not be handed out again (``answer-receipts``); a pass
   answered through ``answer_and_take`` never gets its own workflow back;
 - ``landing`` (a store whose ``Opened`` has ``holds``): a superseded pass's record meets a newer
-  claim mid-commit, in one order every run (``wd_chaos/landing.py``; ``stale-landing``).
+  claim mid-commit, in one order every run (``wd_chaos/client/landing.py``; ``stale-landing``).
 
 The probe's scheduler uses a namespace of its own (``<namespace>-probe-<user>``), so the storm's
 takers never take a probe's workflow and the probe's takes see only its own.
@@ -32,7 +32,7 @@ from typing import Any
 from without_durability import AnswersAndTakes, Contended, Delivery, Fenced
 
 from .landing import HoldsOpener, landing
-from .workload import Recorder, classify
+from .recorder import Recorder, classify
 
 SHORT = timedelta(seconds=0.3)
 """A pass meant to lapse quickly."""
@@ -95,7 +95,7 @@ class Probe:
 
     async def landing(self, wf: str) -> None:
         """A superseded pass's record started while a newer claim waits to commit (see
-        ``wd_chaos.landing``): it must be refused, never land after that claim."""
+        ``wd_chaos.client.landing``): it must be refused, never land after that claim."""
         assert self.holds is not None
         await landing(self.rec, self.holds, wf)
 

@@ -56,6 +56,17 @@ class Toxi:
         else:
             raise ValueError(f"partition mode must be one of {MODES}, got {mode!r}")
 
+    def add(self, name: str, toxic: str, kind: str, stream: str, attributes: dict[str, int]) -> None:
+        """Add toxiproxy's toxic ``kind`` (latency, bandwidth, slow_close, timeout, reset_peer,
+        limit_data), named ``toxic``, on ``stream`` (upstream or downstream) of proxy ``name``."""
+        self._proxies[name].add_toxic(name=toxic, type=kind, stream=stream, attributes=attributes)
+
+    def remove(self, name: str, toxic: str) -> None:
+        """Remove the toxic named ``toxic`` from proxy ``name`` (gone already: nothing to do)."""
+        proxy = self._proxies[name]
+        if toxic in proxy.toxics():
+            proxy.destroy_toxic(toxic)
+
     def heal(self, name: str) -> None:
         """End any fault on proxy ``name``."""
         proxy = self._proxies[name]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from without_durability.testing.kit import KitError, StoreKit, find_kit, kits
 
-from .scenario import OptionError, Scenario
+from ..scenario import OptionError, Scenario
 
 
 def chaos_kits() -> dict[str, StoreKit]:

@@ -4,7 +4,7 @@ Two mechanisms, because neither covers everything alone:
 
 - every worker, writer and locust process is started with ``PR_SET_PDEATHSIG = SIGKILL``
   (``die_with_parent``): the kernel kills it when the controller dies, even a SIGSTOPped one;
-- a small watchdog (``Lifeline``, ``python -m wd_chaos.lifeline``) in its own session holds the
+- a small watchdog (``Lifeline``, ``python -m wd_chaos.control.lifeline``) in its own session holds the
   read end of a pipe from the controller. A controller that finishes, or stops cleanly after
   Ctrl-C, writes ``done``; end of file without it means the controller died, and the watchdog
   kills what the kernel did not (the private servers: Postgres runs under another user through
@@ -50,7 +50,7 @@ class Lifeline:
         self.run_dir = run_dir
         with (run_dir / "lifeline.log").open("ab") as log:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "wd_chaos.lifeline", str(os.getpid()), str(run_dir)],
+                [sys.executable, "-m", "wd_chaos.control.lifeline", str(os.getpid()), str(run_dir)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=log,

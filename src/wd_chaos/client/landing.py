@@ -29,7 +29,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from typing import Any, Protocol
 
-from .workload import Recorder
+from .recorder import Recorder
 
 LAPSE = timedelta(seconds=0.2)
 """The old pass's liveness: short, so it lapses before the new claim."""

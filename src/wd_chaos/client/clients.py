@@ -23,6 +23,11 @@ store whose records live for a time), and until the run stops repeats rounds of:
 - **a claim storm** (``tokens-unique``): hundreds of claims in flight at once on one id, with
   leases of a microsecond to a millisecond (so nearly every one mints a token), then, once the
   retention has run out on the claim record, one more claim;
+- **a claim burst** (``tokens-unique``; only when a scenario's ``careless_rounds`` names it): tens of
+  tasks claiming one id with a lease of a microsecond, their calls sent together, until the tokens
+  (on a store whose tokens follow its clock) run ahead of the server's clock by more than the
+  retention; a quiet spell past the retention; one more claim, marked ``after_burst`` with the lead
+  the tokens still had over the clock (``lead_ms``) and the quiet it followed (``quiet_ms``);
 - **sweeps beside overrunning passes** (``tokens-unique``), for a store whose retention is a
   process (``Opened.sweep``): a pass whose renewals come later than its lease, a rival claiming
   the same id, and sweeps with a cutoff shorter than the overrun, each recorded as a ``sweep``.
@@ -38,16 +43,17 @@ import contextlib
 import os
 import random
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
 from without_durability import Contended, Fenced, Pass
 
-from .config import RunConfig
-from .history import HistoryWriter
-from .stores import Opened, Spec
-from .workload import Recorder, classify, error_fields
+from ..config import RunConfig
+from ..history import HistoryWriter
+from ..stores import Opened, Spec
+from .recorder import Recorder, classify, error_fields
 
 BIG = 3000
 """Characters in an oversize id or key: past a btree index entry's limit (2,704 bytes) even
@@ -66,6 +72,34 @@ STORM_SECONDS = 1.0
 STORM_MOST = 500
 """Claims a storm stops at, however fast the machine: ``fencing`` judges a workflow's claims
 pairwise, and an idle machine's storm of 7,000 tokens on one id cost minutes of checking."""
+BURST_TASKS = 64
+"""Tasks claiming at once in a claim burst: their calls go to the store together."""
+BURST_SECONDS = 8.0
+"""How long a claim burst goes on at most (a loaded machine's burst gets ahead more slowly)."""
+BURST_MOST = 20_000
+"""Claims a burst stops at, however slow it is to get ahead."""
+BURST_SPARE_MS = 1000
+"""How far past the retention (and the quiet margin) a burst runs the tokens ahead of the clock, so
+a quiet spell that oversleeps on a loaded machine still ends with them ahead."""
+BURST_AFTER_STOP = 2.5
+"""Seconds a burst goes on after the run asked this process to stop (on a loaded machine the run's
+workload phase is mostly spent starting processes): with the quiet spell and the last claim it
+still ends inside the harness's 5 s between SIGTERM and SIGKILL."""
+QUIET_MARGIN = 0.2
+"""Seconds the quiet spell outlasts the retention."""
+ROUNDS = {
+    "refused-burst": "refused_burst",
+    "sweeps-beside-overruns": "sweeps_beside_overruns",
+    "claim-storm": "claim_storm",
+    "cancellations": "cancellations",
+    "starved": "starved",
+    "ticking-pass": "ticking_pass",
+    "claim-burst": "claim_burst",
+}
+"""A scenario's ``careless_rounds`` names: the method each runs."""
+DEFAULT_ROUNDS = tuple(r for r in ROUNDS if r != "claim-burst")
+"""The rounds a careless process runs when its scenario names none (the burst is opt-in: it makes
+thousands of claims a round)."""
 
 
 def careless_spec(cfg: RunConfig) -> Spec:
@@ -96,6 +130,7 @@ class Careless:
         self.rng = random.Random(f"{cfg.seed}:{name}")
         self.n = 0
         self.stopping = False
+        self.stopped_at = 0.0
         self.stopped = asyncio.Event()
         self.holding = 0
         """The number of the hold of this process's only connection under way (0: none)."""
@@ -387,6 +422,81 @@ class Careless:
             p = await self.rec.claim(wf, timedelta(seconds=1), timedelta(seconds=2))
             await self.release(p)
 
+    async def claim_burst(self) -> None:
+        """Claims on one id of this round's own (shared by every careless process, whose bursts
+        add up), ``BURST_TASKS`` at a time, each with a lease of a
+        microsecond, until the tokens are ahead of the store's clock by the retention plus
+        ``QUIET_MARGIN`` plus ``BURST_SPARE_MS`` (or ``BURST_SECONDS``, or ``BURST_MOST`` claims);
+        then a quiet spell of the retention plus ``QUIET_MARGIN`` after the last claim returned,
+        and one more claim (``tokens-unique``: it must get a token above every one the burst was
+        handed). The lead is the highest token less the store's clock in milliseconds
+        (``Scheduler.now``), estimated during the burst from one reading before it. An ``info``
+        line ``claim burst`` says how many claims, and the lead and the retention."""
+        wf = f"careless-burst-{self.n}"  # the round's id, shared: every careless process bursts on it
+        retention_ms = self.cfg.workload.careless_ttl * 1000
+        quiet = self.cfg.workload.careless_ttl + QUIET_MARGIN
+        target = retention_ms + QUIET_MARGIN * 1000 + BURST_SPARE_MS
+        tiny = timedelta(microseconds=1)
+        loop = asyncio.get_running_loop()
+        offset = await self.clock_ms() - time.time() * 1000  # the store's clock less this machine's
+        highest = made = 0
+        last_end = loop.time()
+        until = loop.time() + BURST_SECONDS
+
+        def ahead() -> float:
+            return highest - (time.time() * 1000 + offset)
+
+        async def claimer() -> None:
+            nonlocal highest, made, last_end
+            while (
+                loop.time() < until
+                and made < BURST_MOST
+                # a burst under way when the run stops goes on a little (its quiet spell and last
+                # claim still fit the harness's grace before SIGKILL)
+                and (not self.stopping or loop.time() < self.stopped_at + BURST_AFTER_STOP)
+                and (not highest or ahead() < target)
+            ):
+                with contextlib.suppress(Exception, Contended):
+                    p = await self.rec.claim(wf, tiny, tiny)
+                    made += 1
+                    highest = max(highest, p.token)
+                    last_end = loop.time()
+
+        await asyncio.gather(*(claimer() for _ in range(BURST_TASKS)))
+        if not highest:
+            return
+        lead = highest - await self.clock_ms()
+        self.hist.event(
+            "info",
+            what="claim burst",
+            workflow=wf,
+            claims=made,
+            lead_ms=round(lead),
+            retention_ms=retention_ms,
+        )
+        await asyncio.sleep(max(0.0, last_end + quiet - loop.time()))  # a short retention expires meanwhile
+        lead = highest - await self.clock_ms()
+        mark = {
+            "after_burst": True,
+            "lead_ms": round(lead),
+            "quiet_ms": round((loop.time() - last_end) * 1000),
+            "retention_ms": retention_ms,
+        }
+        with contextlib.suppress(Exception, Contended):
+            alive = timedelta(seconds=1)
+            p = await self.rec._call(
+                "claim",
+                {"workflow": wf, "alive": 1.0, "budget": 2.0, **mark},
+                lambda: self.cp.claim(wf, alive=alive, budget=2 * alive),
+                lambda p: {"token": p.token},
+            )
+            await self.release(p)
+
+    async def clock_ms(self) -> float:
+        """The store's clock (``Scheduler.now``), in milliseconds since the epoch."""
+        now = await self.rec.sch.now()
+        return float(now.timestamp() * 1000)
+
     async def sweeps_beside_overruns(self) -> None:
         """A pass whose renewal comes later than its lease (by more than the sweep's cutoff), sweeps
         with that cutoff running all along, then a rival's claim of the same id; three times on
@@ -432,14 +542,9 @@ class Careless:
             await sweeping
 
     async def run(self) -> None:
-        rounds: tuple[Callable[[], Awaitable[None]], ...] = (
-            self.refused_burst,
-            self.sweeps_beside_overruns,
-            self.claim_storm,
-            self.cancellations,
-            self.starved,
-            self.ticking_pass,  # last: a ticker that never ends holds the round up for 6 s
-        )
+        named = self.cfg.workload.careless_rounds or DEFAULT_ROUNDS  # ticking-pass last: a
+        # ticker that never ends holds the round up for 6 s
+        rounds: tuple[Callable[[], Awaitable[None]], ...] = tuple(getattr(self, ROUNDS[r]) for r in named)
         # Each careless process starts its rounds at its own share of the list (careless-1 of two
         # halfway), so a short run (the mutant gate's 8 s) still reaches every behaviour once.
         index = int(self.name.rpartition("-")[2]) if self.name.rpartition("-")[2].isdigit() else 0
@@ -464,6 +569,7 @@ class Careless:
     def stop(self) -> None:
         """Finish the behaviour under way and end (SIGTERM)."""
         self.stopping = True
+        self.stopped_at = asyncio.get_running_loop().time()
         self.stopped.set()
 
 

@@ -29,12 +29,12 @@ import gevent
 from gevent.threadpool import ThreadPool
 from locust import User, constant, task
 
+from wd_chaos.client.probes import Probe, probe_namespace
+from wd_chaos.client.recorder import Recorder
 from wd_chaos.config import RunConfig
 from wd_chaos.config import load as load_config
 from wd_chaos.history import HistoryWriter
-from wd_chaos.probes import Probe, probe_namespace
 from wd_chaos.stores import Opened, open_store
-from wd_chaos.workload import Recorder
 from without_durability import Contended, Fenced
 
 T = TypeVar("T")
@@ -156,13 +156,18 @@ class ReadUser(_StoreUser):
         gevent.sleep(self.storm.read_pause)
 
 
+DRAIN = os.environ.get("WD_STORM_DRAIN") == "1"
+"""This locust is the drain after a take storm (``cluster.drain_storm``): its users finish the
+workflows plainly, with no lapsing leases and no probes."""
+
+
 class TakeUser(_StoreUser):
     """Takes deliveries and answers them: claim, load, record a visit, make the workflow visible
     again at once (or finish it after ``visits`` visits), release."""
 
     def on_start(self) -> None:
         super().on_start()
-        if self.n == 0:  # one user per locust process also runs the lifecycle probes (see probes.py)
+        if self.n == 0 and not DRAIN:  # one user per locust process also runs the probes (probes.py)
             self.probe_opened = self._run(open_store(probe_namespace(dict(self.cfg.store), self.name)))
             opened = self.probe_opened
             self.probe = Probe(Recorder(opened.durable, self.hist), self.name, opened.holds)
@@ -176,7 +181,7 @@ class TakeUser(_StoreUser):
             self.probe_next = time.monotonic() + 0.5
             return
         alive, budget = self.alive, self.budget
-        lapsing = self.rng.random() < self.storm.lapsing
+        lapsing = not DRAIN and self.rng.random() < self.storm.lapsing
         if lapsing:  # a pass whose lease lapses under its writes
             alive = timedelta(seconds=self.storm.lapse_seconds)
             budget = 2 * alive
