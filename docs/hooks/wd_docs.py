@@ -359,6 +359,28 @@ def benchmarks() -> str:
         for r in load["rows"]
     ]
     out.append(_table(rows, ("locustfile", "store", "users", "processes", "ops/s", "p50 ms", "p99 ms", "failures")))
+    if (BASELINE / "recovery.json").exists():
+        recovery = _load("recovery.json")
+        out += ["", "## Recovery after a crash: kill to resume", "", _machine(recovery), ""]
+        rows = [
+            (
+                r["store"] + (", fast failover" if r.get("fast_failover") else ""),
+                _num(r["alive_s"]),
+                _num(r["poll_ms"]),
+                _num(r["samples"]),
+                _num(r["kill_to_resume_p50_ms"]),
+                _num(r["kill_to_resume_p99_ms"]),
+                _num(r["bound_ms"]),
+                _num(r["p50_to_bound"]),
+                _num(r["p99_to_bound"]),
+                _num(r["lost"] + r["past_fence"] + r["duplicated"]),
+            )
+            for r in recovery["rows"]
+            if "kill_to_resume_p50_ms" in r
+        ]
+        head = ("store", "alive s", "poll ms", "samples", "p50 ms", "p99 ms", "bound ms (alive + poll)",
+                "p50 / bound", "p99 / bound", "lost, past fence, twice")
+        out.append(_table(rows, head))
     return "\n".join(out)
 
 
