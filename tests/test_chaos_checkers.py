@@ -285,6 +285,29 @@ def test_order_refuses_a_later_write_loading_first() -> None:
     assert order(h.lines, final([("b", 2), ("a", 1)])).valid is False
 
 
+def test_order_counts_a_retried_write_from_its_attempt_of_unknown_outcome() -> None:
+    """store-restart on Redis: B's first arrive of "b" landed but its reply was lost in the
+    restart (unknown); A's write of "a" was acknowledged; B's retry found "b" stored (won). "b"
+    loads first, which is right: it landed during the attempt that began before "a" was acked."""
+    h = H()
+    h.call("supply", "B", 2, outcome="unknown", workflow=WF, key="b", value=2)
+    h.call("supply", "A", 1, workflow=WF, key="a", value=1, res={"value": 1, "won": True})
+    h.call("supply", "B", 2, workflow=WF, key="b", value=2, res={"value": 2, "won": True})
+    v = order(h.lines, final([("b", 2), ("a", 1)]))
+    assert v.valid is True, v
+
+
+def test_order_still_refuses_a_retry_whose_earlier_attempt_wrote_something_else() -> None:
+    """The earlier attempt of unknown outcome offered another value, or was refused outright: it
+    cannot be what landed "b", so "b" loading before "a" is still a violation."""
+    for outcome, value in (("unknown", 3), ("failed", 2)):
+        h = H()
+        h.call("supply", "B", 2, outcome=outcome, workflow=WF, key="b", value=value)
+        h.call("supply", "A", 1, workflow=WF, key="a", value=1, res={"value": 1, "won": True})
+        h.call("supply", "B", 2, workflow=WF, key="b", value=2, res={"value": 2, "won": True})
+        assert order(h.lines, final([("b", 2), ("a", 1)])).valid is False, (outcome, value)
+
+
 # -- exactly once ------------------------------------------------------------------------------
 
 

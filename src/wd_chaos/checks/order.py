@@ -37,7 +37,7 @@ def order(ops: list[Op], final: FinalState) -> Verdict:
         if o.ok and o.workflow is not None and ((o.f in WRITES and o.got("won")) or o.f == "append"):
             key = str(o.got("key") if o.f == "append" else o.invoke.get("key"))
             firsts.setdefault((o.workflow, key), o)
-    writers = firsts
+    writers = _from_earliest_attempt(firsts, all_ops)
     concurrent_inversions = 0
     for wf, state in final.get("workflows", {}).items():
         hist_keys = [r[0] for r in state.get("history", [])]
@@ -105,8 +105,8 @@ def order(ops: list[Op], final: FinalState) -> Verdict:
         wf: {r[0]: i for i, r in enumerate(s.get("history", []))}
         for wf, s in final.get("workflows", {}).items()
     }
-    by_wf: dict[str, list[tuple[str, Operation]]] = defaultdict(list)
-    for (wf, key), o in firsts.items():
+    by_wf: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+    for (wf, key), o in writers.items():
         by_wf[wf].append((key, o))
     for wf, items in by_wf.items():
         pos = position.get(wf, {})
@@ -126,6 +126,42 @@ def order(ops: list[Op], final: FinalState) -> Verdict:
     if explained:
         return _unjudged("order", f"{len(explained)} written_at reversal(s)", explained, steps, counts)
     return Verdict("order", True, f"{total} appends and every load in order", [], counts)
+
+
+class _Landed:
+    """A winning write seen from its earliest attempt: a call whose outcome was unknown (a lost
+    connection, a server restarting) may have landed the very value a later, acknowledged retry
+    then found already stored, so the write could have landed as early as that attempt began.
+    Judging the retry's own start instead would call a write ordered after one it preceded."""
+
+    def __init__(self, won: Operation, start: int) -> None:
+        self.won = won
+        self.start = start
+        self.end = won.end
+
+    def brief(self, why: str = "") -> dict[str, Any]:
+        out = self.won.brief(why)
+        out["earliest attempt"] = self.start
+        return out
+
+
+def _from_earliest_attempt(
+    firsts: dict[tuple[str, str], Operation], ops: list[Operation]
+) -> dict[tuple[str, str], Any]:
+    """``firsts`` with each write whose same key and value an earlier call of unknown outcome tried
+    replaced by a ``_Landed`` starting at that call's start."""
+    earliest: dict[tuple[str, str], int] = {}
+    for o in ops:
+        if o.determinate or o.f not in WRITES or o.workflow is None:
+            continue
+        key = (o.workflow, str(o.invoke.get("key")))
+        won = firsts.get(key)
+        if won is None or o.f == "append" or o.start >= won.start:
+            continue
+        if canon(o.invoke.get("value")) != canon(won.invoke.get("value")):
+            continue
+        earliest[key] = min(o.start, earliest.get(key, o.start))
+    return {k: (_Landed(o, earliest[k]) if k in earliest else o) for k, o in firsts.items()}
 
 
 def _instant(stamp: object) -> float:
