@@ -132,10 +132,11 @@ def test_the_library_worker_under_faults_on_every_store(store: str, chaos: Chaos
     assert _bites_valid(outcome.verdicts), describe(outcome)
 
 
-FAST_FAILOVER = ("kill-between-effect-and-record", "partition")
+FAST_FAILOVER = ("kill-between-effect-and-record", "partition", "store-restart")
 """Postgres with fast failover on (``WD_POSTGRES_FAST_FAILOVER``): a killed worker's claims are
-taken over when the server ends its session, and a partitioned one that lives on must still be
-fenced (partition is where a takeover of a live holder happens)."""
+taken over when the server ends its session, a partitioned one that lives on must still be
+fenced (partition is where a takeover of a live holder happens), and a restart of the server ends
+every worker's session at once, so live holders' claims are taken over and their passes fenced."""
 
 
 @pytest.mark.parametrize("name", FAST_FAILOVER)

@@ -783,3 +783,29 @@ def test_fencing_excuses_a_takeover_only_from_a_faulted_holder_under_fast_failov
     assert "taken over from a faulted holder" in run(fault=True, fast=True).summary
     assert run(fault=False, fast=True).valid is False
     assert run(fault=True, fast=False).valid is False
+
+
+def test_fencing_excuses_a_takeover_after_a_restart_ended_the_holders_session_under_fast_failover() -> None:
+    """store-restart on Postgres with fast failover: the restart ended every session, so the live
+    holder's presence lock was free and another worker took its claim over. That is the trade fast
+    failover documents, when the restart fell inside the holder's window; a restart before the
+    holder's claim, or a run without fast failover, still makes the takeover a breach."""
+
+    def run(*, restart: str, fast: bool) -> checks.Verdict:
+        h = H()
+
+        def restarted() -> None:
+            h.event("fault", "controller", 9, phase="start", fault="restart", id="restart-0",
+                    target="store", target_pid=99, ends_sessions=True)  # fmt: skip
+
+        if restart == "before":
+            restarted()
+        _claim(h, "A", 1, 1)
+        if restart == "inside":
+            restarted()
+        _claim(h, "B", 2, 2)
+        return fencing(h.lines, {**final([]), "fast_failover": fast})
+
+    assert run(restart="inside", fast=True).valid is True
+    assert run(restart="before", fast=True).valid is False
+    assert run(restart="inside", fast=False).valid is False

@@ -94,12 +94,14 @@ def fencing(ops: list[Op], final: FinalState) -> Verdict:
     caused: list[dict[str, Any]] = []
     # With fast failover (the store takes a live claim over once the server has ended its holder's
     # session), a claim inside a holder's window is the design when a fault struck the holder's
-    # process first (a kill, a partition); one with no such fault is still a breach.
+    # process first (a kill, a partition) or ended the server's sessions inside that window (a
+    # restart, a failover, a power cut); one with no such fault is still a breach.
     try:
         fast_failover = bool(final.get("fast_failover"))
     except FinalUnread:  # a partial analysis never read it: takeovers are judged strictly
         fast_failover = False
     faulted = _faulted(ops) if fast_failover else {}
+    sessions_ended = _sessions_ended(ops) if fast_failover else []
     taken_over: list[_Breach] = []
     exclusive: list[_Breach] = []
     # A reboot ends every process and restarts the clock leases run on, so the real-time windows
@@ -120,7 +122,9 @@ def fencing(ops: list[Op], final: FinalState) -> Verdict:
             ended += 1
             continue
         struck = faulted.get(holder_pid, float("inf")) if holder_pid is not None else float("inf")
-        (taken_over if struck <= breach.window[1] else exclusive).append(breach)
+        lo, hi = breach.window
+        ended_its_session = any(lo <= at <= hi for at in sessions_ended)
+        (taken_over if struck <= hi or ended_its_session else exclusive).append(breach)
     budget_ends = []
     for breach in _budget_ends(operations_, claims, maybe_claims):
         if reboot_ended(breach.window, breach.evidence[1].get("pid")):
@@ -167,6 +171,17 @@ def _faulted(ops: list[Op]) -> dict[int, float]:
         if isinstance(pid, int):
             first[pid] = min(first.get(pid, float("inf")), float(o["mono"]))
     return first
+
+
+def _sessions_ended(ops: list[Op]) -> list[float]:
+    """When a fault ended every session the store server had (a restart, the primary killed or
+    isolated in a failover, a power cut: its line says ``ends_sessions``), as monotonic times. Fast
+    failover reads a session the server ended as its holder gone, so a live claim taken over
+    after one, inside its holder's window, is the documented trade, as after a kill of the holder;
+    its old pass is fenced, which the rules above still judge."""
+    return [
+        float(o["mono"]) for o in ops if o.get("type") == "fault" and o.get("ends_sessions") is True
+    ]
 
 
 def _exclusive(

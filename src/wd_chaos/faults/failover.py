@@ -104,7 +104,7 @@ def start(nemesis: Nemesis, ev: dict[str, Any]) -> None:
 
     def kill() -> None:
         # the line goes first: killing waits for the processes to be reaped, which takes a while
-        nemesis.line(ev, "kill", target_pid=pair.pid)
+        nemesis.line(ev, "kill", target_pid=pair.pid, ends_sessions=True)
         old = pair.kill_primary()
         pair.resume_standby()
         killed = not _alive(old)
@@ -135,7 +135,7 @@ def _partition(nemesis: Nemesis, pair: Replicated, ev: dict[str, Any]) -> None:
         nemesis.line(ev, "skipped", why=why)
         return
     old = pair.pid
-    nemesis.line(ev, "start", target_pid=old)
+    nemesis.line(ev, "start", target_pid=old, ends_sessions=True)
     pair.isolate_primary()
 
     def promote() -> None:

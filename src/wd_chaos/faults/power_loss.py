@@ -176,7 +176,7 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
         # run would show no loss to count; wait for a write to sit unsynced
         return False
     victims = _victims(nemesis)
-    nemesis.line(ev, "start", target_pids=victims, pending_bytes=pending.bytes)
+    nemesis.line(ev, "start", target_pids=victims, pending_bytes=pending.bytes, ends_sessions=True)
     on_write = lazy.cut_power(victims, float(ev.get("wait") or TARGET_WAIT))
     left = _wait_dead(victims)
     if left:

@@ -38,7 +38,7 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     if not nemesis.busy("step") and elapsed < float(ev["at"]) + TARGET_WAIT:
         return False
     server = nemesis.services["server"]
-    nemesis.line(ev, "start", target_pid=server.pid)
+    nemesis.line(ev, "start", target_pid=server.pid, ends_sessions=True)
     server.restart(kill=True)
     nemesis.line(ev, "stop", target_pid=server.pid)
     return True
