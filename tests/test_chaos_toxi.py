@@ -4,15 +4,18 @@ partition mode does to a TCP connection what the harness says it does, and heal 
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
 import socketserver
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from wd_chaos.control.toxi import Toxi
-from wd_chaos.control.toxiproxy_server import TOXIPROXY_SERVER
+from wd_chaos.control.toxiproxy_server import TOXIPROXY_SERVER, local_toxiproxy
 from without_durability.testing.servers import provide
 
 # No skip when toxiproxy-server is missing: provide() fails with what to install, loudly.
@@ -69,3 +72,31 @@ def test_each_partition_mode_breaks_the_connection_and_heal_restores_it(mode: st
             assert not broken(listen), f"heal_all did not undo {mode}"
         finally:
             toxi.remove_all()
+
+
+
+def test_a_private_toxiproxy_that_dies_under_a_run_is_reported_with_its_log(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A toxiproxy-server that exits under a run takes every proxy with it (the run then fails on
+    refused connections); its log is in a temporary folder, so its end is printed before that goes."""
+    with local_toxiproxy() as server:
+        assert server.pid is not None
+        os.kill(server.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while not _dead(server.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    err = capsys.readouterr().err
+    assert "toxiproxy-server exited by itself" in err, err
+
+
+def _dead(pid: int) -> bool:
+    """Whether ``pid`` has exited and can be reaped: a zombie whose threads are all gone (a Go
+    server's leader shows as a zombie while its other threads still exit, and until they have,
+    its parent's wait sees nothing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            zombie = f.read().split(") ", 1)[1].startswith("Z")
+        return zombie and len(os.listdir(f"/proc/{pid}/task")) <= 1
+    except FileNotFoundError:
+        return True

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,8 +42,26 @@ def local_toxiproxy(port: int | None = None) -> Iterator[Server]:
                 "toxiproxy", f"http://127.0.0.1:{port}", "127.0.0.1", port, "local", pid=int(ex.process.pid)
             )
         finally:
+            code = ex.process.poll()
+            if code is not None:  # it died under the run: say why, before its folder goes
+                _tell_death(code, Path(tmp) / "toxiproxy.log")
             with contextlib.suppress(Exception):
                 ex.stop()
+
+
+def _tell_death(code: int, log: Path, lines: int = 40) -> None:
+    """Print, on stderr, that the private toxiproxy-server exited on its own (every proxy of the
+    run went with it, so its calls were refused) and the end of its log, which lives in a
+    temporary folder removed next."""
+    try:
+        tail = log.read_text(errors="replace").splitlines()[-lines:]
+    except OSError as exc:
+        tail = [f"(its log could not be read: {exc})"]
+    print(
+        f"wd-chaos: the private toxiproxy-server exited by itself (code {code}) during the run; "
+        "the end of its log:\n" + "\n".join(tail),
+        file=sys.stderr,
+    )
 
 
 TOXIPROXY_SERVER = ServerRecipe("toxiproxy", "WD_TOXIPROXY_URL", (("toxiproxy-server", ""),), local_toxiproxy)
