@@ -35,7 +35,8 @@ and receipt). So:
   lock again (a new id if the old one is taken).
 - the server restarts (or fails over, or loses power): every session ends at once, so every
   live claim is taken over by whichever worker claims it before its holder's presence is back,
-  and the holders are fenced as above. Those passes start again; nothing is written twice.
+  and the holders are fenced as above. Their workflows run on from what was recorded; a step
+  whose effect ran but whose record was refused runs again, as after any takeover.
 - a claim is made with an owner whose lock was freed a moment before (the worker does not know
   yet): it may be taken over at once; its writes are then refused. Wasteful, never wrong.
 - the lock test itself: ``pg_try_advisory_xact_lock`` succeeds only if no session holds the
