@@ -81,6 +81,32 @@ def test_latency_bites_on_a_takeover_of_the_slowed_workers_workflow_while_it_was
     assert latency_lapsed(late.ops(), {}).valid == UNKNOWN
 
 
+def test_latency_counts_a_takeover_asked_for_while_on_and_granted_when_the_slowed_commit_let_go() -> None:
+    # Postgres: the other worker's claim waits on the row lock of the slowed worker's transaction,
+    # which commits only once the toxic is gone, so the takeover completes just after the window.
+    h = History()
+    h.op(SLOW, "claim", 1.0, 1.1, workflow="w", token=1)
+    h.fault("latency", 2.0, 8.0)
+    h.op(SLOW, "record", 2.1, 8.05, workflow="w", token=1)
+    h.op(OTHER, "claim", 6.5, 8.06, workflow="w", token=2)
+    h.op(SLOW, "transact", 8.07, 8.08, "fenced", workflow="w", token=1)
+    verdict = latency_lapsed(h.ops(), {})
+    assert verdict.valid is True and verdict.counts == {"faults": 1, "bit": 1}
+    # The same claim after the slowed worker asked to release the workflow is a plain hand-over.
+    released = History()
+    released.op(SLOW, "claim", 1.0, 1.1, workflow="w", token=1)
+    released.fault("latency", 2.0, 8.0)
+    released.op(SLOW, "release", 5.0, 8.05, workflow="w", token=1)
+    released.op(OTHER, "claim", 6.5, 8.06, workflow="w", token=2)
+    assert latency_lapsed(released.ops(), {}).valid == UNKNOWN
+    # A claim asked for and granted after the window is still not the latency's doing.
+    after = History()
+    after.op(SLOW, "claim", 1.0, 1.1, workflow="w", token=1)
+    after.fault("latency", 2.0, 8.0)
+    after.op(OTHER, "claim", 8.5, 8.6, workflow="w", token=2)
+    assert latency_lapsed(after.ops(), {}).valid == UNKNOWN
+
+
 def test_reset_bites_on_a_call_of_the_reset_worker_left_unknown_while_it_was_on() -> None:
     h = History()
     h.fault("reset", 2.0, 3.0)

@@ -60,21 +60,31 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     "latency", "latency-lapsed", "takeover(s) of a slowed worker's workflow while the latency was on"
 )
 def lapsed(ops: list[Operation], found: list[Window], fields: dict[str, Any]) -> list[dict[str, Any]]:
-    """Claims by another process, completed inside a window, of a workflow whose latest claim
-    before the window was the slowed worker's: its lease lapsed under the latency."""
+    """Claims by another process, asked for or granted inside a window, of a workflow whose latest
+    claim before the window was the slowed worker's, which had not asked to release it by the time
+    the claim was granted: its lease lapsed under the latency.
+
+    A claim asked for inside the window may be granted only after it: on Postgres it waits for the
+    row lock of the slowed worker's open transaction, which commits once the toxic is removed."""
     claims = sorted((o for o in ops if o.f in ("claim", "take_and_claim") and o.ok), key=lambda o: o.end)
+    releases = [o for o in ops if o.f == "release"]
     hits = []
     for begin, end, pid in found:
-        held: dict[str, int] = {}
+        held: dict[str, Operation] = {}
         for c in claims:
             if c.end < begin and c.workflow is not None:
-                held[c.workflow] = pid_of(c)
+                held[c.workflow] = c
         for c in claims:
+            mine = held.get(c.workflow) if c.workflow is not None else None
             if (
-                begin < c.end < end
+                mine is not None
+                and pid_of(mine) == pid
                 and pid_of(c) != pid
-                and c.workflow is not None
-                and held.get(c.workflow) == pid
+                and (begin < c.end < end or begin < c.start < end)
+                and not any(
+                    pid_of(r) == pid and r.workflow == c.workflow and mine.start < r.start < c.end
+                    for r in releases
+                )
             ):
                 hits.append(c.brief(f"took over a workflow of pid {pid} while its connections were slowed"))
                 break
