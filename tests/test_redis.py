@@ -195,6 +195,30 @@ async def test_a_claim_storm_under_a_short_ttl_never_sees_a_token_again(wd_store
 
 
 @CHECKPOINTERS
+async def test_a_claim_hash_ahead_of_the_clock_lives_past_its_tokens_millisecond(wd_store: Store) -> None:
+    """The hash must still exist in the millisecond its token names: Redis expires a key once its
+    clock is past the expiry time, so an expiry at the token's millisecond or later means a claim
+    on a re-created hash reads a clock above the token. One millisecond less, and a script whose
+    ``TIME`` read the next millisecond after its start (Redis freezes a script's expiry clock at its
+    start) arms the hash to expire a millisecond early, when the clock mints that token again.
+    Read on Redis's own expiry clock (``PEXPIRETIME``), over claims at different moments: never
+    short of the token, and past it whenever the script's clock and ``TIME`` agree."""
+    client, w = client_of(wd_store), wf("expiry-past-token")
+    cp = type(checkpointer_of(wd_store))(client, prefix=wd_store.extra["prefix"], ttl=timedelta(seconds=1))
+    margins = []
+    for _ in range(20):
+        seconds, micros = await client.time()
+        ahead = seconds * 1000 + micros // 1000 + 3_000  # where a storm of claims leaves a token
+        await client.delete(cp.claim_key(w))
+        await client.hset(cp.claim_key(w), mapping={"token": ahead, "held": 0, "alive": 0, "for": 0})
+        held = await cp.claim(w, alive=timedelta(microseconds=1), budget=timedelta(microseconds=1))
+        margins.append(await client.pexpiretime(cp.claim_key(w)) - held.token)
+        await asyncio.sleep(0.0003)
+    assert min(margins) >= 0, f"the claim hash expires before the millisecond of its token: {margins}"
+    assert max(margins) >= 1, f"the claim hash never outlives its token's millisecond: {margins}"
+
+
+@CHECKPOINTERS
 async def test_a_cancelled_call_raises_cancelled_even_when_its_reply_arrived(wd_store: Store) -> None:
     """A caller that cancels a call must see ``CancelledError`` (the outcome is then unknown),
     never the call going on as if nothing happened: redis-py's ``wait_for`` on Python 3.11 hands
