@@ -29,6 +29,16 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+TEARDOWN_ROUNDS = 8
+"""How many times ``SimLoop.teardown`` closes what is still running before it gives up."""
+
+
+def _running(task: asyncio.Task[Any]) -> bool:
+    """Whether ``task``'s coroutine has not ended (a closed one has no frame)."""
+    coro = task.get_coro()
+    return getattr(coro, "cr_frame", None) is not None
+
+
 PROCESS: contextvars.ContextVar[str | None] = contextvars.ContextVar("wd_sim_process", default=None)
 """The simulated process a task runs in (None: the simulator itself, which never crashes)."""
 
@@ -288,17 +298,28 @@ class SimLoop(asyncio.AbstractEventLoop):
 
     def teardown(self) -> None:
         """Close every task still pending (a crashed process's, a worker never stopped) while this
-        loop is current, so their coroutines end here rather than when collected, and close."""
+        loop is current, so their coroutines end here rather than when collected, and close.
+
+        Closing a coroutine runs its ``finally`` blocks, and one that awaits there (a worker waiting
+        for its renewal tick to end) cannot finish under a close: Python turns the close into a
+        ``RuntimeError`` inside the awaiting caller, which may carry on and start new tasks (the
+        worker's next poll). So the close is repeated, in creation order, until no coroutine is
+        left running and no new task appeared, at most ``TEARDOWN_ROUNDS`` times."""
         asyncio.events._set_running_loop(self)
         try:
-            for task in list(asyncio.all_tasks(self)):
-                coro = task.get_coro()
-                with contextlib.suppress(BaseException):
-                    if coro is not None and hasattr(coro, "close"):
-                        coro.close()
-                with contextlib.suppress(BaseException):
-                    task.cancel()
-                    task._log_destroy_pending = False  # type: ignore[attr-defined]
+            for _ in range(TEARDOWN_ROUNDS):
+                known = [*self._tasks, *(t for t in asyncio.all_tasks(self) if t not in self._tasks)]
+                open_ = [t for t in known if _running(t)]
+                if not open_:
+                    break
+                for task in open_:
+                    coro = task.get_coro()
+                    with contextlib.suppress(BaseException):
+                        if coro is not None and hasattr(coro, "close"):
+                            coro.close()
+                    with contextlib.suppress(BaseException):
+                        task.cancel()
+                        task._log_destroy_pending = False  # type: ignore[attr-defined]
         finally:
             asyncio.events._set_running_loop(None)
         self.close()
