@@ -207,3 +207,23 @@ async def test_a_presence_timeout_the_server_would_refuse_is_refused_up_front(se
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool("postgresql://nowhere/x", open=False)
     with pytest.raises(InvalidInput, match="presence_timeout must be a timedelta from 2 s to 1 day"):
         PostgresWakeup(pool, presence=True, presence_timeout=timedelta(seconds=seconds))
+
+
+async def test_the_suites_store_claims_as_its_fast_failover_setting_says(wd_store: StoreUnderTest[Any]) -> None:
+    """The suite's store records its presence as a claim's owner exactly when it was opened with
+    fast failover (``WD_POSTGRES_FAST_FAILOVER=1``, the CI leg that runs the suite again on the
+    ``*_OWNED`` statements); without it, claims have no owner. So neither leg runs the other's."""
+    from without_durability_postgres.kit import fast_failover_wanted
+
+    assert wd_store.extra["fast_failover"] is fast_failover_wanted()
+    durable = wd_store.durable
+    await durable.arrive("ff-suite", "go", 1)
+    taken = await durable.checkpointer.claim("ff-suite", alive=LONG, budget=LONG)
+    async with wd_store.extra["pool"].connection() as conn:
+        cur = await conn.execute("SELECT owner FROM workflow_claim WHERE workflow = 'ff-suite'")
+        row = await cur.fetchone()
+    assert row is not None and taken.token > 0
+    if wd_store.extra["fast_failover"]:
+        assert row[0] is not None, "fast failover on, yet the suite's claim recorded no owner"
+    else:
+        assert row[0] is None, f"fast failover off, yet the suite's claim recorded owner {row[0]}"

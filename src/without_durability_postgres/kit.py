@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractContextManager, asynccontextmanager
+from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -153,19 +153,38 @@ async def fresh_schema(
 
 @asynccontextmanager
 async def open_postgres(server: Server) -> AsyncIterator[StoreUnderTest[PostgresEffect]]:
-    """A fresh Postgres store in its own schema on the session's server."""
-    from without_durability_postgres import PostgresCheckpointer, PostgresDurable, PostgresScheduler
+    """A fresh Postgres store in its own schema on the session's server; with fast failover (a
+    presence of its own, claims that record it, takes that reap) when ``FAST_FAILOVER_ENV`` asks,
+    so the whole conformance suite can be run against the fast-failover statements too."""
+    from without_durability_postgres import (
+        PostgresCheckpointer,
+        PostgresDurable,
+        PostgresScheduler,
+        PostgresWakeup,
+    )
 
-    async with fresh_schema(server.url) as (pool, schema):
+    async with fresh_schema(server.url) as (pool, schema), AsyncExitStack() as stack:
         async with pool.connection() as conn:
             await conn.execute(CREATE_LEDGER)
-        durable = PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool=pool))
+        presence = None
+        if fast_failover_wanted():
+            presence = await stack.enter_async_context(PostgresWakeup(pool, presence=True))
+        durable = PostgresDurable(
+            PostgresCheckpointer(pool=pool, failover=presence),
+            PostgresScheduler(pool=pool, reap_dead=presence is not None),
+        )
         yield StoreUnderTest(
             "postgres",
             durable,
             RealTestClock(),
             postgres_effects(pool),
-            extra={"pool": pool, "schema": schema, "url": server.url, "server": server},
+            extra={
+                "pool": pool,
+                "schema": schema,
+                "url": server.url,
+                "server": server,
+                "fast_failover": presence is not None,
+            },
         )
 
 
