@@ -90,6 +90,42 @@ async def lock_waiters(pool: Any, table: str) -> int:
     )
 
 
+# -- tokens that coincide across workflows -------------------------------------------------
+
+
+async def test_every_fenced_write_matches_its_own_workflow_when_tokens_coincide(wd_store: Store) -> None:
+    """Claims draw tokens from one sequence, so two workflows' tokens differ while it only moves
+    forward; a restore, or a sequence set back by hand, can make them coincide (a claim then mints
+    held.token + 1). Every fenced statement must still match the workflow and not the token alone:
+    a record, a renewal or a transact of one workflow must leave another's lapsed claim, holding
+    the same token, lapsed; a release must leave another's live claim live."""
+    pool, cp = pool_of(wd_store), wd_store.checkpointer
+    for write in ("record", "renew", "transact", "release"):
+        w, other = wf(f"coincide-{write}"), wf(f"coincide-{write}-other")
+        held = await cp.claim(w, alive=LONG, budget=LONG)
+        await cp.claim(other, alive=LONG, budget=LONG)
+        lapse = "now() - interval '1 minute'" if write != "release" else "alive_until"
+        async with pool.connection() as conn:  # the other's claim: the same token
+            await conn.execute(
+                f"UPDATE workflow_claim SET token = %s, alive_until = {lapse} WHERE workflow = %s",
+                (held.token, other),
+            )
+        if write == "record":
+            await cp.record(held, "step", 1)
+        elif write == "renew":
+            await cp.renew(held)
+        elif write == "transact":
+            await cp.transact(held, "step", wd_store.effects.ledger_add(w, 1))
+        else:
+            await cp.release(held)
+        live = await scalar(
+            pool, "SELECT alive_until > now() FROM workflow_claim WHERE workflow = %s", (other,)
+        )
+        assert live is (write == "release"), (
+            f"a {write} of {w!r} changed the claim of {other!r}, which held the same token"
+        )
+
+
 # -- the row lock in record -----------------------------------------------------------------
 
 
