@@ -126,6 +126,43 @@ async def test_every_fenced_write_matches_its_own_workflow_when_tokens_coincide(
         )
 
 
+async def test_every_token_raise_outranks_its_row_when_the_sequence_is_behind(wd_store: Store) -> None:
+    """A restore, or a sequence set back by hand, can leave workflow_token_seq behind the tokens in
+    the claim rows. Every statement that raises a token must still go above the row's own (hence
+    GREATEST(token + 1, nextval)): a claim, a take that claims, and a discard's fence. Going back
+    to the sequence would hand out a token a pass may still hold."""
+    pool, cp, durable = pool_of(wd_store), wd_store.checkpointer, wd_store.durable
+    ahead = 10**12
+
+    async def put_ahead(workflow: str) -> int:
+        async with pool.connection() as conn:
+            await conn.execute("UPDATE workflow_claim SET token = %s WHERE workflow = %s", (ahead, workflow))
+        return ahead
+
+    w = wf("seq-behind-claim")
+    await cp.release(await cp.claim(w, alive=LONG, budget=LONG))
+    row = await put_ahead(w)
+    assert (await cp.claim(w, alive=LONG, budget=LONG)).token > row, "a claim went back to the sequence"
+
+    t = wf("seq-behind-take")
+    await cp.release(await cp.claim(t, alive=LONG, budget=LONG))
+    await durable.arrive(t, "go", 1)
+    row = await put_ahead(t)
+    taken = await durable.take_and_claim(LONG, alive=LONG, budget=LONG)
+    assert taken is not None and taken[0].workflow == t and taken[1] is not None
+    assert taken[1].token > row, "a take that claims went back to the sequence"
+
+    d = wf("seq-behind-discard")
+    held = await cp.claim(d, alive=LONG, budget=LONG)
+    await put_ahead(d)
+    await cp.discard(d)
+    fence = await scalar(pool, "SELECT token FROM workflow_claim WHERE workflow = %s", (d,))
+    assert fence is None or fence > ahead, f"a discard's fence went back to the sequence: {fence}"
+    with pytest.raises(errors.Fenced):
+        await cp.record(Pass(d, ahead), "late", 1)
+    assert held.token < ahead
+
+
 # -- the row lock in record -----------------------------------------------------------------
 
 
@@ -799,7 +836,10 @@ async def test_sweep_steps_over_a_claim_row_someone_holds_locked(wd_store: Store
     assert w in claims, "a claim row held locked by a writer was deleted under it"
 
 
-async def test_sweep_keeps_the_claim_row_of_a_queued_workflow_without_records(wd_store: Store) -> None:
+async def test_a_swept_queued_workflow_without_records_never_sees_its_tokens_again(wd_store: Store) -> None:
+    # The sweep keeps such a claim row, but since tokens come from workflow_token_seq a dropped one
+    # would be harmless too (DROP_CLAIMS's queue test is listed equivalent); what must hold is that
+    # the next claim outranks every pass before it.
     cp, pool = wd_store.checkpointer, pool_of(wd_store)
     w = wf("sweep-queued-bare")
     old = await cp.claim(w, alive=LONG, budget=LONG)
@@ -808,7 +848,7 @@ async def test_sweep_keeps_the_claim_row_of_a_queued_workflow_without_records(wd
     await _age(pool, [w])
     await sweep(pool, timedelta(hours=1))
     again = await cp.claim(w, alive=LONG, budget=LONG)
-    assert again.token > old.token, "the sweep deleted a queued workflow's claim row: its tokens restarted"
+    assert again.token > old.token, "after the sweep a queued workflow's tokens restarted"
 
 
 async def test_an_abandoned_age_shorter_than_the_age_sweeps_an_open_workflow_by_it(wd_store: Store) -> None:
