@@ -215,7 +215,6 @@ async def test_the_suites_store_claims_as_its_fast_failover_setting_says(wd_stor
     ``*_OWNED`` statements); without it, claims have no owner. So neither leg runs the other's."""
     from without_durability_postgres.kit import fast_failover_wanted
 
-    assert wd_store.extra["fast_failover"] is fast_failover_wanted()
     durable = wd_store.durable
     await durable.arrive("ff-suite", "go", 1)
     taken = await durable.checkpointer.claim("ff-suite", alive=LONG, budget=LONG)
@@ -223,7 +222,7 @@ async def test_the_suites_store_claims_as_its_fast_failover_setting_says(wd_stor
         cur = await conn.execute("SELECT owner FROM workflow_claim WHERE workflow = 'ff-suite'")
         row = await cur.fetchone()
     assert row is not None and taken.token > 0
-    if wd_store.extra["fast_failover"]:
+    if fast_failover_wanted():
         assert row[0] is not None, "fast failover on, yet the suite's claim recorded no owner"
     else:
         assert row[0] is None, f"fast failover off, yet the suite's claim recorded owner {row[0]}"

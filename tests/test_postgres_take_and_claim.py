@@ -20,14 +20,9 @@ from psycopg import pq
 from without_durability import Run, TakesAndClaims, Worker
 from without_durability.errors import Contended, Fenced
 from without_durability.testing.harness import StoreUnderTest
-from without_durability_postgres import (
-    PostgresCheckpointer,
-    PostgresDurable,
-    PostgresScheduler,
-    PostgresWakeup,
-)
+from without_durability_postgres import PostgresCheckpointer, PostgresDurable, PostgresScheduler
 from without_durability_postgres.durable import TAKE_AND_CLAIM, TAKE_CLAIMED_LOAD
-from without_durability_postgres.kit import fresh_schema, server_waits
+from without_durability_postgres.kit import fresh_schema, server_waits, suite_durable
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.wd_store("postgres")]
 
@@ -36,15 +31,12 @@ LONG = timedelta(hours=1)
 
 @asynccontextmanager
 async def durable_in_schema(wd_store: StoreUnderTest[Any]) -> AsyncIterator[tuple[PostgresDurable, str]]:
-    """A durable on a fresh schema, with fast failover when the suite's store has it (the CI leg
-    with ``WD_POSTGRES_FAST_FAILOVER=1``), so its takes run the owned statement there."""
-    async with fresh_schema(wd_store.extra["url"], min_size=2, max_size=4) as (pool, schema):
-        if not wd_store.extra.get("fast_failover"):
-            yield PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool)), schema
-            return
-        async with PostgresWakeup(pool, presence=True) as presence:
-            checkpointer = PostgresCheckpointer(pool=pool, failover=presence)
-            yield PostgresDurable(checkpointer, PostgresScheduler(pool, reap_dead=True)), schema
+    """A durable on a fresh schema, as the suite's own (owned takes in the fast-failover leg)."""
+    async with (
+        fresh_schema(wd_store.extra["url"], min_size=2, max_size=4) as (pool, schema),
+        suite_durable(pool) as durable,
+    ):
+        yield durable, schema
 
 
 async def test_nothing_due_is_none_and_leaves_no_transaction(wd_store: StoreUnderTest[Any]) -> None:
@@ -207,19 +199,10 @@ async def test_worker_answers_a_contended_delivery_later(wd_store: StoreUnderTes
 
         await durable.checkpointer.claim("w", alive=LONG, budget=LONG)
         await durable.arrive("w", "k", 1)
-        worker = Worker(
-            durable,
-            body,
-            alive=LONG,
-            budget=LONG,
-            visibility=LONG,
-            poll_interval=timedelta(milliseconds=10),
-            retry_contended=LONG,
-        )
+        worker = Worker(durable, body, alive=LONG, budget=LONG, visibility=LONG,
+                        poll_interval=timedelta(milliseconds=10), retry_contended=LONG)
         assert await worker.run_once() is True
         assert ran == [] and worker.passes == 1
         async with durable.pool.connection() as conn:
-            row = await (
-                await conn.execute("SELECT visibility > now() + interval '50 minutes' FROM workflow_queue")
-            ).fetchone()
+            row = await (await conn.execute("SELECT visibility > now() + interval '50 minutes' FROM workflow_queue")).fetchone()
         assert row == (True,), "the contended delivery was not answered for retry_contended later"

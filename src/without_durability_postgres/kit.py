@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from psycopg import AsyncCursor
     from psycopg_pool import AsyncConnectionPool
 
-    from without_durability_postgres import PostgresEffect
+    from without_durability_postgres import PostgresDurable, PostgresEffect
 
 # The ledger the exactly-once tests move: application data in the same database as the records.
 CREATE_LEDGER = "CREATE TABLE wd_ledger (name text PRIMARY KEY, total bigint NOT NULL)"
@@ -152,10 +152,10 @@ async def fresh_schema(
 
 
 @asynccontextmanager
-async def open_postgres(server: Server) -> AsyncIterator[StoreUnderTest[PostgresEffect]]:
-    """A fresh Postgres store in its own schema on the session's server; with fast failover (a
-    presence of its own, claims that record it, takes that reap) when ``FAST_FAILOVER_ENV`` asks,
-    so the whole conformance suite can be run against the fast-failover statements too."""
+async def suite_durable(pool: AsyncConnectionPool[Any]) -> AsyncIterator[PostgresDurable]:
+    """A durable on ``pool`` for the test suite: with fast failover (a presence of its own, claims
+    that record it, takes that reap) when ``FAST_FAILOVER_ENV`` asks, so the whole suite can be run
+    against the fast-failover statements too; plain otherwise."""
     from without_durability_postgres import (
         PostgresCheckpointer,
         PostgresDurable,
@@ -163,16 +163,22 @@ async def open_postgres(server: Server) -> AsyncIterator[StoreUnderTest[Postgres
         PostgresWakeup,
     )
 
-    async with fresh_schema(server.url) as (pool, schema), AsyncExitStack() as stack:
+    if not fast_failover_wanted():
+        yield PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool=pool))
+        return
+    async with PostgresWakeup(pool, presence=True) as presence:
+        yield PostgresDurable(
+            PostgresCheckpointer(pool=pool, failover=presence),
+            PostgresScheduler(pool=pool, reap_dead=True),
+        )
+
+
+@asynccontextmanager
+async def open_postgres(server: Server) -> AsyncIterator[StoreUnderTest[PostgresEffect]]:
+    """A fresh Postgres store in its own schema on the session's server (see ``suite_durable``)."""
+    async with fresh_schema(server.url) as (pool, schema), suite_durable(pool) as durable:
         async with pool.connection() as conn:
             await conn.execute(CREATE_LEDGER)
-        presence = None
-        if fast_failover_wanted():
-            presence = await stack.enter_async_context(PostgresWakeup(pool, presence=True))
-        durable = PostgresDurable(
-            PostgresCheckpointer(pool=pool, failover=presence),
-            PostgresScheduler(pool=pool, reap_dead=presence is not None),
-        )
         yield StoreUnderTest(
             "postgres",
             durable,
@@ -183,7 +189,7 @@ async def open_postgres(server: Server) -> AsyncIterator[StoreUnderTest[Postgres
                 "schema": schema,
                 "url": server.url,
                 "server": server,
-                "fast_failover": presence is not None,
+                "fast_failover": fast_failover_wanted(),
             },
         )
 

@@ -308,7 +308,8 @@ class SimLoop(asyncio.AbstractEventLoop):
         asyncio.events._set_running_loop(self)
         try:
             for _ in range(TEARDOWN_ROUNDS):
-                known = [*self._tasks, *(t for t in asyncio.all_tasks(self) if t not in self._tasks)]
+                made = set(self._tasks)
+                known = [*self._tasks, *(t for t in asyncio.all_tasks(self) if t not in made)]
                 open_ = [t for t in known if _running(t)]
                 if not open_:
                     break
