@@ -32,6 +32,7 @@ from without_durability_postgres import (  # noqa: E402
     PostgresScheduler,
     PostgresWakeup,
 )
+from without_durability_postgres.failover import PRESENCE_LOCK  # noqa: E402
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.wd_store("postgres")]
 
@@ -226,3 +227,64 @@ async def test_the_suites_store_claims_as_its_fast_failover_setting_says(wd_stor
         assert row[0] is not None, "fast failover on, yet the suite's claim recorded no owner"
     else:
         assert row[0] is None, f"fast failover off, yet the suite's claim recorded owner {row[0]}"
+
+
+# -- mixed fleets: a claim made without fast failover carries no owner --------------------------
+
+
+async def _plain_claim(durable: Any, workflow: str, how: str) -> Any:
+    """B's claim of ``workflow`` without fast failover: ``claim`` (CLAIM), or ``take_and_claim``
+    (TAKE_AND_CLAIM) of the delivery an ``arrive`` just made due."""
+    if how == "claim":
+        return await durable.checkpointer.claim(workflow, alive=LONG, budget=LONG)
+    await durable.arrive(workflow, f"due-{workflow}", 1)
+    taken = await durable.take_and_claim(LONG, alive=LONG, budget=LONG)
+    assert taken is not None and taken[0].workflow == workflow and taken[1] is not None, taken
+    return taken[1]
+
+
+@pytest.mark.parametrize("how", ["claim", "take_and_claim"])
+async def test_a_plain_claim_does_not_inherit_the_last_fast_failover_holders_owner(
+    wd_store: StoreUnderTest[Any], how: str
+) -> None:
+    """Issue #45's sequence. A (fast failover) claims, records and releases; B (no fast failover)
+    claims the row with an hour's lease; A's presence ends. B is alive and well inside its lease,
+    so C (fast failover) gets Contended, C's reaping take hands nothing out, and B writes on."""
+    workflow = f"mixed-{how}"
+    async with worker_side(wd_store) as (c, _), worker_side(wd_store, presence=False) as (b, _):
+        async with worker_side(wd_store) as (a, a_wakeup):
+            assert a_wakeup.owner is not None
+            first = await a.checkpointer.claim(workflow, alive=LONG, budget=LONG)
+            await a.checkpointer.record(first, "a", 1)
+            await a.checkpointer.release(first)
+            held = await _plain_claim(b, workflow, how)
+            async with c.pool.connection() as conn:
+                cur = await conn.execute("SELECT token, owner FROM workflow_claim WHERE workflow = %s", (workflow,))
+                row = await cur.fetchone()
+            assert row == (held.token, None), (
+                f"B's plain claim left the row as (token, owner) = {row}, want ({held.token}, None):"
+                f" {a_wakeup.owner} is A's presence id, left behind by A's released claim"
+            )
+            a_owner = a_wakeup.owner
+        # A's pool and presence are closed; wait until the server has let A's presence lock go
+        ended = time.monotonic()
+        async with c.pool.connection() as admin:
+            while True:
+                async with admin.transaction():
+                    cur = await admin.execute(
+                        "SELECT pg_try_advisory_xact_lock(%s, %s)", (PRESENCE_LOCK, a_owner)
+                    )
+                    free = await cur.fetchone()
+                if free is not None and free[0]:
+                    break
+                assert time.monotonic() - ended < DETECTION, "A's presence lock was not let go"
+                await asyncio.sleep(0.02)
+        if how == "take_and_claim":  # B's delivery is hidden by B's live take: a reap must not show it
+            assert await c.scheduler.take(LONG) is None, "C's reaping take handed out B's delivery"
+        with pytest.raises(Contended):
+            await c.checkpointer.claim(workflow, alive=LONG, budget=LONG)
+        await b.checkpointer.record(held, "b", 2)  # not Fenced: B's pass is the live one
+        await b.checkpointer.renew(held)
+        assert await b.checkpointer.load(workflow) == {"a": 1, "b": 2} | (
+            {f"due-{workflow}": 1} if how == "take_and_claim" else {}
+        )

@@ -46,6 +46,9 @@ write and return the value to record. It commits with the record or not at all."
 # loser takes the DO UPDATE arm. LEAST keeps liveness at or under the budget. The token is drawn
 # from workflow_token_seq (schema.CREATE_TOKEN_SEQ), so no token is ever handed out twice for
 # one workflow, even after its claim row was deleted; GREATEST keeps a row's tokens rising.
+# owner = NULL: a claim without fast failover takes the row over from whoever held it last, and
+# must not keep that holder's presence id, or a fast-failover claim would take this live pass over
+# once that other worker's presence ended (a mixed fleet, issue #45).
 CLAIM = """
 INSERT INTO workflow_claim AS held (workflow, token, held_until, alive_until, alive_for)
 VALUES (
@@ -56,7 +59,8 @@ ON CONFLICT (workflow) DO UPDATE
     SET token = GREATEST(held.token + 1, EXCLUDED.token),
         held_until = now() + %(budget)s,
         alive_until = LEAST(now() + %(alive)s, now() + %(budget)s),
-        alive_for = %(alive)s
+        alive_for = %(alive)s,
+        owner = NULL
     WHERE held.alive_until <= now()
 RETURNING token
 """

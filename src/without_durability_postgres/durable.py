@@ -60,7 +60,8 @@ WITH next AS (
         SET token = GREATEST(held.token + 1, EXCLUDED.token),
             held_until = now() + %(budget)s,
             alive_until = LEAST(now() + %(alive)s, now() + %(budget)s),
-            alive_for = %(alive)s
+            alive_for = %(alive)s,
+            owner = NULL
         WHERE held.alive_until <= now()
     RETURNING held.workflow, held.token
 )

@@ -43,6 +43,15 @@ and receipt). So:
   id's lock, and holds it to the end of the claiming transaction, so a presence re-taking that id
   meanwhile fails and picks another.
 
+A mixed fleet (some workers with fast failover, some without: a rolling deploy, an admin script
+with a plain checkpointer, one worker whose ``failover=`` was left unset) may rely on this: a
+claim's ``owner`` is always its own claimer's presence or NULL. Every statement that takes a row
+over writes ``owner`` afresh: the owned claims set the claimer's id, the plain ``CLAIM`` and
+``TAKE_AND_CLAIM`` set NULL, so a plain worker's live pass is protected by its lease alone and is
+never taken over because the worker that held the row before it has gone. The statements that lapse
+a row (a release, a discard's fence, a sweep) leave ``owner`` as it was, which is harmless: the
+takeover test looks at ``owner`` only while the claim is alive.
+
 Ids are random among 2^31; a collision with a live worker's id only makes a dead worker's claims
 look alive, which falls back to the lease.
 
@@ -93,11 +102,8 @@ def owned_claim(statement: str) -> str:
         "LEAST(now() + %(alive)s, now() + %(budget)s), %(alive)s, %(owner)s\n",
     )
     out = re.sub(
-        r"( *)alive_for = %\(alive\)s\n( *)WHERE held.alive_until <= now\(\)",
-        lambda m: (
-            f"{m[1]}alive_for = %(alive)s,\n{m[1]}owner = EXCLUDED.owner\n"
-            f"{m[2]}WHERE held.alive_until <= now() OR {_OWNER_GONE}"
-        ),
+        r"( *)owner = NULL\n( *)WHERE held.alive_until <= now\(\)",
+        lambda m: f"{m[1]}owner = EXCLUDED.owner\n{m[2]}WHERE held.alive_until <= now() OR {_OWNER_GONE}",
         out,
     )
     assert out.count("%(owner)s") == 1 and "owner = EXCLUDED.owner" in out, "claim statement changed"
