@@ -38,6 +38,7 @@ from without_durability.testing.kit import Capability, KitError, resolve
 from .checks import bites, checkers
 from .checks.coverage import windows
 from .faults import EventSpec, FaultSpec, kind, kinds
+from .fleet import Fleet
 
 StoreName = str
 """A store kit's name (or an alias of one): whatever is installed under the entry-point group
@@ -283,10 +284,10 @@ class Scenario(_Strict):
     checks: list[CheckName] = Field(default_factory=_default_checks, min_length=1)
     bite: BiteName = "none"
     coverage: list[WindowName] = Field(default_factory=list)
-    """The dangerous windows this scenario means to reach; a run that reached one 0 times is
-    unknown (see ``wd_chaos.checks.coverage``)."""
+    """Dangerous windows the run must reach; one reached 0 times makes it unknown (checks.coverage)."""
     lifecycle: Lifecycle | None = None
     """Retention and retries (the ``long-wait`` scenario): needs the library Worker client."""
+    fleet: Fleet | None = None  # workers with different store settings (wd_chaos.fleet); unset: alike
     expect: Literal["valid", "lost-writes"] = "valid"
     """What a correct store gives here: ``valid``, or ``lost-writes`` where the deployment loses
     acknowledged writes by design (asynchronous replication across a failover), so the chaos

@@ -18,7 +18,7 @@ from without_durability.testing.mutants import Mutant, swap
 from without_durability_postgres import PostgresCheckpointer, PostgresScheduler
 from without_durability_postgres._appends import AppendBatcher
 from without_durability_postgres._boundary import connect, one_flight
-from without_durability_postgres.checkpointer import PostgresEffect
+from without_durability_postgres.checkpointer import CLAIM, PostgresEffect
 
 PG_TESTS = "tests/test_postgres.py"
 AAT_TESTS = "tests/test_postgres_answer_and_take.py"
@@ -624,5 +624,30 @@ MUTANTS += [
         "the pool's connections have no read or connect timeout: a call on a half-open connection hangs",
         NETWORK_KILLERS,
         postgres_without_timeouts,
+    ),
+]
+
+
+# -- mixed fleets (issue #45): a plain claim must not keep a previous holder's owner ---------------
+
+
+class PlainClaimKeepsOwner(PostgresCheckpointer):
+    """A claim made without fast failover takes the row over and leaves ``owner`` as the last
+    fast-failover holder set it. Once that worker's presence ends, a fast-failover claim takes the
+    plain worker's live pass over, and a reaping take lapses it and hands its delivery out. The
+    class's CLAIM differs from the real one, so ``take_and_claim`` claims through it too."""
+
+    CLAIM = CLAIM.replace(",\n        owner = NULL\n", "\n")
+
+
+MUTANTS += [
+    Mutant(
+        "postgres-plain-claim-keeps-owner",
+        "postgres",
+        "mixed-fleet",
+        "a claim without fast failover keeps the last fast-failover holder's owner: its live pass is taken over once that worker is gone",
+        ("tests/test_postgres_failover.py::test_a_plain_claim_does_not_inherit_the_last_fast_failover_holders_owner",),
+        swap("checkpointer", PlainClaimKeepsOwner),
+        unseen_by_chaos="mixed-fleet's failpoint kills seldom end the fast-failover worker's presence while a plain worker holds a row it claimed last (its fencing caught it on 2 seeds of 12 tried, none at the gate's 8 s); a rolling restart aimed at that worker (the planned rolling-deploy fault) would make it a chaos kill",
     ),
 ]

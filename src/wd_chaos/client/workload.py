@@ -152,8 +152,10 @@ async def read_outside(cfg: RunConfig, index: int, rec: Recorder, stop: asyncio.
 async def _main(role: str, cfg: RunConfig, name: str) -> None:
     run_dir = cfg.run_dir
     hist = HistoryWriter(run_dir / "procs" / f"{name}.{os.getpid()}.jsonl", name)
-    hist.event("info", what="start", role=role)
-    spec = dict(cfg.store)
+    variant = cfg.worker_specs.get(name, {}) if role == "worker" else {}
+    # a mixed fleet's worker names its settings, so checkers can tell whose pass was whose
+    hist.event("info", what="start", role=role, **({"variant": variant} if variant else {}))
+    spec = {**cfg.store, **variant}
     if role == "worker" and cfg.worker_urls:
         spec["url"] = cfg.worker_urls[name]  # through this worker's own toxiproxy proxy
     if role == "careless":

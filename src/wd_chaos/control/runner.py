@@ -28,6 +28,7 @@ from ..analyze import read_parts as read_parts
 from ..client.recorder import Recorder
 from ..config import validate as validate_config
 from ..faults import Nemesis, service_needs
+from ..fleet import fleet_specs
 from ..history import HistoryWriter
 from ..rundir import FinalState
 from ..rundir import FinalUnread as FinalUnread
@@ -90,6 +91,7 @@ async def read_final(
     workflows: list[str],
     lifecycle: dict[str, Any] | None = None,
     failing: list[str] | None = None,
+    fleet: dict[str, dict[str, Any]] | None = None,
 ) -> FinalState:
     """The store's final state: every workflow's history (key, value, written_at) and load
     order, the ledger rows, and which clocks the store ran on (``stores.store_clocks``); a
@@ -112,7 +114,8 @@ async def read_final(
                 "expected_workflows": workflows,
                 **store_clocks(spec, cp),
                 **({"lifecycle": lifecycle, "failing": failing} if lifecycle is not None else {}),
-                "fast_failover": bool(spec.get("fast_failover")),  # fencing's takeover rule
+                # fencing's takeover rule: on when any worker (a mixed fleet's too) asked for it
+                "fast_failover": any(bool(s.get("fast_failover")) for s in (spec, *(fleet or {}).values())),
             }
         )
     finally:
@@ -328,6 +331,7 @@ def _configure(p: RunPlan, svc: Any, prov: Provisioned) -> Path:
         "lifecycle": life.model_dump() if life is not None else None,
         "failing": p.failing,
         "worker_urls": svc.worker_urls,
+        "worker_specs": fleet_specs(p.scenario.fleet, p.n_workers),
         "lease": p.scenario.lease.model_dump(),
         "workload": p.work,
         "seed": p.seed,
@@ -445,7 +449,11 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
             execute(p, svc, prov, config)
             prov.report.phase = "checking"
             prov.report()
-            final = asyncio.run(read_final(svc.spec, p.workflows, p.judged_lifecycle, p.failing))
+            final = asyncio.run(
+                read_final(
+                    svc.spec, p.workflows, p.judged_lifecycle, p.failing, fleet_specs(p.scenario.fleet, p.n_workers)
+                )
+            )
     except BaseException as exc:
         # Ctrl-C, a server that would not start, a crashed storm: say so in the folder, keep the
         # per-process histories for a post-mortem, and let the caller report it

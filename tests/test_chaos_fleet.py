@@ -1,0 +1,119 @@
+"""Mixed fleets (issue #45): a scenario's ``[fleet]`` gives workers different store settings, each
+worker's history names its variant, and the ``fleet-mixed`` bite says whether one workflow's passes
+really went between variants. The store-level sequence is in tests/test_postgres_failover.py; the
+whole run is the chaos gate's ``mixed-fleet`` case."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from wd_chaos.checks.fleet import fleet_mixed
+from wd_chaos.config import validate
+from wd_chaos.fleet import fleet_specs
+from wd_chaos.history import Op
+from wd_chaos.scenario import ScenarioError, find, parse
+
+FF, PLAIN = {"fast_failover": True}, {"fast_failover": False}
+
+
+def test_a_fleet_needs_two_different_variants() -> None:
+    with pytest.raises(ScenarioError, match="variants"):
+        parse('name = "x"\n[fleet]\nvariants = [{ fast_failover = true }]\n', "x.toml")
+    with pytest.raises(ScenarioError, match="two different variants"):
+        parse('name = "x"\n[fleet]\nvariants = [{ a = 1 }, { a = 1 }]\n', "x.toml")
+
+
+def test_workers_take_the_variants_in_turn_and_the_config_carries_them() -> None:
+    scenario = parse(
+        'name = "x"\n[fleet]\nvariants = [{ fast_failover = true }, { fast_failover = false }]\n', "x"
+    )
+    specs = fleet_specs(scenario.fleet, 3)
+    assert specs == {"worker-0": FF, "worker-1": PLAIN, "worker-2": FF}
+    assert fleet_specs(parse('name = "x"\n', "x").fleet, 3) == {}
+    cfg = validate(
+        {
+            "run_dir": "/tmp/x",
+            "store": {"store": "postgres"},
+            "lease": {},
+            "workload": {},
+            "seed": 1,
+            "workflows": [],
+            "starts": [],
+            "t0": 0.0,
+            "retry_seconds": 1.0,
+            "worker_specs": specs,
+        },
+        "config.json",
+    )
+    assert cfg.worker_specs["worker-1"] == PLAIN
+
+
+def test_the_stock_mixed_fleet_mixes_fast_failover_and_judges_fencing() -> None:
+    scenario = find("mixed-fleet")
+    assert scenario.fleet is not None and {v.get("fast_failover") for v in scenario.fleet.variants} == {
+        True,
+        False,
+    }
+    assert "fencing" in scenario.checks and scenario.bite == "fleet-mixed"
+    assert any(f.kind == "kill" for f in scenario.faults), (
+        "a fast-failover worker's presence must end mid-run"
+    )
+
+
+def _history(variants: dict[int, dict[str, Any]], claims: list[tuple[int, str]]) -> list[Op]:
+    lines: list[Op] = []
+    t = 0
+    for pid, variant in variants.items():
+        t += 1
+        lines.append(
+            {
+                "type": "info",
+                "what": "start",
+                "role": "worker",
+                "process": f"w{pid}",
+                "pid": pid,
+                "mono": t,
+                "variant": variant,
+            }
+        )
+    for n, (pid, wf) in enumerate(claims):
+        op = f"w{pid}:{pid}:{n}"
+        t += 1
+        lines.append(
+            {
+                "type": "invoke",
+                "op": op,
+                "f": "claim",
+                "process": f"w{pid}",
+                "pid": pid,
+                "mono": t,
+                "workflow": wf,
+            }
+        )
+        t += 1
+        lines.append(
+            {
+                "type": "complete",
+                "op": op,
+                "f": "claim",
+                "outcome": "ok",
+                "process": f"w{pid}",
+                "pid": pid,
+                "mono": t,
+                "token": n + 1,
+            }
+        )
+    return lines  # fmt: skip
+
+
+def test_the_fleet_bites_only_when_a_workflow_passes_between_variants() -> None:
+    mixed = fleet_mixed(_history({1: FF, 2: PLAIN}, [(1, "a"), (2, "a")]), {})
+    assert mixed.valid is True and mixed.counts["bit"] == 1, mixed
+    assert "fast_failover" in mixed.evidence[0]["why"]
+    # each workflow stayed with one variant: the fleet was mixed, the store never saw it
+    apart = fleet_mixed(_history({1: FF, 2: PLAIN}, [(1, "a"), (1, "a"), (2, "b")]), {})
+    assert apart.valid not in (True, False), apart
+    alike = fleet_mixed(_history({}, [(1, "a"), (2, "a")]), {})
+    assert alike.valid not in (True, False), alike
