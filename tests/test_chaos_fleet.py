@@ -5,6 +5,7 @@ whole run is the chaos gate's ``mixed-fleet`` case."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -117,3 +118,45 @@ def test_the_fleet_bites_only_when_a_workflow_passes_between_variants() -> None:
     assert apart.valid not in (True, False), apart
     alike = fleet_mixed(_history({}, [(1, "a"), (2, "a")]), {})
     assert alike.valid not in (True, False), alike
+
+
+# -- rolling deploys (the deploy fault) ---------------------------------------------------------
+
+
+def test_a_deploy_must_change_something_and_names_a_bad_lease_setting() -> None:
+    base = 'name = "x"\n[[faults]]\nkind = "deploy"\nat = 1.0\n'
+    with pytest.raises(ScenarioError, match="what the release changes"):
+        parse(base, "x.toml")
+    with pytest.raises(ScenarioError, match=r"lease\.alve: no such lease setting"):
+        parse(base + "lease = { alve = 2.0 }\n", "x.toml")
+    with pytest.raises(ScenarioError, match=r"lease\.alive: expected a number of seconds > 0"):
+        parse(base + "lease = { alive = 0 }\n", "x.toml")
+    parse(base + "to = { fast_failover = true }\n", "x.toml")
+
+
+def test_a_deployed_worker_restarts_with_its_release_laid_over_what_it_ran(tmp_path: Path) -> None:
+    """A deploy leaves the worker's new variant where its next start reads it; only keys the
+    store's spec has take effect (one scenario runs on every store), the lease merges key by key."""
+    from wd_chaos import fleet
+
+    configured = {"fast_failover": False, "lease": {"alive": 1.0, "budget": 4.0}}
+    assert fleet.current(tmp_path, "worker-1", configured) == configured  # nothing deployed yet
+    release = fleet.laid_over(configured, {"fast_failover": True, "lease": {"alive": 1.5}})
+    assert release == {"fast_failover": True, "lease": {"alive": 1.5, "budget": 4.0}}
+    fleet.deploy(tmp_path, "worker-1", release)
+    assert fleet.current(tmp_path, "worker-1", configured) == release
+    assert fleet.current(tmp_path, "worker-2", configured) == configured
+    postgres = {"store": "postgres", "url": "x", "fast_failover": False}
+    assert fleet.effective(release, postgres) == ({"fast_failover": True}, {"alive": 1.5, "budget": 4.0})
+    sqlite = {"store": "sqlite", "path": "x"}
+    assert fleet.effective(release, sqlite) == ({}, {"alive": 1.5, "budget": 4.0})
+
+
+def test_the_stock_rolling_deploy_rolls_out_and_half_back() -> None:
+    scenario = find("rolling-deploy")
+    deploys = [f for f in scenario.faults if f.kind == "deploy"]
+    assert len(deploys) == 2 and scenario.bite == "fleet-mixed"
+    out, back = deploys
+    assert out.count == scenario.workload.workers and 0 < back.count < scenario.workload.workers
+    assert out.to.get("fast_failover") is True and back.to.get("fast_failover") is False
+    assert out.lease and back.lease, "the release changes the lease, so every store sees two settings"

@@ -1,41 +1,115 @@
-"""A scenario's ``[fleet]``: workers of one run that open the store with different settings, as a
-rolling deploy or an admin script beside the workers does (``mixed-fleet``)."""
+"""A fleet of workers whose settings differ (``mixed-fleet``) or change under load (a ``deploy``
+fault, ``rolling-deploy``): a scenario's ``[fleet]``, each worker's variant, and where a deployed
+worker finds the settings it restarts with.
+
+A variant is a dict: keys of the store kit's worker spec laid over the run's store spec (e.g.
+Postgres's ``fast_failover``; keys the kit's spec does not have are dropped, so one scenario runs
+on every store), and optionally ``lease``, a dict of ``alive``, ``budget``, ``visibility`` and
+``poll_interval`` seconds laid over the run's ``[lease]``."""
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 FleetValue = bool | int | float | str
+Variant = dict[str, FleetValue | dict[str, float]]
+
+LEASE_KEYS = ("alive", "budget", "visibility", "poll_interval")
+DEPLOYED = "deployed"
+"""The run folder's subfolder where a deploy leaves each restarted worker's new variant."""
+
+
+def check_variant(variant: Variant) -> Variant:
+    """``variant`` itself, or ValueError naming what is wrong with its ``lease``."""
+    lease = variant.get("lease")
+    if lease is None:
+        return variant
+    if not isinstance(lease, dict):
+        raise ValueError(f"lease: expected a table of {', '.join(LEASE_KEYS)}, got {lease!r}")
+    for key, value in lease.items():
+        if key not in LEASE_KEYS:
+            raise ValueError(f"lease.{key}: no such lease setting (expected one of {', '.join(LEASE_KEYS)})")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ValueError(f"lease.{key}: expected a number of seconds > 0, got {value!r}")
+    return variant
 
 
 class Fleet(BaseModel):
-    """A mixed fleet. Worker ``i`` opens the store with ``variants[i % len(variants)]`` laid over
-    the run's store spec (keys of the store kit's worker spec, e.g. Postgres's ``fast_failover``);
-    its history's start line names the variant it runs, and a restarted worker keeps its own."""
+    """A mixed fleet. Worker ``i`` runs ``variants[i % len(variants)]`` (see the module
+    docstring), keeps it across a restart (a deploy changes it), and names it in its history's
+    start line."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    variants: list[dict[str, FleetValue]] = Field(min_length=2)
+    variants: list[Variant] = Field(min_length=2)
     """The settings the workers take in turn (a variant listed twice runs on twice as many
     workers); at least two that differ, or the fleet is not mixed."""
 
     @field_validator("variants")
     @classmethod
-    def _mixed(cls, variants: list[dict[str, FleetValue]]) -> list[dict[str, FleetValue]]:
-        if len({tuple(sorted(v.items())) for v in variants}) < 2:
+    def _mixed(cls, variants: list[Variant]) -> list[Variant]:
+        for variant in variants:
+            check_variant(variant)
+        if len({json.dumps(v, sort_keys=True) for v in variants}) < 2:
             raise ValueError("expected at least two different variants: every worker has the same settings")
         return variants
 
-    def of(self, index: int) -> dict[str, FleetValue]:
+    def of(self, index: int) -> Variant:
         """The settings worker ``index`` runs with."""
         return self.variants[index % len(self.variants)]
 
 
-def fleet_specs(fleet: Fleet | None, workers: int) -> dict[str, dict[str, Any]]:
+def fleet_specs(fleet: Fleet | None, workers: int) -> dict[str, Variant]:
     """Each worker's variant by process name (``worker-0`` ...); {} for a fleet whose workers are
     alike (``fleet`` None)."""
     if fleet is None:
         return {}
     return {f"worker-{i}": dict(fleet.of(i)) for i in range(workers)}
+
+
+def laid_over(base: Variant, change: Variant) -> Variant:
+    """``change`` laid over ``base``, ``lease`` merged key by key."""
+    out: Variant = {**base, **change}
+    lease = {**_lease(base), **_lease(change)}
+    if lease:
+        out["lease"] = lease
+    return out
+
+
+def _lease(variant: Variant) -> dict[str, float]:
+    lease = variant.get("lease")
+    return dict(lease) if isinstance(lease, dict) else {}
+
+
+def deployed_file(run_dir: Path, name: str) -> Path:
+    """Where a deploy leaves worker ``name``'s new variant (JSON)."""
+    return run_dir / DEPLOYED / f"{name}.json"
+
+
+def deploy(run_dir: Path, name: str, variant: Variant) -> None:
+    """Leave ``variant`` for worker ``name``'s next start (written whole, then renamed, so a
+    worker starting meanwhile reads the old one or the new one, never half)."""
+    path = deployed_file(run_dir, name)
+    path.parent.mkdir(exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps(variant, sort_keys=True))
+    os.replace(partial, path)
+
+
+def current(run_dir: Path, name: str, configured: Variant) -> Variant:
+    """Worker ``name``'s variant now: the last one a deploy left for it, else ``configured``."""
+    path = deployed_file(run_dir, name)
+    if path.exists():
+        found: Variant = json.loads(path.read_text())
+        return found
+    return configured
+
+
+def effective(variant: Variant, store: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
+    """What ``variant`` changes for a store whose spec is ``store``: (spec keys it has, lease)."""
+    return {k: v for k, v in variant.items() if k != "lease" and k in store}, _lease(variant)

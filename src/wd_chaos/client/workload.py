@@ -29,6 +29,7 @@ from pathlib import Path
 
 from without_durability import Contended, Fenced, InvalidInput
 
+from .. import fleet
 from ..config import ConfigError, RunConfig
 from ..config import load as load_config
 from ..history import HistoryWriter
@@ -152,16 +153,31 @@ async def read_outside(cfg: RunConfig, index: int, rec: Recorder, stop: asyncio.
 async def _main(role: str, cfg: RunConfig, name: str) -> None:
     run_dir = cfg.run_dir
     hist = HistoryWriter(run_dir / "procs" / f"{name}.{os.getpid()}.jsonl", name)
-    variant = cfg.worker_specs.get(name, {}) if role == "worker" else {}
-    # a mixed fleet's worker names its settings, so checkers can tell whose pass was whose
-    hist.event("info", what="start", role=role, **({"variant": variant} if variant else {}))
-    spec = {**cfg.store, **variant}
+    spec = dict(cfg.store)
+    if role == "worker":
+        # a mixed fleet's settings, or those a deploy restarted this worker with; named in the
+        # start line, as they took effect, so checkers can tell whose pass ran on which
+        changes, lease = fleet.effective(fleet.current(run_dir, name, cfg.worker_specs.get(name, {})), spec)
+        spec.update(changes)
+        if lease:
+            cfg = cfg.model_copy(update={"lease": cfg.lease.model_copy(update=lease)})
+        hist.event("info", what="start", role=role, variant={**changes, **({"lease": lease} if lease else {})})
+    else:
+        hist.event("info", what="start", role=role)
     if role == "worker" and cfg.worker_urls:
         spec["url"] = cfg.worker_urls[name]  # through this worker's own toxiproxy proxy
     if role == "careless":
         spec = careless_spec(cfg)
+    # A worker or reader asked to stop (the run ending, a deploy) while it still opens the store
+    # exits as asked, with its exit line, instead of dying mid-start: its own handler, set with
+    # no await after the check below, takes over once it runs.
+    asked_to_stop = asyncio.Event()
+    if role in ("worker", "reader"):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asked_to_stop.set)
     opened = await open_store(spec)
     try:
+        if asked_to_stop.is_set():
+            return
         if role == "sweeper":
             await sweep_in_background(cfg, opened, hist)
         elif role == "worker":

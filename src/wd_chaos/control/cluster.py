@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..faults import Nemesis, launching
+from ..fleet import DEPLOYED
 from ..history import HistoryWriter, Tail
 from ..stores import Spec, open_store
 from .lifeline import die_with_parent
@@ -85,11 +86,15 @@ class Cluster:
             if code is None or self.stopping or not name.startswith("worker"):
                 continue
             old = proc.pid
+            # a fault that stopped it on purpose left a marker naming itself; else a failpoint kill
+            marker = self.run_dir / DEPLOYED / f"{name}.restart"
+            fault = marker.read_text().strip() if marker.exists() else "kill"
+            marker.unlink(missing_ok=True)
             self.start("worker", name)
             self.restarts += 1
             self.hist.event(
                 "fault",
-                fault="kill",
+                fault=fault or "kill",
                 phase="stop",
                 target=name,
                 target_pid=old,

@@ -91,7 +91,7 @@ async def read_final(
     workflows: list[str],
     lifecycle: dict[str, Any] | None = None,
     failing: list[str] | None = None,
-    fleet: dict[str, dict[str, Any]] | None = None,
+    fleet: list[dict[str, Any]] | None = None,
 ) -> FinalState:
     """The store's final state: every workflow's history (key, value, written_at) and load
     order, the ledger rows, and which clocks the store ran on (``stores.store_clocks``); a
@@ -114,8 +114,10 @@ async def read_final(
                 "expected_workflows": workflows,
                 **store_clocks(spec, cp),
                 **({"lifecycle": lifecycle, "failing": failing} if lifecycle is not None else {}),
-                # fencing's takeover rule: on when any worker (a mixed fleet's too) asked for it
-                "fast_failover": any(bool(s.get("fast_failover")) for s in (spec, *(fleet or {}).values())),
+                # fencing's takeover rule: on when any worker (a mixed fleet's or a deploy's too)
+                # asked for it, on a kit whose spec knows the setting
+                "fast_failover": "fast_failover" in spec
+                and any(bool(s.get("fast_failover")) for s in (spec, *(fleet or []))),
             }
         )
     finally:
@@ -311,6 +313,13 @@ def provision(p: RunPlan, progress: Progress | None) -> Provisioned:
     return Provisioned(run_dir, lifeline, hist, report)
 
 
+def _variants(p: RunPlan) -> list[dict[str, Any]]:
+    """Every setting a worker of the run may have run with: a mixed fleet's, and those a fault's
+    events restart workers onto (their ``to``, as a deploy's)."""
+    out: list[dict[str, Any]] = list(fleet_specs(p.scenario.fleet, p.n_workers).values())
+    return out + [dict(e["to"]) for e in p.events if isinstance(e.get("to"), dict)]
+
+
 def _configure(p: RunPlan, svc: Any, prov: Provisioned) -> Path:
     """With the servers up: prepare the store, schedule the workflows, and write the config.json
     every process reads (refused here, not in a worker, when malformed)."""
@@ -451,7 +460,7 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
             prov.report()
             final = asyncio.run(
                 read_final(
-                    svc.spec, p.workflows, p.judged_lifecycle, p.failing, fleet_specs(p.scenario.fleet, p.n_workers)
+                    svc.spec, p.workflows, p.judged_lifecycle, p.failing, _variants(p)
                 )
             )
     except BaseException as exc:
