@@ -236,3 +236,56 @@ async def test_redis_cleanup_deletes_the_runs_keys_and_nothing_else(wd_factory: 
         await opened.close()
         await client.delete(neighbour)
         await client.aclose()
+
+
+# -- a run removes what it created on a user's server, or says why it kept it ---------------------
+
+
+@pytest.mark.wd_store(["postgres"])
+def test_a_runs_cleanup_drops_its_schema_on_a_users_server_and_says_why_when_it_keeps_it(
+    wd_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+    import dataclasses
+
+    import psycopg
+
+    from wd_chaos.control.services import KEEP_STORE_ENV, Services, clean_up
+    from without_durability.testing.kit import find_kit
+
+    _, server = wd_factory
+    users = dataclasses.replace(server, source="env")  # as a server named by WD_POSTGRES_URL is
+    kit = find_kit("postgres")
+
+    def prepared() -> Services:
+        spec = {"store": "postgres", "namespace": "chaos", **kit.worker_spec(users, tmp_path, f"chaos_{uuid.uuid4().hex[:8]}")}
+
+        async def prepare() -> None:
+            opened = await kit.open_worker({**spec, "prepare": True})
+            await opened.close()
+
+        asyncio.run(prepare())
+        return Services(spec, users)
+
+    def exists(schema: str) -> bool:
+        with psycopg.connect(server.url) as conn:
+            return conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is not None
+
+    svc = prepared()
+    schema = svc.spec["schema"]
+    monkeypatch.setenv(KEEP_STORE_ENV, "1")
+    kept = clean_up(svc)
+    assert [(e["namespace"], e["outcome"]) for e in kept] == [(schema, "kept")], kept
+    assert KEEP_STORE_ENV in kept[0]["detail"] and exists(schema), kept
+    monkeypatch.delenv(KEEP_STORE_ENV)
+    removed = clean_up(svc)
+    assert [(e["namespace"], e["outcome"]) for e in removed] == [(schema, "removed")], removed
+    assert not exists(schema), f"clean_up said {removed} and schema {schema} is still there"
+
+    # a server that is gone: the verdict stands, the schema is named as kept, with the error
+    gone = Services({**svc.spec, "url": f"postgresql://postgres@127.0.0.1:{_closed_port()}/postgres"}, users)
+    failed = clean_up(gone)
+    assert failed[0]["outcome"] == "kept" and "removing it failed" in failed[0]["detail"], failed
+    # a private server goes with the run: nothing is sent to it
+    private = clean_up(Services(svc.spec, dataclasses.replace(server, source="local")))
+    assert private[0]["outcome"] == "nothing" and "private" in private[0]["detail"], private
