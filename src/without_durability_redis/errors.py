@@ -25,8 +25,9 @@ nodes, a Sentinel service) when a client is given.
         reply = await client.zpopmin(queue_key)
 
 ``boundary`` also refuses to let a cancelled call look finished: if the task was cancelled while
-the block ran, it raises ``CancelledError`` even when redis-py handed back a reply (see
-``_scripts.boundary``).
+the block ran, it raises ``CancelledError`` even when redis-py handed back a reply (on Python 3.11
+its ``asyncio.wait_for`` can return the reply as the cancel lands); such a call's outcome is
+unknown, as for any call cut off in flight.
 """
 
 from __future__ import annotations
