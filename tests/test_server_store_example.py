@@ -86,7 +86,7 @@ def test_lease_stall_on_the_example_is_valid_and_drops_its_schema_from_the_users
     _, server = wd_factory
     reports = tmp_path / "reports"
     done = subprocess.run(
-        ["wd-chaos", "run", "lease-stall", "--store", "pgqueue", "--json", "--report-dir", str(reports)],
+        [sys.executable, "-m", "wd_chaos.cli", "run", "lease-stall", "--store", "pgqueue", "--json", "--report-dir", str(reports)],
         env=_env(tmp_path / "ep", WD_POSTGRES_URL=server.url),  # the server stands for the user's own
         capture_output=True,
         text=True,
