@@ -69,15 +69,18 @@ _ROLLED_BACK = (
 )
 
 
-def wrap(exc: psycopg.Error, pool: Pool, what: str) -> StoreError:
-    """The ``StoreError`` a caller sees for a driver error raised while doing ``what``."""
+def wrap(exc: psycopg.Error, pool: Pool | None, what: str) -> StoreError:
+    """The ``StoreError`` a caller sees for a driver error raised while doing ``what`` (the
+    message names ``pool``'s server, password masked, when there is one)."""
+    where = "Postgres" if pool is None else f"Postgres at {masked_dsn(pool)}"
     if isinstance(exc, PoolClosed):
-        return StoreError(f"the connection pool for {masked_dsn(pool)} is closed ({what})")
+        pooled = "" if pool is None else f" for {masked_dsn(pool)}"
+        return StoreError(f"the connection pool{pooled} is closed ({what})")
     if isinstance(exc, psycopg.OperationalError) and not isinstance(
         exc, pg_errors.QueryCanceled | pg_errors.LockNotAvailable | _ROLLED_BACK
     ):
         return StoreUnavailable(
-            f"Postgres at {masked_dsn(pool)} could not be reached, or the connection was lost, "
+            f"{where} could not be reached, or the connection was lost, "
             f"while {what}: {exc}; check that the server is running and the DSN is right (a "
             "write interrupted this way may or may not have committed)"
         )
@@ -90,7 +93,10 @@ async def connect(
 ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
     """A pooled connection inside one transaction, committed on success and rolled back on any
     exception; driver errors leave as ``StoreError`` (``InvalidValue`` when the server refused a
-    value as jsonb), the driver's error kept as ``__cause__``."""
+    value as jsonb), the driver's error kept as ``__cause__``. When no pooled connection comes
+    free in time, one direct attempt tells a server that is down (``StoreUnavailable``) from a
+    pool too small for the load (``StoreError``). Public as
+    ``without_durability_postgres.errors.connect``."""
     try:
         async with pool.connection() as conn, conn.transaction():
             yield conn

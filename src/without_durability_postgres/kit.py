@@ -4,17 +4,20 @@ run that every worker process opens, with a ledger written inside each ``transac
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from without_durability._values import Pass
+from without_durability.protocols import Scheduler
 from without_durability.testing.harness import EffectFailed, EffectKit, RealTestClock, StoreUnderTest
-from without_durability.testing.kit import MutatePlan, Opened, Spec, StoreKit
+from without_durability.testing.kit import Capability, MutatePlan, Opened, Spec, StoreKit
 from without_durability.testing.replicated import Replicated
 from without_durability.testing.servers import Server, provide, why_unavailable
 
@@ -43,6 +46,18 @@ UPDATE workflow_claim
        alive_until = LEAST(alive_until, now())
  WHERE workflow = %(workflow)s
 """
+
+
+def _server_name(url: str) -> str:
+    """``url``'s hosts, ports and database, for a message (no user, no password)."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.Error:  # a message must not fail over a URL it only names
+        return "the run's server"
+    return f"{params.get('host', 'localhost')}:{params.get('port', 5432)}/{params.get('dbname', '')}"
 
 
 def unavailable() -> str | None:
@@ -174,13 +189,30 @@ async def suite_durable(pool: AsyncConnectionPool[Any]) -> AsyncIterator[Postgre
 
 
 @asynccontextmanager
-async def open_postgres(server: Server) -> AsyncIterator[StoreUnderTest[PostgresEffect]]:
-    """A fresh Postgres store in its own schema on the session's server (see ``suite_durable``)."""
-    async with fresh_schema(server.url) as (pool, schema), suite_durable(pool) as durable:
+async def open_postgres(
+    server: Server, *, scheduler: SchedulerOpener | None = None, name: str = "postgres"
+) -> AsyncIterator[StoreUnderTest[PostgresEffect]]:
+    """A fresh Postgres store in its own schema on the session's server, dropped afterwards (see
+    ``suite_durable``); with ``scheduler``, a ``PostgresCheckpointer`` and your scheduler (opened
+    with ``prepare`` true on the fresh schema) in a ``SplitDurable``."""
+    async with fresh_schema(server.url) as (pool, schema), contextlib.AsyncExitStack() as stack:
+        durable: Any
+        if scheduler is None:
+            durable = await stack.enter_async_context(suite_durable(pool))
+        else:
+            from without_durability.durable import SplitDurable
+            from without_durability_postgres import PostgresCheckpointer
+
+            store = WorkerStore(
+                pool, schema, "default", {"url": server.url, "schema": schema, "prepare": True}
+            )
+            durable = SplitDurable(
+                PostgresCheckpointer(pool=pool), await stack.enter_async_context(scheduler(store))
+            )
         async with pool.connection() as conn:
             await conn.execute(CREATE_LEDGER)
         yield StoreUnderTest(
-            "postgres",
+            name,
             durable,
             RealTestClock(),
             postgres_effects(pool),
@@ -210,21 +242,76 @@ def fast_failover_wanted() -> bool:
     return os.environ.get(FAST_FAILOVER_ENV, "") not in ("", "0")
 
 
-async def open_postgres_worker(spec: Spec) -> Opened:
-    """Open the run's schema ``spec["schema"]`` at ``spec["url"]`` with the chaos ledger (created,
-    with the schema and its migrations, when ``spec["prepare"]``); with ``spec["fast_failover"]``,
-    with fast failover (a presence held until ``close``)."""
+SchedulerOpener = Callable[["WorkerStore"], AbstractAsyncContextManager[Scheduler]]
+"""Your own scheduler for a kit built on this one: called with the ``WorkerStore`` a process opened
+(the run's pool and schema, or a fresh test schema's), it is entered as an async context manager
+that yields the ``Scheduler`` and, on exit, closes whatever it opened. With
+``store.prepare`` true (once per run, before any worker; and for each conformance test's fresh
+schema) it creates its tables first."""
+
+
+@dataclass(frozen=True)
+class WorkerStore:
+    """What a process opened for a run (or a conformance test), as a ``SchedulerOpener`` sees it."""
+
+    pool: AsyncConnectionPool[Any]
+    """Open, its connections' ``search_path`` the schema: unqualified table names land there."""
+    schema: str
+    """The schema every process of the run shares (a fresh one per conformance test)."""
+    namespace: str
+    """The queue namespace the harness asks for (``"chaos"`` in a run)."""
+    spec: Spec
+    """The whole spec, for a key of your own that your kit's ``worker_spec`` put there."""
+
+    @property
+    def prepare(self) -> bool:
+        """True once per run, before any worker starts: create your tables now."""
+        return bool(self.spec.get("prepare"))
+
+
+async def create_schema(url: str, schema: str) -> None:
+    """Create ``schema`` at ``url`` if it does not exist (an admin connection of its own)."""
     import psycopg
+
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(
+            psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(psycopg.sql.Identifier(schema))
+        )
+
+
+async def drop_schema(url: str, schema: str) -> bool:
+    """Drop ``schema`` at ``url`` with everything in it (``CASCADE``); True when it existed. Refuses
+    ``public`` and the system schemas (``InvalidInput``): a run drops only a schema it made."""
+    import psycopg
+
+    from without_durability.errors import InvalidInput
+
+    if schema in ("public", "information_schema") or schema.startswith("pg_"):
+        raise InvalidInput(
+            f"refusing to drop schema {schema!r}: only a schema a run or test created is dropped"
+        )
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        found = await (
+            await conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+        ).fetchone()
+        await conn.execute(
+            psycopg.sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(psycopg.sql.Identifier(schema))
+        )
+    return found is not None
+
+
+async def open_schema_pool(spec: Spec) -> AsyncConnectionPool[Any]:
+    """An open pool on the run's schema ``spec["schema"]`` at ``spec["url"]`` (created first when
+    ``spec["prepare"]``), sized by ``spec["pool_size"]`` (default 4), whose connection attempts and
+    reads give up after ``spec["timeout"]`` seconds (default 5) instead of hanging on a half-open
+    connection, as a partition leaves one."""
     from psycopg_pool import AsyncConnectionPool
 
-    from . import PostgresCheckpointer, PostgresDurable, PostgresScheduler, PostgresWakeup, migrate, sweep
-    from .holds import holds_opener
     from .timeouts import timed_connections
 
-    schema = spec["schema"]
+    schema, timeout = spec["schema"], float(spec.get("timeout", 5))
     if spec.get("prepare"):
-        async with await psycopg.AsyncConnection.connect(spec["url"], autocommit=True) as c:
-            await c.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')  # a name the harness made
+        await create_schema(spec["url"], schema)
     pool: Any = AsyncConnectionPool(
         spec["url"],
         open=False,
@@ -232,30 +319,39 @@ async def open_postgres_worker(spec: Spec) -> Opened:
         max_size=int(spec.get("pool_size", 4)),
         # connect_timeout and the read timeout: a connection attempt or a call on a half-open
         # connection gives up (as Redis's socket_timeout makes it) instead of hanging for ever
-        kwargs={
-            "options": f"-c search_path={schema}",
-            "connect_timeout": max(2, round(float(spec.get("timeout", 5)))),
-        },
-        timeout=float(spec.get("timeout", 5)),
-        connection_class=timed_connections(float(spec.get("timeout", 5))),
+        kwargs={"options": f"-c search_path={schema}", "connect_timeout": max(2, round(timeout))},
+        timeout=timeout,
+        connection_class=timed_connections(timeout),
     )
     await pool.open(wait=True, timeout=30)
-    namespace = spec.get("namespace", "default")
-    presence = None
-    if spec.get("fast_failover"):  # see FAST_FAILOVER_ENV
-        presence = PostgresWakeup(pool, namespace=namespace, presence=True)
-        await presence.start()
-    durable = PostgresDurable(
-        PostgresCheckpointer(pool=pool, failover=presence),
-        PostgresScheduler(pool=pool, namespace=namespace, reap_dead=presence is not None),
-    )
-    if spec.get("prepare"):
-        await migrate(pool)
-        async with pool.connection() as c:
-            await c.execute(
-                f"CREATE TABLE IF NOT EXISTS {CHAOS_LEDGER} (row BIGSERIAL PRIMARY KEY, "
-                "workflow TEXT NOT NULL, key TEXT NOT NULL, token BIGINT NOT NULL)"
-            )
+    return cast("AsyncConnectionPool[Any]", pool)
+
+
+async def create_chaos_ledger(pool: AsyncConnectionPool[Any]) -> None:
+    """Create the run's ledger table (``CHAOS_LEDGER``) in the pool's schema, if absent."""
+    async with pool.connection() as c:
+        await c.execute(
+            f"CREATE TABLE IF NOT EXISTS {CHAOS_LEDGER} (row BIGSERIAL PRIMARY KEY, "
+            "workflow TEXT NOT NULL, key TEXT NOT NULL, token BIGINT NOT NULL)"
+        )
+
+
+def chaos_opened(
+    pool: AsyncConnectionPool[Any],
+    durable: Any,
+    close: Callable[[], Awaitable[None]],
+    *,
+    url: str,
+    schema: str,
+    sweep: bool = True,
+) -> Opened:
+    """The ``Opened`` a kit returns for a durable whose checkpointer is a ``PostgresCheckpointer``
+    on ``pool``: the chaos ledger's effect (one row inserted inside ``transact``'s transaction,
+    then ``Opened.pause`` and the failpoint, with the transaction still open) and its reader, the
+    row-lock holds a landing probe needs, and (with ``sweep``) the retention sweep, which reads our
+    queue table and so is only right with our scheduler."""
+    from . import sweep as sweep_older_than
+    from .holds import holds_opener
 
     def ledger_effect(
         workflow: str, key: str, token: int, failpoint: Callable[[], None]
@@ -284,29 +380,84 @@ async def open_postgres_worker(spec: Spec) -> Opened:
                 for r, w, k, t in await cur.fetchall()
             ]
 
-    async def close() -> None:
-        if presence is not None:
-            await presence.close()
-        await pool.close()
-
     async def sweep_older(older_than: timedelta) -> int:
-        return int(await sweep(pool, older_than))
+        return int(await sweep_older_than(pool, older_than))
 
-    holds = holds_opener(spec["url"], schema)
-    opened = Opened(durable, close, ledger_effect, read_ledger, sweep=sweep_older, holds=holds)
+    opened = Opened(
+        durable,
+        close,
+        ledger_effect,
+        read_ledger,
+        sweep=sweep_older if sweep else None,
+        holds=holds_opener(url, schema),
+    )
     opened.pool_size = pool.max_size
     return opened
 
 
+async def open_postgres_worker(spec: Spec, *, scheduler: SchedulerOpener | None = None) -> Opened:
+    """Open the run's schema ``spec["schema"]`` at ``spec["url"]`` (see ``open_schema_pool``) with
+    the chaos ledger (created, with the schema and its migrations, when ``spec["prepare"]``); with
+    ``spec["fast_failover"]``, with fast failover (a presence held until ``close``).
+
+    The checkpointer is always a ``PostgresCheckpointer`` (the ledger effect runs inside its
+    ``transact``). The scheduler is a ``PostgresScheduler`` in ``spec["namespace"]``, in one
+    ``PostgresDurable``; or, with ``scheduler``, yours (see ``SchedulerOpener``), paired with the
+    checkpointer in a ``SplitDurable`` (records first, then schedules), without the retention
+    sweep, and with fast failover (when asked) on the checkpointer's claims only."""
+    from contextlib import AsyncExitStack
+
+    from without_durability.durable import SplitDurable
+
+    from . import PostgresCheckpointer, PostgresDurable, PostgresScheduler, PostgresWakeup, migrate
+
+    pool = await open_schema_pool(spec)
+    stack = AsyncExitStack()
+    try:
+        stack.push_async_callback(pool.close)
+        namespace = spec.get("namespace", "default")
+        presence = None
+        if spec.get("fast_failover"):  # see FAST_FAILOVER_ENV
+            presence = await stack.enter_async_context(
+                PostgresWakeup(pool, namespace=namespace, presence=True)
+            )
+        if spec.get("prepare"):
+            await migrate(pool)
+            await create_chaos_ledger(pool)
+        checkpointer = PostgresCheckpointer(pool=pool, failover=presence)
+        durable: Any
+        if scheduler is None:
+            durable = PostgresDurable(
+                checkpointer,
+                PostgresScheduler(pool=pool, namespace=namespace, reap_dead=presence is not None),
+            )
+        else:
+            store = WorkerStore(pool, spec["schema"], namespace, spec)
+            durable = SplitDurable(checkpointer, await stack.enter_async_context(scheduler(store)))
+    except BaseException:
+        await stack.aclose()
+        raise
+    return chaos_opened(
+        pool, durable, stack.aclose, url=spec["url"], schema=spec["schema"], sweep=scheduler is None
+    )
+
+
 class PostgresKit(StoreKit):
-    """PostgreSQL: a private server (or ``WD_POSTGRES_URL``), a schema per test or run."""
+    """PostgreSQL: a private server (or ``WD_POSTGRES_URL``), a schema per test or run.
+
+    Also the base of a kit of your own over Postgres: ``PostgresKit("my-queue",
+    scheduler=my_opener)`` is a kit whose store is a ``PostgresCheckpointer`` and your scheduler
+    (see ``SchedulerOpener``), on the same servers (``server_key`` ``"postgres"``: one server per
+    test session for both kits), each conformance test in a fresh schema and each run in a schema
+    of its own that ``cleanup`` drops. Without mutants or a mutate plan of ours (they break our
+    scheduler); ``provides`` defaults to workers, restart, proxy and transact-pause."""
 
     name = "postgres"
     description = "PostgreSQL via psycopg 3 (a real server)"
     provides = frozenset({"workers", "restart", "proxy", "transact-pause", "failover", "power-loss"})
-    mutant_modules = ("without_durability_postgres.mutants",)
+    mutant_modules: tuple[str, ...] = ("without_durability_postgres.mutants",)
     recipe = POSTGRES_SERVER
-    mutate_plan = MutatePlan(
+    mutate_plan: MutatePlan | None = MutatePlan(
         statements=("without_durability_postgres",),
         equivalents="without_durability_postgres:equivalent.toml",
         tests=(
@@ -328,6 +479,28 @@ class PostgresKit(StoreKit):
             "src/without_durability_postgres/scheduler.py",
         ),
     )
+
+    def __init__(
+        self,
+        name: str = "postgres",
+        *,
+        scheduler: SchedulerOpener | None = None,
+        description: str | None = None,
+        provides: frozenset[Capability] | None = None,
+    ) -> None:
+        self.name = name
+        self.scheduler = scheduler
+        """Your scheduler's opener, or None for ours."""
+        if scheduler is not None:
+            self.description = description or f"PostgresCheckpointer with {name}'s own scheduler"
+            self.provides = frozenset({"workers", "restart", "proxy", "transact-pause"})
+            self.mutant_modules = ()
+            self.mutate_plan = None
+            self.server_key = "postgres"  # the built-in kit's server serves both in one session
+        elif description is not None:
+            self.description = description
+        if provides is not None:
+            self.provides = provides
 
     def unavailable(self) -> str | None:
         """Why Postgres cannot run here (driver or server missing), or None."""
@@ -354,7 +527,7 @@ class PostgresKit(StoreKit):
 
     def open(self, server: Server) -> Any:
         """A fresh store in its own schema on ``server``."""
-        return open_postgres(server)
+        return open_postgres(server, scheduler=self.scheduler, name=self.name)
 
     def replicated(self, *, synchronous: bool) -> AbstractContextManager[Replicated]:
         """A private primary with a streaming standby, synchronous or not (see ``replicated.py``)."""
@@ -375,7 +548,16 @@ class PostgresKit(StoreKit):
 
     async def open_worker(self, spec: Spec) -> Opened:
         """Open the run's schema (see ``open_postgres_worker``)."""
-        return await open_postgres_worker(spec)
+        return await open_postgres_worker(spec, scheduler=self.scheduler)
+
+    async def cleanup(self, spec: Spec) -> str | None:
+        """Drop the run's schema (``drop_schema``) and say so, naming the server without its
+        password."""
+        dropped = await drop_schema(spec["url"], spec["schema"])
+        where = _server_name(spec["url"])
+        if dropped:
+            return f"dropped schema {spec['schema']!r} on {where}"
+        return f"schema {spec['schema']!r} was not on {where}: nothing to drop"
 
 
 KIT = PostgresKit()

@@ -441,18 +441,20 @@ DRIVER_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterExcep
 """What ``translated`` turns into this library's errors."""
 
 
-def translated(client: Client, what: str, exc: BaseException) -> StoreError:
+def translated(client: Client | None, what: str, exc: BaseException) -> StoreError:
     """The driver's error ``exc`` as this library's: unreachable server -> ``StoreUnavailable``,
-    any other -> ``StoreError`` (raise it ``from exc``)."""
+    any other -> ``StoreError`` (raise it ``from exc``); the message names ``client``'s server
+    when given."""
+    place = "redis" if client is None else where(client)
     if isinstance(exc, _UNREACHABLE):
         return StoreUnavailable(
-            f"{where(client)}: {what}: the server could not be reached ({type(exc).__name__}: {exc})"
+            f"{place}: {what}: the server could not be reached ({type(exc).__name__}: {exc})"
         )
-    return StoreError(f"{where(client)}: {what} failed ({type(exc).__name__}: {exc})")
+    return StoreError(f"{place}: {what} failed ({type(exc).__name__}: {exc})")
 
 
 @contextlib.contextmanager
-def boundary(client: Client, what: str) -> Iterator[None]:
+def boundary(client: Client | None, what: str) -> Iterator[None]:
     """Wrap the driver's errors: unreachable server -> ``StoreUnavailable``, any other driver error
     -> ``StoreError``; the driver's error stays as ``__cause__``.
 

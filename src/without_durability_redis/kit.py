@@ -85,11 +85,14 @@ def redis_effects(checkpointer: Any, client: Any) -> EffectKit[Any]:
     return EffectKit(ledger_add, ledger_read, superseding, failing)
 
 
-async def delete_prefix(client: Any, prefix: str) -> None:
-    """Delete every key under ``prefix`` (one key at a time, so a cluster's slots never mix)."""
-    keys = [key async for key in client.scan_iter(match=f"{prefix}*", count=500)]
+async def delete_prefix(client: Any, prefix: str) -> int:
+    """Delete every key under ``prefix`` (one key at a time, so a cluster's slots never mix); how
+    many. Glob characters in ``prefix`` are escaped: it matches itself only."""
+    pattern = "".join("\\" + c if c in "*?[]\\" else c for c in prefix) + "*"
+    keys = [key async for key in client.scan_iter(match=pattern, count=500)]
     for key in keys:
         await client.unlink(key)
+    return len(keys)
 
 
 def _opener(name: str, scheduler: str, cluster: bool) -> Callable[[Server], Any]:
@@ -320,6 +323,29 @@ class RedisKit(StoreKit):
     async def open_worker(self, spec: Spec) -> Opened:
         """Open the run's keys (see ``open_redis_worker``)."""
         return await open_redis_worker(spec, scheduler=self.scheduler, cluster=self.cluster)
+
+    async def cleanup(self, spec: Spec) -> str | None:
+        """Delete every key under the run's prefix (``delete_prefix``; a cluster's nodes each
+        scanned) and say how many."""
+        from redis.asyncio import Redis
+        from redis.asyncio.cluster import RedisCluster
+
+        from ._scripts import where as _where
+        from .errors import boundary
+
+        prefix = str(spec["prefix"])
+        if not prefix.endswith(":") or len(prefix) < 2:  # never a pattern wider than one run's keys
+            raise ValueError(f"refusing to delete keys under {prefix!r}: not a run's own prefix")
+        if spec.get("sentinels"):  # a replicated deployment is always a private one, removed with the run
+            return None
+        client: Any = (RedisCluster if self.cluster else Redis).from_url(spec["url"])
+        try:
+            with boundary(client, f"delete the run's keys under {prefix!r}"):
+                deleted = await delete_prefix(client, prefix)
+            where = _where(client)
+        finally:
+            await client.aclose()
+        return f"deleted {deleted} key(s) under {prefix!r} on {where}"
 
 
 REDIS_SET = RedisKit(

@@ -39,7 +39,7 @@ from .cluster import Watch as Watch
 from .cluster import drain_storm, run_storm, run_workload, wait_for_heal
 from .kits import check_store
 from .lifeline import Lifeline
-from .services import check_urls, services, sweep_stale
+from .services import check_urls, clean_up, services, sweep_stale
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -409,9 +409,12 @@ def execute(p: RunPlan, svc: Any, prov: Provisioned, config: Path) -> None:
         nemesis.heal()
 
 
-def collect(p: RunPlan, prov: Provisioned, final: FinalState) -> Outcome:
-    """Store what the run left (``final.json``, the merged ``history.jsonl``, ``run.json``) and
-    judge it (``analyze``)."""
+def collect(
+    p: RunPlan, prov: Provisioned, final: FinalState, cleaned: list[dict[str, str]] | None = None
+) -> Outcome:
+    """Store what the run left (``final.json``, the merged ``history.jsonl``, ``run.json``, with
+    ``store_cleanup``: what ``clean_up`` removed from the store or kept, and why) and judge it
+    (``analyze``)."""
     run_dir = prov.run_dir
     (run_dir / "final.json").write_text(json.dumps(final.to_json(), indent=1, default=str))
     prov.hist.close()
@@ -433,6 +436,7 @@ def collect(p: RunPlan, prov: Provisioned, final: FinalState) -> Outcome:
         "client": p.work.get("client", "harness"),
         "wall_seconds": round(time.monotonic() - prov.report.started, 2),
         "versions": _versions(),
+        "store_cleanup": cleaned or [],
     }
     (run_dir / "run.json").write_text(json.dumps(meta, indent=2))
     # released after the merge and the verdict: a kill before them still leaves INTERRUPTED
@@ -454,21 +458,23 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
         with services(
             opts.store, prov.run_dir, p.names, mutant=opts.mutant, careless=careless, **needs
         ) as svc:
-            config = _configure(p, svc, prov)
-            execute(p, svc, prov, config)
-            prov.report.phase = "checking"
-            prov.report()
-            final = asyncio.run(
-                read_final(
-                    svc.spec, p.workflows, p.judged_lifecycle, p.failing, _variants(p)
+            try:
+                config = _configure(p, svc, prov)
+                execute(p, svc, prov, config)
+                prov.report.phase = "checking"
+                prov.report()
+                final = asyncio.run(
+                    read_final(svc.spec, p.workflows, p.judged_lifecycle, p.failing, _variants(p))
                 )
-            )
+            finally:  # what the run created on a user's server goes, whatever happened (or says why not)
+                cleaned = clean_up(svc)
+                prov.hist.event("info", what="cleanup", store=cleaned)
     except BaseException as exc:
         # Ctrl-C, a server that would not start, a crashed storm: say so in the folder, keep the
         # per-process histories for a post-mortem, and let the caller report it
         prov.interrupted(exc)
         raise
-    return collect(p, prov, final)
+    return collect(p, prov, final, cleaned)
 
 
 _workload = run_workload

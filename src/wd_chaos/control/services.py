@@ -35,7 +35,17 @@ from ..faults import clock_step as stepped_clock
 from ..stores import WALL_OFFSET, Spec
 from .toxiproxy_server import TOXIPROXY_SERVER
 
-__all__ = ["Planned", "Services", "ServerUnavailable", "check_urls", "preflight", "services", "sweep_stale"]
+__all__ = [
+    "KEEP_STORE_ENV",
+    "Planned",
+    "Services",
+    "ServerUnavailable",
+    "check_urls",
+    "clean_up",
+    "preflight",
+    "services",
+    "sweep_stale",
+]
 
 
 @dataclass
@@ -371,3 +381,44 @@ def services(
                 found.proxies[name] = proxy
                 found.worker_urls[name] = _swap_netloc(server.url, listen)
         yield found
+
+
+KEEP_STORE_ENV = "WD_KEEP_STORE"
+"""Set (to anything but 0) and a run on your own server keeps what it created there (its schema,
+its key prefix) for you to inspect, and says so in ``run.json``; unset, the run removes it."""
+
+CLEANUP_SECONDS = 30.0
+"""How long a kit's ``cleanup`` may take before the run reports the namespace kept."""
+
+
+def clean_up(svc: Services) -> list[dict[str, str]]:
+    """Remove what the run created in the store (the kit's ``cleanup``, for the run's spec and the
+    careless clients'), once its final state has been read; one entry per spec: ``namespace``
+    (its schema, prefix or file), ``outcome`` (``removed``, ``kept`` or ``nothing``) and
+    ``detail`` (what was removed, or why it was kept). A private server (started here, a
+    container, a replicated pair) goes with the run and is not cleaned; ``KEEP_STORE_ENV`` keeps
+    everything. Never raises: a cleanup that failed is reported as kept, with the error."""
+    import asyncio
+
+    done: list[dict[str, str]] = []
+    for spec in (svc.spec, svc.careless_spec):
+        if spec is None:
+            continue
+        namespace = str(spec.get("schema") or spec.get("prefix") or spec.get("path") or spec.get("store"))
+        entry = {"namespace": namespace}
+        source = getattr(svc.server, "source", None)
+        if os.environ.get(KEEP_STORE_ENV, "") not in ("", "0"):
+            entry |= {"outcome": "kept", "detail": f"{KEEP_STORE_ENV} is set: left for inspection"}
+        elif isinstance(svc.server, Replicated) or source in ("local", "testcontainers"):
+            entry |= {"outcome": "nothing", "detail": f"on a private server ({source}), removed with the run"}
+        else:
+            try:
+                kit = find_kit(str(spec["store"]))
+                said = asyncio.run(asyncio.wait_for(kit.cleanup(spec), CLEANUP_SECONDS))
+            except Exception as exc:  # the verdict stands; the leftover is named so it can be removed
+                entry |= {"outcome": "kept", "detail": f"removing it failed: {type(exc).__name__}: {exc}"}
+            else:
+                outcome = "nothing" if said is None else "removed"
+                entry |= {"outcome": outcome, "detail": said or f"{spec['store']} leaves nothing to remove"}
+        done.append(entry)
+    return done

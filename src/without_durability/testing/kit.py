@@ -262,6 +262,17 @@ class StoreKit:
         """Open the store ``spec`` names in this process, with its in-store ledger."""
         raise KitError(f"store kit {self.name!r} cannot be opened by worker processes")
 
+    async def cleanup(self, spec: Spec) -> str | None:
+        """Remove what the wd-chaos run that ``spec`` describes created in the store (a schema, a
+        key prefix), once the harness has read the run's final state: a run on a user's server
+        (``WD_POSTGRES_URL``, ``WD_REDIS_URL``) must not leave it behind. Returns one line saying
+        what was removed, or None when there is nothing to remove (the store lives in the run's
+        folder, or on a private server removed with the run). Raises (any exception) when
+        removing failed; the harness then reports the namespace as kept, with the error. Must be
+        safe to call when the run created nothing (a run that failed before ``prepare``). Never
+        called for a conformance test: ``open`` cleans up on exit."""
+        return None
+
     def clocks(self, spec: Spec, checkpointer: Any) -> dict[str, str]:
         """Which clocks decide this store's leases and stamps (``local_clocks`` by default)."""
         return local_clocks(spec, checkpointer)
