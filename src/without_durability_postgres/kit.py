@@ -223,7 +223,10 @@ async def open_postgres_worker(spec: Spec) -> Opened:
 
     schema = spec["schema"]
     if spec.get("prepare"):
-        async with await psycopg.AsyncConnection.connect(spec["url"], autocommit=True) as c:
+        connect_timeout = max(2, round(float(spec.get("timeout", 5))))  # a wrong server fails, never hangs
+        async with await psycopg.AsyncConnection.connect(
+            spec["url"], autocommit=True, connect_timeout=connect_timeout
+        ) as c:
             await c.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')  # a name the harness made
     pool: Any = AsyncConnectionPool(
         spec["url"],
