@@ -200,7 +200,9 @@ def test_no_page_installs_the_placeholder_from_the_package_index() -> None:
     wrong = [
         f"{page.relative_to(ROOT)}: {hit.group(0)}"
         for page in pages
-        for hit in re.finditer(r"pip install ['\"]?without-durability\b[^`\n]*", page.read_text())
+        for line in page.read_text().splitlines()
+        if "published" not in line  # a line that says it works only once the name is published
+        for hit in re.finditer(r"pip install ['\"]?without-durability\b[^`\n]*", line)
     ]
     assert not wrong, "pages install the placeholder from the package index:\n" + "\n".join(wrong)
     for page in ("README.md", "docs/index.md", "docs/tutorials/first-run.md"):
