@@ -85,7 +85,7 @@ def test_junit_cases_carry_json_evidence_and_properties(tmp_path: Path) -> None:
     props = {p.get("name"): p.get("value") for p in case.iter("property")}
     assert props == {
         "scenario": "s", "store": "sqlite", "seed": "7", "seconds": "3.5",
-        "run_dir": str(tmp_path / "run"), "partial": "false",
+        "run_dir": str(tmp_path / "run"), "partial": "false", "verdict": "invalid",
     }, props  # fmt: skip
     failure = case.find("failure")
     assert failure is not None and "fencing" in str(failure.get("message"))

@@ -188,11 +188,15 @@ class ChaosItem(pytest.Item):
         self.outcome = judged.outcome
         s = judged.outcome.summary
         self.user_properties += [
-            ("wd_chaos_verdict", str(s.get("valid"))),
+            ("wd_chaos_verdict", judged.outcome.verdict),
             ("wd_chaos_seed", str(s.get("seed"))),
             ("wd_chaos_run_dir", str(judged.outcome.run_dir)),
             ("wd_chaos_unknown_runs", str(len(judged.misses))),
         ]
+        if judged.outcome.expected:  # a pass that says what it passed on (pytest -rA shows it)
+            from .analyze import expected_text
+
+            self.add_report_section("call", "wd-chaos verdict", expected_text(judged.outcome.expected))
         runner.expect(judged)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:

@@ -43,7 +43,8 @@ class StoredRun:
     store: str
     seed: object
     verdict: str
-    """``VALID``, ``INVALID``, ``UNKNOWN``, or ``INTERRUPTED`` (stopped before its verdict)."""
+    """``VALID``, ``INVALID``, ``UNKNOWN``, ``EXPECTED`` (the loss its scenario exists to show), or
+    ``INTERRUPTED`` (stopped before its verdict)."""
     started: str
     """When the run started (UTC, ``YYYY-MM-DD HH:MM:SS``), or empty when not known."""
     seconds: object
@@ -52,8 +53,11 @@ class StoredRun:
     mutant: str
 
 
-def _verdict(valid: object) -> str:
-    return {True: "VALID", False: "INVALID"}.get(valid, "UNKNOWN")  # type: ignore[call-overload, no-any-return]
+def _verdict(summary: dict[str, Any]) -> str:
+    if summary.get("expected"):  # the loss the scenario exists to show: a pass, not a failure
+        return "EXPECTED"
+    valid = summary.get("valid")
+    return "VALID" if valid is True else "INVALID" if valid is False else "UNKNOWN"
 
 
 def _started(folder: Path, summary: dict[str, Any]) -> str:
@@ -97,7 +101,7 @@ def stored_runs(root: Path) -> list[StoredRun]:
                 scenario=str(summary.get("scenario", "")),
                 store=str(summary.get("store", "")),
                 seed=summary.get("seed"),
-                verdict="INTERRUPTED" if interrupted else _verdict(summary.get("valid")),
+                verdict="INTERRUPTED" if interrupted else _verdict(summary),
                 started=_started(folder, summary),
                 seconds=summary.get("wall_seconds"),
                 coverage=", ".join(f"{k} {v}" for k, v in coverage.items())
@@ -112,7 +116,7 @@ def stored_runs(root: Path) -> list[StoredRun]:
 _PAGE_STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;font-size:14px;
 text-align:left}.VALID{background:#d8f3dc}.INVALID{background:#ffccd5;font-weight:bold}
-.UNKNOWN{background:#fff3b0}.INTERRUPTED{background:#e9ecef}label{margin-right:1.5em}.none{color:#666}"""
+.UNKNOWN{background:#fff3b0}.EXPECTED{background:#cfe2ff}.INTERRUPTED{background:#e9ecef}label{margin-right:1.5em}.none{color:#666}"""
 
 _FILTER_JS = """(function(){
 const sel=[...document.querySelectorAll('select[data-col]')];
@@ -151,7 +155,7 @@ def index_page(root: Path) -> str:
         )
     filters = " ".join(
         [
-            select("verdict", "verdict", {"VALID", "INVALID", "UNKNOWN", "INTERRUPTED"}),
+            select("verdict", "verdict", {"VALID", "INVALID", "UNKNOWN", "EXPECTED", "INTERRUPTED"}),
             select("scenario", "scenario", {r.scenario for r in runs}),
             select("store", "store", {r.store for r in runs}),
         ]

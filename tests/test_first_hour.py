@@ -1,0 +1,136 @@
+"""Issue #48, what a new user meets first: a run whose loss its scenario expects is a verdict of
+its own (EXPECTED, exit 0) in every view; the verdict table's rows say what they mean; ``--json``
+carries evidence and the commands to reproduce and shrink."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from wd_chaos import checks
+from wd_chaos.analyze import EXPECTED, Outcome, expected_loss
+from wd_chaos.commands.common import Result, _junit, _verdict_table
+from wd_chaos.commands.run import _worst
+from wd_chaos.report import write_report
+from wd_chaos.serve import stored_runs
+
+
+def _relaxed_verdicts(lost: int = 94) -> list[checks.Verdict]:
+    """The verdicts of a power-loss-relaxed run as one came out on SQLite: durability counts the
+    loss, and fencing fails as its consequence (the token counter was among the writes lost)."""
+    return [
+        checks.Verdict("fencing", False, "96 fencing violation(s)", [{"why": "same token issued twice", "op": "w:1"}]),
+        checks.Verdict("order", True, "every load in order"),
+        checks.Verdict(
+            "durability",
+            not lost,
+            f"{lost} of 420 acknowledged writes lost",
+            [{"why": "acknowledged, then lost", "workflow": "wf-1", "key": "charge"}] if lost else [],
+            {"acknowledged": 420, "lost": lost},
+        ),
+        checks.Verdict("bite: power-loss-dropped", True, "2 power loss(es) dropped unsynced writes", [], {"bit": 2}),
+    ]
+
+
+def _summary(run_dir: Path, verdicts: list[checks.Verdict], expected: dict[str, Any] | None) -> dict[str, Any]:
+    valid = checks.overall(verdicts)
+    return {
+        "scenario": "power-loss-relaxed", "store": "sqlite", "seed": 1, "time_limit": 12.0, "workers": 4,
+        "workflows": 60, "valid": valid, "verdict": EXPECTED if expected else "invalid", "expected": expected,
+        "exit_code": 0 if expected else 1, "schedule_from": "seed", "client": "harness", "wall_seconds": 23.4,
+        "verdicts": [v.as_dict() for v in verdicts], "counts": {}, "faults": [], "coverage": {},
+    }  # fmt: skip
+
+
+def _outcome(tmp_path: Path, lost: int = 94, expect: str = "lost-writes") -> Outcome:
+    verdicts = _relaxed_verdicts(lost)
+    valid = checks.overall(verdicts)
+    expected = expected_loss(expect, verdicts, valid)
+    run_dir = tmp_path / "20261207T061229-power-loss-relaxed-sqlite"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    summary = _summary(run_dir, verdicts, expected)
+    (run_dir / "summary.json").write_text(json.dumps(summary, default=str))
+    return Outcome(run_dir, verdicts, valid, summary, expected)
+
+
+def _table_text(outcome: Outcome) -> str:
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(_verdict_table(outcome))
+    return console.export_text()
+
+
+def test_the_loss_a_scenario_expects_is_an_expected_verdict_with_its_figure(tmp_path: Path) -> None:
+    outcome = _outcome(tmp_path)
+    assert outcome.expected is not None, "a relaxed run that lost writes must be EXPECTED"
+    assert (outcome.verdict, outcome.exit_code) == ("expected", 0)
+    assert outcome.expected["lost"] == 94 and outcome.expected["consequences"] == ["fencing"]
+
+    result = Result("power-loss-relaxed", "sqlite", 1, outcome)
+    record = result.record()
+    assert (record["verdict"], record["exit_code"]) == ("expected", 0), record
+    assert record["expected"]["lost"] == 94 and "shrink" not in record, record
+    assert _worst([result]) == 0
+
+    text = _table_text(outcome)
+    assert "EXPECTED" in text and "94 of 420 acknowledged writes lost" in text, text
+    assert "INVALID" not in text.splitlines()[0], text.splitlines()[0]
+
+    junit = tmp_path / "r.xml"
+    _junit(junit, [result])
+    suite = ET.parse(junit).getroot()
+    assert suite.get("failures") == "0" and suite.get("errors") == "0", ET.tostring(suite)
+    (case,) = suite.findall("testcase")
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props["verdict"] == "expected", props
+    assert "94 of 420" in str(case.findtext("system-out")), ET.tostring(case)
+
+    (run,) = stored_runs(tmp_path)
+    assert run.verdict == "EXPECTED", run
+
+    write_report(outcome.run_dir, outcome.summary, [], {})  # type: ignore[arg-type]
+    page = (outcome.run_dir / "report.html").read_text()
+    assert ">EXPECTED<" in page and "94 of 420 acknowledged writes" in page, page[:2000]
+    assert "smallest failing fault schedule" not in page
+
+
+def test_a_loss_is_expected_only_where_the_scenario_expects_it_and_only_when_it_happened(tmp_path: Path) -> None:
+    assert _outcome(tmp_path / "a", expect="valid").expected is None, "a valid-expected scenario's loss is a failure"
+    lossless = _outcome(tmp_path / "b", lost=0)
+    assert lossless.expected is None and lossless.verdict == "invalid"  # fencing still failed: no loss explains it
+    unbitten = _relaxed_verdicts()
+    unbitten[-1] = checks.Verdict("bite: power-loss-dropped", checks.UNKNOWN, "did not bite", [], {"bit": 0})
+    assert expected_loss("lost-writes", unbitten, False) is None
+
+
+def test_an_invalid_run_s_table_and_json_show_evidence_and_the_commands(tmp_path: Path) -> None:
+    """Issue #48 items 5 and 8: no empty "e.g. :" under coverage, a bite row says it bit (not
+    "valid" beside a failure), and --json carries first evidence, reproduce and shrink."""
+    verdicts = [
+        checks.Verdict("fencing", False, "1 stale write landed", [{"why": "stale", "workflow": "wf-1", "token": 3}]),
+        checks.Verdict(
+            "coverage", checks.UNKNOWN, "not tested: stall-mid-step never reached",
+            [{"window": "stall-mid-step", "what": "a stall inside a step", "hits": 0}], {"stall-mid-step": 0},
+        ),
+        checks.Verdict("bite: stall-fenced", True, "1 stalled pass fenced", [], {"bit": 1}),
+    ]  # fmt: skip
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    summary = {
+        "scenario": "lease-stall", "store": "sqlite", "seed": 3, "time_limit": 24.0, "workers": 4,
+        "wall_seconds": 30.0, "valid": False,
+    }  # fmt: skip
+    outcome = Outcome(run_dir, verdicts, False, summary)
+    text = _table_text(outcome)
+    assert "e.g. :" not in text and "e.g. a stall inside a step: window=stall-mid-step, hits=0" in text, text
+    bite_row = next(line for line in text.splitlines() if "bite: stall-fenced" in line)
+    assert "valid" not in bite_row and "bit" in bite_row.split("bite: stall-fenced")[1], bite_row
+
+    record = Result("lease-stall", "sqlite", 3, outcome).record()
+    fencing = record["checkers"][0]
+    assert fencing["evidence"] == {"why": "stale", "workflow": "wf-1", "token": 3}, fencing
+    assert record["reproduce"].startswith("wd-chaos run lease-stall --store sqlite --seed 3"), record
+    assert record["shrink"] == f"wd-chaos shrink {run_dir}", record
