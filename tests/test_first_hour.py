@@ -134,3 +134,56 @@ def test_an_invalid_run_s_table_and_json_show_evidence_and_the_commands(tmp_path
     assert fencing["evidence"] == {"why": "stale", "workflow": "wf-1", "token": 3}, fencing
     assert record["reproduce"].startswith("wd-chaos run lease-stall --store sqlite --seed 3"), record
     assert record["shrink"] == f"wd-chaos shrink {run_dir}", record
+
+
+_WITHOUT_REDIS = '''
+import sys
+
+
+class _NoRedis:
+    """As if the redis extra were not installed: redis-py cannot be imported."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("redis", "hiredis"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _NoRedis())
+from wd_chaos.cli import main
+
+sys.argv[0] = "wd-chaos"
+main()
+'''
+
+
+def test_a_scenario_whose_store_kit_is_missing_says_which_extra_not_invalid(tmp_path: Path) -> None:
+    """Issue #48 item 3: with only [chaos], list showed claim-burst and clock-step "invalid" with
+    a machine path. A scenario naming a store whose driver is missing is listed, with the pip
+    command for that store's extra; a scenario that also runs elsewhere just runs there."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "without_redis.py"
+    script.write_text(_WITHOUT_REDIS)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(script), *args], capture_output=True, text=True, timeout=120, check=False,
+            env={**os.environ, "COLUMNS": "200"},
+        )  # fmt: skip
+
+    listed = cli("list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {r["name"]: r for r in map(json.loads, listed.stdout.splitlines()) if r["type"] == "scenario"}
+    invalid = {name: r["error"] for name, r in rows.items() if r["error"]}
+    assert not invalid, f"scenarios listed invalid for want of a driver: {invalid}"
+    burst = rows["claim-burst"]
+    assert burst["stores"] == [] and 'pip install ".[redis]"' in burst["install"]["redis"], burst
+    assert "sqlite" in rows["clock-step"]["stores"], rows["clock-step"]
+    table = cli("list")
+    assert table.returncode == 0, table.stderr
+    line = next(line for line in table.stdout.splitlines() if "claim-burst" in line)
+    assert "needs redis" in line and "invalid" not in table.stdout, table.stdout
+    assert str(Path(__file__).resolve().parents[1]) not in table.stdout, "a machine path in the listing"

@@ -103,7 +103,7 @@ def pytest_configure(config: pytest.Config) -> None:
         from .gate import OptionError, SelectionError, chaos_stores, options_for, select
     except ImportError as exc:
         raise pytest.UsageError(
-            f"--wd-chaos needs wd-chaos's own dependencies ({exc}): pip install 'without-durability[chaos]'"
+            f"--wd-chaos needs wd-chaos's own dependencies ({exc}): pip install \".[chaos]\" in a checkout"
         ) from exc
     stores = _names(config.getoption("wd_store", default=None))
     runs = int(config.getoption("wd_chaos_runs"))
