@@ -187,3 +187,23 @@ def test_a_scenario_whose_store_kit_is_missing_says_which_extra_not_invalid(tmp_
     line = next(line for line in table.stdout.splitlines() if "claim-burst" in line)
     assert "needs redis" in line and "invalid" not in table.stdout, table.stdout
     assert str(Path(__file__).resolve().parents[1]) not in table.stdout, "a machine path in the listing"
+
+
+def test_the_mutant_gate_table_never_splits_a_name_in_a_narrow_pipe() -> None:
+    """Issue #48 item 8: piped to a file, wd-chaos mutants' table split names into 6-character pieces."""
+    import io
+
+    from wd_chaos.mutants.command import _table
+    from wd_chaos.mutants.runner import GateReport, MutantVerdict
+
+    names = ["postgres-claim-upsert-without-its-where-clause", "redis-append-two-numbers-for-one-entry"]
+    report = GateReport(
+        [MutantVerdict(n, "postgres", "fencing: a stale pass is refused", "", ["fencing"], True, ["fencing"], 12.5)
+         for n in names],
+        [], 30.0,
+    )  # fmt: skip
+    out = io.StringIO()
+    Console(file=out, width=80).print(_table(report))
+    text = out.getvalue()
+    for name in names:
+        assert name in text, f"{name!r} split in an 80-column pipe:\n{text}"

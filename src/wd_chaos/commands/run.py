@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+import shlex
 import sys
 import time
 import traceback
@@ -406,6 +407,12 @@ def _run_one(sc: Scenario, opts: Options, out: _Out, results: list[Result]) -> R
         result.error = f"{sc.name} on {opts.store} (seed {opts.seed}): stopped by {str(exc) or 'SIGINT'}"
         result.run_dir = Path(seen["run_dir"]) if seen.get("run_dir") else None
         result.seconds = time.monotonic() - started
+        if result.run_dir is not None:  # where the records are, and how to judge what they hold
+            click.echo(
+                f"wd-chaos: {sc.name} on {opts.store} stopped; its records are in {result.run_dir}\n"
+                f"wd-chaos: judge what it recorded: wd-chaos analyze --partial {shlex.quote(str(result.run_dir))}",
+                err=True,
+            )
         raise
     except Exception as exc:
         cause = str(exc) if isinstance(exc, ServerUnavailable) else f"{type(exc).__name__}: {exc}"
