@@ -207,3 +207,34 @@ def test_the_mutant_gate_table_never_splits_a_name_in_a_narrow_pipe() -> None:
     text = out.getvalue()
     for name in names:
         assert name in text, f"{name!r} split in an 80-column pipe:\n{text}"
+
+
+def test_workflow_help_examples_run_as_printed() -> None:
+    """Issue #48 item 7: `wd-chaos workflow --help`'s own examples left out --store sqlite and
+    crashed (AttributeError). Each example on a file in examples/ runs from the repository's root
+    to a verdict: the first VALID, the upgrade check INVALID as its note says; never a crash."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "COLUMNS": "200"}
+    shown = subprocess.run(
+        [sys.executable, "-m", "wd_chaos.cli", "workflow", "--help"], capture_output=True, text=True,
+        timeout=60, check=False, cwd=root, env=env,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    examples = [line.strip() for line in shown.stdout.splitlines() if line.strip().startswith("wd-chaos workflow examples/")]
+    assert len(examples) >= 2, shown.stdout
+    for example in examples:
+        command, _, note = example.partition("    (")
+        words = shlex.split(command)
+        assert words[:2] == ["wd-chaos", "workflow"] and "--store" in words, example
+        ran = subprocess.run(
+            [sys.executable, "-m", "wd_chaos.cli", *words[1:]], capture_output=True, text=True, timeout=120,
+            check=False, cwd=root, env=env,
+        )  # fmt: skip
+        wanted = 1 if note.startswith("exits 1") else 0
+        assert ran.returncode == wanted, f"{example}: exit {ran.returncode}\n{ran.stdout[-2000:]}\n{ran.stderr[-2000:]}"
+        assert "Traceback" not in ran.stderr and "AttributeError" not in ran.stdout + ran.stderr, ran.stderr
