@@ -238,3 +238,115 @@ def test_workflow_help_examples_run_as_printed() -> None:
         wanted = 1 if note.startswith("exits 1") else 0
         assert ran.returncode == wanted, f"{example}: exit {ran.returncode}\n{ran.stdout[-2000:]}\n{ran.stderr[-2000:]}"
         assert "Traceback" not in ran.stderr and "AttributeError" not in ran.stdout + ran.stderr, ran.stderr
+
+
+def _serve(root: Path) -> Any:
+    import threading
+
+    from wd_chaos.serve import make_server
+
+    server = make_server(root, 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _stored(folder: Path, scenario: str = "lease-stall", valid: object = True) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({
+        "scenario": scenario, "store": "sqlite", "seed": 1, "valid": valid, "verdicts": [], "wall_seconds": 3.0,
+    }))  # fmt: skip
+    (folder / "report.html").write_text("<html>report</html>")
+    return folder
+
+
+def test_serve_zips_a_run_without_following_links_out_of_the_root(tmp_path: Path) -> None:
+    """Issue #48 item 9: the zip followed a symlink in the run folder and shipped a file outside
+    the served root (the file route refuses the same link with 403)."""
+    import io
+    import urllib.error
+    import urllib.request
+    import zipfile
+
+    import pytest
+
+    secret = tmp_path / "outside" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("not yours")
+    root = tmp_path / "reports"
+    run = _stored(root / "20261207T060000-lease-stall-sqlite")
+    (run / "leak.txt").symlink_to(secret)
+    (run / "leakdir").symlink_to(secret.parent, target_is_directory=True)
+    server = _serve(root)
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{url}/runs/{run.name}/leak.txt")
+        assert refused.value.code == 403
+        body = urllib.request.urlopen(f"{url}/zip/{run.name}.zip").read()
+    finally:
+        server.shutdown()
+        server.server_close()
+    names = zipfile.ZipFile(io.BytesIO(body)).namelist()
+    assert f"{run.name}/summary.json" in names, names
+    assert not any("leak" in n for n in names), f"the zip followed a link out of the root: {names}"
+
+
+def test_serve_groups_a_shrink_s_candidates_under_it_and_links_the_latest(tmp_path: Path) -> None:
+    import urllib.request
+
+    from wd_chaos.serve import stored_runs
+
+    root = tmp_path / "reports"
+    _stored(root / "20261207T050000-lease-stall-sqlite", valid=False)
+    shrink = root / "20261207T051000-shrink-lease-stall-sqlite"
+    for i in range(3):
+        _stored(shrink / "runs" / f"20261207T05200{i}-lease-stall-sqlite", valid=i != 1)
+    (shrink / "shrink.json").write_text("{}")
+    (shrink / "report.md").write_text("# shrink")
+    runs = stored_runs(root)
+    assert [r.shrink for r in runs].count(shrink.name) == 3, runs
+    server = _serve(root)
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        index = urllib.request.urlopen(url + "/").read().decode()
+        latest = urllib.request.urlopen(url + "/latest")
+        landed = latest.geturl()
+    finally:
+        server.shutdown()
+        server.server_close()
+    main_table, _, shrinks = index.partition("<h2>Shrinks</h2>")
+    assert "20261207T050000-lease-stall-sqlite" in main_table
+    assert "20261207T05200" not in main_table, "a shrink's candidate runs listed as runs of their own"
+    assert "3 candidate run(s)" in shrinks and shrinks.count("<tr data-verdict") == 3, shrinks
+    assert landed.endswith("/runs/20261207T050000-lease-stall-sqlite/report.html"), landed
+
+
+def test_serve_listens_on_loopback_and_warns_for_any_other_host(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from without_durability.testing.servers import free_port
+
+    (tmp_path / "reports").mkdir()
+    for host, warned in (("127.0.0.1", False), ("0.0.0.0", True)):
+        port = free_port()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "wd_chaos.cli", "serve", str(tmp_path / "reports"), "--port", str(port),
+             "--host", host],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ},
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+        finally:
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=30)
+        assert f"http://{host}:{port}/" in line, line
+        assert ("warning" in err and "anyone who can reach" in err) == warned, err
+    shown = subprocess.run(
+        [sys.executable, "-m", "wd_chaos.cli", "serve", "--help"], capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert "--host" in shown.stdout and "127.0.0.1" in shown.stdout, shown.stdout
