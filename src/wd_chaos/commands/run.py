@@ -67,7 +67,10 @@ class _Seed(click.ParamType[Any, Any]):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and value.strip().lower() == "random":
             return secrets.randbelow(2**31)
-        return click.INT.convert(value, param, ctx)
+        seed = click.INT.convert(value, param, ctx)
+        if seed < 0:  # as wd-chaos sim: a seed is 0 or more
+            self.fail(f"{seed} is not a seed: give an integer 0 or more, or 'random'", param, ctx)
+        return seed
 
 
 def _complete_scenarios(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
@@ -241,7 +244,9 @@ def run_cmd(
         except OptionError as exc:
             raise click.BadParameter(str(exc), param_hint="--schedule") from exc
     if store is not None:
-        store = _kit_name(store)
+        given, store = store, _kit_name(store)
+        if given != store:  # an alias: say which store kit it means, once, on stderr
+            click.echo(f"wd-chaos: --store {given} is the store kit {store} (wd-chaos list shows each alias)", err=True)
     jobs = _jobs(name, run_all, store, scenario_dirs)
     template = Options(
         time_limit=time_limit,
