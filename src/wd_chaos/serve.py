@@ -132,7 +132,8 @@ def stored_runs(root: Path) -> list[StoredRun]:
 _PAGE_STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;font-size:14px;
 text-align:left}.VALID{background:#d8f3dc}.INVALID{background:#ffccd5;font-weight:bold}
-.UNKNOWN{background:#fff3b0}.EXPECTED{background:#cfe2ff}.INTERRUPTED{background:#e9ecef}label{margin-right:1.5em}.none{color:#666}"""
+.UNKNOWN{background:#fff3b0}.EXPECTED{background:#cfe2ff}.INTERRUPTED{background:#e9ecef}label{margin-right:1.5em}.none{color:#666}
+th.sortable{cursor:pointer}th[data-sorted=up]::after{content:" \\25B2"}th[data-sorted=down]::after{content:" \\25BC"}"""
 
 _FILTER_JS = """(function(){
 const sel=[...document.querySelectorAll('select[data-col]')];
@@ -141,7 +142,15 @@ function apply(){let shown=0;for(const r of rows){
   const ok=sel.every(s=>!s.value||r.dataset[s.dataset.col]===s.value);
   r.hidden=!ok;if(ok)shown++;}
   document.getElementById('shown').textContent=shown+' of '+rows.length+' runs shown';}
-sel.forEach(s=>s.addEventListener('change',apply));apply();})();"""
+sel.forEach(s=>s.addEventListener('change',apply));apply();
+const body=document.querySelector('#runs tbody');
+document.querySelectorAll('#runs thead th').forEach((th,i)=>{th.classList.add('sortable');
+  th.addEventListener('click',()=>{const up=th.dataset.sorted!=='up';
+    document.querySelectorAll('#runs thead th').forEach(h=>delete h.dataset.sorted);th.dataset.sorted=up?'up':'down';
+    const key=r=>r.cells[i].textContent.trim();
+    const sorted=[...body.rows].sort((a,b)=>{const x=key(a),y=key(b),nx=parseFloat(x),ny=parseFloat(y);
+      const c=(!isNaN(nx)&&!isNaN(ny))?nx-ny:x.localeCompare(y);return up?c:-c;});
+    sorted.forEach(r=>body.appendChild(r));});});})();"""
 
 
 _HEAD = (
