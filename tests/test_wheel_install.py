@@ -161,6 +161,7 @@ def _readme_install_line() -> str:
     return line
 
 
+@pytest.mark.timeout(900)  # about 90 s with pip's cache warm (CI's own install fills it); longer cold
 def test_the_readme_install_line_works_in_a_fresh_virtualenv_from_the_checkout(tmp_path: Path) -> None:
     """Issue #48: the README's first command once installed a placeholder from the package index.
     Its install line, verbatim, run in a copy of the checkout inside a fresh virtualenv (with pip's
