@@ -1,7 +1,12 @@
 """Pickup latency: from the ``arrive`` call to the workflow's pass starting, p50/p99, against the
 poll interval, with and without a wakeup path.
 
-    python -m benchmarks.pickup [--quick] [--out DIR] [--only STORE ...]
+    python -m benchmarks.pickup [--quick] [--out DIR] [--only STORE ...] [--poll 0.01,0.05,0.25]
+        [--samples N] [--postgres-url URL] [--redis-url URL]
+
+``--poll`` takes the poll intervals in seconds (default 0.01,0.1,1); ``--postgres-url`` and
+``--redis-url`` measure your own servers instead of private ones started here. Each row's p50,
+p90 and p99 go to ``pickup.json`` and ``pickup.csv`` in the report folder.
 
 One real ``Worker`` idles on an empty queue; a producer arrives one workflow at a time at a random
 moment (uniform over one poll interval, so arrivals land at every phase of the poll cycle), waits
@@ -80,19 +85,26 @@ async def store(kind: str, wakeup: bool, urls: dict[str, str]) -> AsyncIterator[
             async with PostgresWakeup(pool, namespace=schema) as listener:
                 yield durable, listener
     elif kind.startswith("redis"):
+        import uuid
+
         from redis.asyncio import Redis
 
         from without_durability import SplitDurable
         from without_durability_redis import RedisCheckpointer, RedisSetScheduler, RedisStreamScheduler
+        from without_durability_redis.kit import delete_prefix
 
         client = Redis.from_url(urls["redis"])
+        # keys of this measurement's own, removed after: a Redis given with --redis-url keeps the rest
+        prefix = f"wd-pickup-{uuid.uuid4().hex[:12]}:"
         try:
-            await client.flushdb()
             cls = RedisStreamScheduler if kind == "redis-stream" else RedisSetScheduler
-            sched: Any = cls(client)
-            yield SplitDurable(RedisCheckpointer(client), sched), (sched if wakeup else None)
+            sched: Any = cls(client, prefix=prefix)
+            yield SplitDurable(RedisCheckpointer(client, prefix=prefix), sched), (sched if wakeup else None)
         finally:
-            await client.aclose()
+            try:
+                await delete_prefix(client, prefix)
+            finally:
+                await client.aclose()
     else:
         from without_durability import SqliteDurable
 
@@ -260,7 +272,8 @@ async def measure(kind: str, wakeup: bool, poll: timedelta, samples: int, urls: 
             await asyncio.gather(task, *([ear] if ear else []), return_exceptions=True)
     ms = [g * 1000 for g in gaps]
     row: dict[str, Any] = {"store": kind, "wakeup": wakeup, "poll_ms": poll.total_seconds() * 1000, "samples": len(ms),
-           "p50_ms": quantile(ms, 0.5), "p99_ms": quantile(ms, 0.99), "mean_ms": statistics.fmean(ms),
+           "p50_ms": quantile(ms, 0.5), "p90_ms": quantile(ms, 0.9), "p99_ms": quantile(ms, 0.99),
+           "mean_ms": statistics.fmean(ms),
            "max_ms": max(ms), "lost": samples - len(ms),
            "arrive_call_p50_ms": quantile([c * 1000 for c in commits], 0.5),
            "after_arrive_p50_ms": quantile([(g - c) * 1000 for g, c in zip(gaps, commits, strict=True)], 0.5)}
@@ -287,9 +300,46 @@ CONFIGS: tuple[tuple[str, bool], ...] = (
 )
 
 
-def samples_for(poll: timedelta, quick: bool) -> int:
-    per = {0.01: 200, 0.1: 100, 1.0: 40}[poll.total_seconds()]
+def samples_for(poll: timedelta, quick: bool, samples: int | None = None) -> int:
+    """Arrivals per poll interval: ``samples`` when given, else fewer for longer intervals (each
+    arrival waits up to one interval), a fifth of that with ``quick``."""
+    if samples is not None:
+        return samples
+    seconds = poll.total_seconds()
+    per = {0.01: 200, 0.1: 100, 1.0: 40}.get(seconds) or max(20, min(200, round(10 / max(seconds, 0.05))))
     return max(10, per // 5) if quick else per
+
+
+def parse_polls(text: str) -> tuple[timedelta, ...]:
+    """``0.01,0.05,0.25`` (seconds) as poll intervals; a ``ValueError`` naming a bad one."""
+    polls = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        try:
+            seconds = float(part)
+        except ValueError:
+            raise ValueError(f"--poll: {part!r} is not a number of seconds (e.g. 0.01,0.05,0.25)") from None
+        if not 0 < seconds <= 60:
+            raise ValueError(f"--poll: {part} s is outside 0 < s <= 60")
+        polls.append(timedelta(seconds=seconds))
+    if not polls:
+        raise ValueError("--poll: give at least one interval in seconds (e.g. 0.01,0.05,0.25)")
+    return tuple(polls)
+
+
+CSV_FIELDS = ("store", "wakeup", "poll_ms", "samples", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms",
+              "lost", "idle_commit_p50_ms", "error")
+
+
+def save_csv(folder: Path, name: str, rows: list[dict[str, Any]]) -> Path:
+    """The rows' figures (``CSV_FIELDS``) as ``<name>.csv``, one row per store, wakeup and poll interval."""
+    import csv
+
+    path = folder / f"{name}.csv"
+    with path.open("w", newline="") as f:
+        out = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        out.writeheader()
+        out.writerows(rows)
+    return path
 
 
 def floor_summary(rows: list[dict[str, Any]]) -> str:
@@ -475,19 +525,29 @@ def wanted(kind: str, only: list[str] | None) -> bool:
     return not only or any(kind.startswith(o) for o in only)
 
 
-async def main(folder: Path, quick: bool, only: list[str] | None = None) -> dict[str, Any]:
+async def main(
+    folder: Path,
+    quick: bool,
+    only: list[str] | None = None,
+    polls: tuple[timedelta, ...] = POLLS,
+    given: dict[str, str] | None = None,
+    samples: int | None = None,
+) -> dict[str, Any]:
+    """Measure every selected store, wakeup and poll interval in ``polls``; ``given`` maps
+    ``postgres``/``redis`` to a server URL of yours (else a private one is started)."""
     rng = random.Random(20261129)
     rows = []
+    given = {k: v for k, v in (given or {}).items() if v}
     configs = [(kind, wake) for kind, wake in CONFIGS if wanted(kind, only)]
     kinds = ["postgres"] + (["redis"] if any(k.startswith("redis") for k, _ in configs) else [])
-    with servers(*kinds) as srv:
-        urls = {k: srv[k].url for k in kinds}
+    with servers(*(k for k in kinds if k not in given)) as srv:
+        urls = {k: given.get(k) or srv[k].url for k in kinds}
         settings = await postgres_settings(urls["postgres"])
         for kind, wake in configs:
-            for poll in POLLS:
+            for poll in polls:
                 t0 = time.perf_counter()
                 try:
-                    rows.append(await measure(kind, wake, poll, samples_for(poll, quick), urls, rng))
+                    rows.append(await measure(kind, wake, poll, samples_for(poll, quick, samples), urls, rng))
                 except Exception as exc:
                     rows.append({"store": kind, "wakeup": wake, "poll_ms": poll.total_seconds() * 1000,
                                  "error": f"{type(exc).__name__}: {exc}"})
@@ -507,17 +567,20 @@ async def main(folder: Path, quick: bool, only: list[str] | None = None) -> dict
                 [r["poll_ms"] for r in pts], [r["idle_commit_p50_ms"] for r in pts])
     plot(folder, "pickup", "Pickup latency (arrive -> pass start)", "poll interval (ms)", "latency (ms)",
          series, logx=True, logy=True)
-    text_table = table(["store", "wakeup", "poll ms", "samples", "p50 ms", "p99 ms", "max ms",
+    text_table = table(["store", "wakeup", "poll ms", "samples", "p50 ms", "p90 ms", "p99 ms", "max ms",
                         "arrive call p50 ms", "after arrive p50 ms", "NOTIFY heard p50 ms", "idle first RT p50 ms",
                         "warm RT p50 ms", "idle commit p50 ms", "p50 beyond idle commit ms", "bare chain p50 ms"],
                        [[r["store"], r["wakeup"], r["poll_ms"], r.get("samples"), r.get("p50_ms"),
-                         r.get("p99_ms"), r.get("max_ms", r.get("error")), r.get("arrive_call_p50_ms"),
+                         r.get("p90_ms"), r.get("p99_ms"), r.get("max_ms", r.get("error")), r.get("arrive_call_p50_ms"),
                          r.get("after_arrive_p50_ms"), r.get("notify_heard_p50_ms"), r.get("idle_first_rt_p50_ms"), r.get("warm_rt_p50_ms"),
                          r.get("idle_commit_p50_ms"), r.get("p50_beyond_idle_commit_ms"),
                          r.get("bare_chain_p50_ms")] for r in rows])
     floor = floor_summary(good)
-    result = {"benchmark": "pickup", "machine": machine(), "postgres_settings": settings, "rows": rows}
+    result = {"benchmark": "pickup", "machine": machine(), "postgres_settings": settings, "rows": rows,
+              "polls_s": [p.total_seconds() for p in polls],
+              "servers": {k: "given" if k in given else "private" for k in kinds}}
     save_json(folder, "pickup", result)
+    save_csv(folder, "pickup", rows)
     write_summary(folder, "pickup", f"# Pickup latency\n\nFrom the arrive call to the pass starting; one "
                   f"idle Worker. \"idle first RT\": a bare round trip (Postgres SELECT 1, Redis PING) on an "
                   f"otherwise unused connection after an idle gap like the arrivals'; \"warm RT\": the same "
@@ -539,10 +602,25 @@ if __name__ == "__main__":
     p.add_argument("--timeline", action="store_true",
                    help="Postgres + wakeup only: each hop of a pickup, the Worker's three calls against "
                         "take_and_claim, interleaved in one run")
+    p.add_argument("--poll", default=None, metavar="SECONDS,...",
+                   help="the poll intervals to measure, in seconds (default 0.01,0.1,1)")
+    p.add_argument("--samples", type=int, default=None, metavar="N",
+                   help="arrivals per store, wakeup and poll interval (default: fewer for longer intervals)")
+    p.add_argument("--postgres-url", default=None, metavar="URL",
+                   help="measure this Postgres (its user may create schemas) instead of a private one")
+    p.add_argument("--redis-url", default=None, metavar="URL",
+                   help="measure this Redis instead of a private one (keys under a prefix of their own)")
     args = p.parse_args()
+    try:
+        polls = parse_polls(args.poll) if args.poll is not None else POLLS
+    except ValueError as exc:
+        p.error(str(exc))
+    if args.samples is not None and args.samples < 1:
+        p.error("--samples: at least 1")
     out = report_dir(args.out)
     if args.timeline:
         asyncio.run(timeline_main(out, args.quick))
     else:
-        asyncio.run(main(out, args.quick, args.only))
+        asyncio.run(main(out, args.quick, args.only, polls,
+                         {"postgres": args.postgres_url, "redis": args.redis_url}, args.samples))
     print(f"\nreport: {out}")

@@ -440,6 +440,8 @@ def test_a_signal_stops_the_run_cleanly_with_its_own_code(tmp_path: Path, signum
         assert not _living(family), _living(family)
     (run_dir,) = tmp_path.iterdir()
     assert (run_dir / "INTERRUPTED").read_text().startswith("Stopped: ")
+    # issue #48 item 8: the log says where the records are and how to judge them
+    assert str(run_dir) in err and f"wd-chaos analyze --partial {run_dir}" in err, err
 
 
 def test_clean_removes_a_server_whose_owner_was_killed(tmp_path: Path) -> None:

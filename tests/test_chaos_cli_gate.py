@@ -4,11 +4,16 @@ per run, repeats with distinct seeds, help and completion, partial runs judged."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import threading
+import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -80,7 +85,7 @@ def test_junit_cases_carry_json_evidence_and_properties(tmp_path: Path) -> None:
     props = {p.get("name"): p.get("value") for p in case.iter("property")}
     assert props == {
         "scenario": "s", "store": "sqlite", "seed": "7", "seconds": "3.5",
-        "run_dir": str(tmp_path / "run"), "partial": "false",
+        "run_dir": str(tmp_path / "run"), "partial": "false", "verdict": "invalid",
     }, props  # fmt: skip
     failure = case.find("failure")
     assert failure is not None and "fencing" in str(failure.get("message"))
@@ -129,6 +134,62 @@ def test_check_prints_the_plan(tmp_path: Path) -> None:
     every = _cli("run", "--all", "--store", "sqlite", "--check")
     assert every.returncode == 0, every.stderr
     assert "min in all" in every.stdout.splitlines()[-1], every.stdout
+
+
+@contextlib.contextmanager
+def _http_server() -> Iterator[int]:
+    """A plain HTTP server on a loopback port: it accepts TCP, and is no store server."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("variable", "scheme", "store"),
+    [("WD_POSTGRES_URL", "postgresql://postgres@", "postgres"), ("WD_REDIS_URL", "redis://", "redis")],
+)
+def test_a_url_at_a_server_of_another_kind_fails_the_check_and_the_run_within_seconds(
+    tmp_path: Path, variable: str, scheme: str, store: str
+) -> None:
+    """Issue #48 item 2: --check once said "answered" to anything that accepted TCP, and the run
+    then hung. Both must log in, and exit 255 naming the variable and the server's error."""
+    with _http_server() as port:
+        url = f"{scheme}127.0.0.1:{port}/0"
+        args = ("run", "lease-stall", "--store", store, "--report-dir", str(tmp_path))
+        started = time.monotonic()
+        checked = _cli(*args, "--check", env={variable: url}, timeout=60)
+        took = time.monotonic() - started
+        assert checked.returncode == CRASHED, f"--check exit {checked.returncode}: {checked.stdout}{checked.stderr}"
+        assert took < 10, f"--check took {took:.1f} s"
+        assert variable in checked.stderr and "did not let us in" in checked.stderr, checked.stderr
+        started = time.monotonic()
+        ran = _cli(*args, env={variable: url}, timeout=120)
+        took = time.monotonic() - started
+        assert ran.returncode == CRASHED, f"run exit {ran.returncode}: {ran.stderr}"
+        assert took < 30, f"the run took {took:.1f} s to fail"
+        assert variable in ran.stderr, ran.stderr
+
+
+def test_check_logs_in_and_shows_the_server_s_own_error() -> None:
+    """A real Postgres, a database that does not exist: the server's own words, not "answered"."""
+    from without_durability.testing.kit import find_kit
+    from without_durability.testing.servers import provide
+
+    recipe = find_kit("postgres").recipe
+    assert recipe is not None
+    with provide(recipe, private=True) as server:
+        good = _cli("run", "lease-stall", "--store", "postgres", "--check", env={"WD_POSTGRES_URL": server.url})
+        assert good.returncode == 0, good.stderr
+        wrong = server.url.rsplit("/", 1)[0] + "/no_such_database"
+        bad = _cli("run", "lease-stall", "--store", "postgres", "--check", env={"WD_POSTGRES_URL": wrong})
+    assert bad.returncode == CRASHED, bad.stdout
+    assert "WD_POSTGRES_URL" in bad.stderr and "no_such_database" in bad.stderr, bad.stderr
+    assert "does not exist" in bad.stderr, bad.stderr
 
 
 # -- item 3: usage errors with the names meant ---------------------------------------------------

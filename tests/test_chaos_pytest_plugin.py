@@ -97,7 +97,7 @@ def test_a_valid_run_passes_and_records_its_run(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "wd-chaos::lease-stall[sqlite] PASSED" in done.stdout, done.stdout
     props = _properties(junit)["wd-chaos::lease-stall[sqlite]"]
-    assert props["wd_chaos_verdict"] == "True", props
+    assert props["wd_chaos_verdict"] == "valid", props  # the word --json and JUnit use
     run_dir = Path(props["wd_chaos_run_dir"])
     assert run_dir.parent == tmp_path / "runs" / "lease-stall_sqlite", run_dir
     assert (run_dir / "summary.json").is_file()

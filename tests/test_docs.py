@@ -159,3 +159,29 @@ def test_every_wd_chaos_command_the_readme_shows_exists() -> None:
     assert shown, "README: expected wd-chaos commands"
     unknown = shown - set(main.commands)
     assert not unknown, f"README shows wd-chaos commands that do not exist: {sorted(unknown)}"
+
+
+def test_the_cli_reference_shows_real_defaults_and_whole_summaries() -> None:
+    """Issue #48 items 4 and 11: the reference page showed ``Sentinel.UNSET`` as a default (click's
+    marker for an option given no default) and cut each subcommand's summary at its first line
+    break; --help showed RST double backticks."""
+    import click
+    from click.testing import CliRunner
+
+    from wd_chaos.cli import main
+
+    _hook().tidy_cli_reference()
+    unset = getattr(click.core, "UNSET", object())
+    left = [
+        f"{c.name} {p.name}"
+        for c in main.commands.values()
+        for p in c.params
+        if isinstance(p, click.Option) and p.default is unset
+    ]
+    assert not left, f"options whose default would show as Sentinel.UNSET: {left}"
+    for command in main.commands.values():
+        summary = str(command.short_help)
+        assert "\n" not in summary and summary.endswith("."), f"{command.name}: summary cut: {summary!r}"
+        shown = CliRunner().invoke(main, [str(command.name), "--help"]).output
+        assert "``" not in shown, f"wd-chaos {command.name} --help shows RST double backticks:\n{shown}"
+    assert _hook().first_sentence("Run a thing (see ``x``). Then more.\n\nDetail.") == "Run a thing (see ``x``)."

@@ -194,3 +194,35 @@ def test_paths_outside_the_served_folder_are_refused(served: str, path: str) -> 
     body = answer.read()
     assert answer.status in (403, 404), f"{path}: expected 403/404, got {answer.status}: {body[:200]!r}"
     assert b"root:" not in body
+
+
+def test_a_column_header_sorts_the_runs(page: Any, tmp_path: Path) -> None:
+    """Issue #48 item 9: the index had no sort. A click on a header sorts by that column (numbers
+    as numbers), a second click reverses it."""
+    import threading
+
+    from playwright.sync_api import expect
+
+    from wd_chaos.serve import make_server
+
+    root = tmp_path / "reports"
+    for stamp, seed in (("20261207T050000", 9), ("20261207T060000", 10), ("20261207T070000", 2)):
+        run = root / f"{stamp}-lease-stall-sqlite"
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text(json.dumps({
+            "scenario": "lease-stall", "store": "sqlite", "seed": seed, "valid": True, "verdicts": [],
+        }))  # fmt: skip
+    server = make_server(root, 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
+        seeds = page.locator("#runs tbody tr td:nth-child(4)")
+        expect(seeds).to_have_text(["2", "10", "9"])  # newest first
+        page.locator("#runs thead th", has_text="seed").click()
+        expect(seeds).to_have_text(["2", "9", "10"])
+        page.locator("#runs thead th", has_text="seed").click()
+        expect(seeds).to_have_text(["10", "9", "2"])
+        expect(page.locator("#latest")).to_have_attribute("href", "/latest")
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -152,5 +152,65 @@ def test_a_built_wheel_installed_with_all_lists_and_runs_from_an_empty_folder(tm
     print(f"wheel build, install and runs took {time.monotonic() - started:.1f} s")
 
 
+def _readme_install_line() -> str:
+    """The install command of the README's first code block: what a new user copies first."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("```bash", 1)[1].split("```", 1)[0]
+    lines = [line.split("#", 1)[0].strip() for line in block.splitlines()]
+    (line,) = [line for line in lines if line.startswith("pip install")]
+    return line
+
+
+@pytest.mark.timeout(900)  # about 90 s with pip's cache warm (CI's own install fills it); longer cold
+def test_the_readme_install_line_works_in_a_fresh_virtualenv_from_the_checkout(tmp_path: Path) -> None:
+    """Issue #48: the README's first command once installed a placeholder from the package index.
+    Its install line, verbatim, run in a copy of the checkout inside a fresh virtualenv (with pip's
+    own cache, and the wheelhouse as extra links, so a second run downloads nothing), must give a
+    working ``wd-chaos``."""
+    line = _readme_install_line()
+    assert "without-durability" not in line, (
+        f"the README installs {line!r} from the package index, where the name is a placeholder"
+    )
+    tree = _copy_tree(tmp_path / "checkout")
+    venv = tmp_path / "venv"
+    made = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, check=False)
+    assert made.returncode == 0, made.stderr
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    if HOUSE.is_dir():  # wheels already fetched for the test above: found first, not downloaded again
+        env["PIP_FIND_LINKS"] = str(HOUSE)
+    installed = subprocess.run(
+        ["bash", "-c", line], cwd=tree, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert installed.returncode == 0, f"{line!r} failed:\n{installed.stderr[-3000:]}"
+    version = subprocess.run(
+        [str(venv / "bin" / "wd-chaos"), "--version"], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=60, check=False,
+    )
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("wd-chaos 0."), version.stdout
+    assert version.stdout.strip() != "wd-chaos 0.0.0", "the placeholder distribution was installed"
+
+
+def test_no_page_installs_the_placeholder_from_the_package_index() -> None:
+    """The README and the docs install from a checkout, and say the distribution is not published."""
+    import re
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    wrong = [
+        f"{page.relative_to(ROOT)}: {hit.group(0)}"
+        for page in pages
+        for line in page.read_text().splitlines()
+        if "published" not in line  # a line that says it works only once the name is published
+        for hit in re.finditer(r"pip install ['\"]?without-durability\b[^`\n]*", line)
+    ]
+    assert not wrong, "pages install the placeholder from the package index:\n" + "\n".join(wrong)
+    for page in ("README.md", "docs/index.md", "docs/tutorials/first-run.md"):
+        text = (ROOT / page).read_text()
+        assert 'pip install ".[chaos]"' in text, f"{page} does not install from a checkout"
+        assert "placeholder" in text, f"{page} does not say the name on the package index is a placeholder"
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q", "-s"]))

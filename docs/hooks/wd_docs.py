@@ -532,6 +532,48 @@ def render(markdown: str, where: str = "a page") -> str:
     return MARKER.sub(one, markdown)
 
 
+def first_sentence(text: str) -> str:
+    """The first sentence of a command's help, on one line (a summary cut at a line break would
+    stop mid-sentence)."""
+    flat = " ".join(text.replace("\b", " ").split())
+    match = re.search(r"(?<=[.!?])\s+(?=[A-Z(`'\"])", flat)
+    return flat[: match.start()] if match else flat
+
+
+def tidy_cli_reference() -> None:
+    """Ready ``wd_chaos.cli``'s commands for mkdocs-click (same objects, this process only):
+    summaries are whole first sentences, and an option declared without a default shows the value
+    it takes when not given (click keeps an ``UNSET`` sentinel that would print as
+    ``Sentinel.UNSET``)."""
+    import click
+
+    from wd_chaos.cli import main
+
+    unset = getattr(click.core, "UNSET", object())
+    for command in [main, *main.commands.values()]:
+        if command.help and not command.short_help:
+            command.short_help = first_sentence(command.help)
+        for param in command.params:
+            if isinstance(param, click.Option) and param.default is unset:
+                param.default = False if param.is_flag else () if param.multiple else None
+
+
+def on_config(config: Any) -> Any:
+    """MkDocs event: ready the CLI's commands for the reference page."""
+    tidy_cli_reference()
+    return config
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    """MkDocs event: the help option click adds on its own (``-h, --help``) is made per call, so
+    ``tidy_cli_reference`` cannot reach its default: it is a flag, off unless given."""
+    if page.file.src_path == "reference/cli.md":
+        html = html.replace("<code>Sentinel.UNSET</code>", "<code>False</code>")
+        if "Sentinel.UNSET" in html:
+            raise ValueError("reference/cli.md: a default still shows as Sentinel.UNSET")
+    return html
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     """MkDocs event: render the page's generated parts."""
     return render(markdown, page.file.src_path)

@@ -20,17 +20,88 @@ from .report import write_report
 from .rundir import DamagedRun, FinalState, FinalUnread
 from .scenario import Scenario
 
-__all__ = ["DamagedRun", "FinalUnread", "Outcome", "analyze", "analyze_partial", "read_parts"]
+__all__ = [
+    "EXPECTED",
+    "DamagedRun",
+    "FinalUnread",
+    "Outcome",
+    "analyze",
+    "analyze_partial",
+    "expected_loss",
+    "expected_text",
+    "read_parts",
+    "verdict_name",
+]
+
+EXPECTED = "expected"
+"""The verdict of a run whose scenario loses acknowledged writes by design (``expect =
+"lost-writes"``) and that lost them, counted by ``durability``: what a correct harness shows, exit 0."""
+
+
+def verdict_name(valid: checks.Valid, expected: object = None) -> str:
+    """``valid``, ``invalid``, ``unknown``, or ``expected`` (an invalid run whose loss its scenario
+    expects): the one word every view of a run shows (CLI, ``--json``, JUnit, serve, the report)."""
+    if expected:
+        return EXPECTED
+    return "valid" if valid is True else "invalid" if valid is False else "unknown"
+
+
+def expected_loss(expect: str, verdicts: list[checks.Verdict], valid: checks.Valid) -> dict[str, Any] | None:
+    """For a scenario with ``expect = "lost-writes"``: when the run is invalid because
+    ``durability`` counted acknowledged writes lost, and every bite check bit, the loss as
+    ``{"expect", "lost", "acknowledged", "summary", "consequences"}`` (``consequences``: the other
+    checkers that failed, as a lost write makes them: a token or a record forgotten). Else None:
+    a run of a scenario expected valid, a valid run (it lost nothing), or a run that failed
+    without the loss it exists to show."""
+    if expect != "lost-writes" or valid is not False:
+        return None
+    durability = next((v for v in verdicts if v.name == "durability"), None)
+    bites_ok = all(v.valid is True for v in verdicts if v.name.startswith("bite"))
+    if durability is None or durability.valid is not False or not bites_ok:
+        return None
+    lost = int(durability.counts.get("lost", 0))
+    if lost <= 0:
+        return None
+    return {
+        "expect": expect,
+        "lost": lost,
+        "acknowledged": int(durability.counts.get("acknowledged", 0)),
+        "summary": durability.summary,
+        "consequences": [v.name for v in verdicts if v.valid is False and v.name != "durability"],
+    }
 
 
 @dataclass
 class Outcome:
-    """A finished run: where it is stored and its verdicts."""
+    """A finished run: where it is stored and its verdicts. ``expected`` is the loss its scenario
+    expects (``expected_loss``), when the run showed it: the verdict is then ``expected``, exit 0."""
 
     run_dir: Path
     verdicts: list[checks.Verdict]
     valid: checks.Valid
     summary: dict[str, Any] = field(default_factory=dict)
+    expected: dict[str, Any] | None = None
+
+    @property
+    def verdict(self) -> str:
+        """``valid``, ``invalid``, ``unknown`` or ``expected`` (see ``verdict_name``)."""
+        return verdict_name(self.valid, self.expected)
+
+    @property
+    def exit_code(self) -> int:
+        """0 valid or expected, 1 invalid, 2 unknown."""
+        return 0 if self.expected else checks.exit_code(self.valid)
+
+
+def expected_text(expected: dict[str, Any]) -> str:
+    """One line saying the loss was expected, with its figure."""
+    also = expected.get("consequences") or []
+    then = f"; {', '.join(also)} fail as its consequence" if also else ""
+    return (
+        f"EXPECTED: {expected['lost']} of {expected['acknowledged']} acknowledged writes lost, as this "
+        f'scenario expects (expect = "{expected["expect"]}": the store\'s relaxed durability setting '
+        f"loses them by design){then}"
+    )
 
 
 def read_parts(run_dir: Path, *names: str) -> tuple[Scenario, list[dict[str, Any]]]:
@@ -59,11 +130,14 @@ def analyze(run_dir: Path) -> Outcome:
     steps = wallclock.steps(ops)
     verdicts = checks.check(ops, final.with_steps(steps), scenario.checks, scenario.bite, scenario.coverage)
     valid = checks.overall(verdicts)
+    expected = expected_loss(scenario.expect, verdicts, valid)
     counts = Counter(f"{o['f']}:{o['outcome']}" for o in ops if o["type"] == "complete")
     summary = {
         **meta,
         "valid": valid,
-        "exit_code": checks.exit_code(valid),
+        "verdict": verdict_name(valid, expected),
+        "expected": expected,
+        "exit_code": 0 if expected else checks.exit_code(valid),
         "verdicts": [v.as_dict() for v in verdicts],
         "coverage": hits_of(verdicts),
         "counts": dict(sorted(counts.items())),
@@ -75,7 +149,7 @@ def analyze(run_dir: Path) -> Outcome:
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     write_report(run_dir, summary, ops, final)
-    return Outcome(run_dir, verdicts, valid, summary)
+    return Outcome(run_dir, verdicts, valid, summary, expected)
 
 
 def _read_partial(run_dir: Path) -> tuple[Scenario, dict[str, Any], list[Op]]:
@@ -117,6 +191,7 @@ def analyze_partial(run_dir: Path) -> Outcome:
         "partial": True,
         "interrupted": why,
         "valid": valid,
+        "verdict": verdict_name(valid),
         "exit_code": checks.exit_code(valid),
         "verdicts": [v.as_dict() for v in verdicts],
         "coverage": hits_of(verdicts),

@@ -92,5 +92,23 @@ for _name, _command in main.commands.items():
     if _command.epilog is None and _name in EXAMPLES:
         _command.epilog = EXAMPLES[_name]
 
+
+def _plain(text: str | None) -> str | None:
+    # docstrings are RST (``name``); a terminal (and the Markdown reference) wants `name`
+    return None if text is None else text.replace("``", "`")
+
+
+def _plain_help(command: click.Command) -> None:
+    command.help = _plain(command.help)
+    for param in command.params:
+        if isinstance(param, click.Option):
+            param.help = _plain(param.help)
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _plain_help(sub)
+
+
+_plain_help(main)
+
 if __name__ == "__main__":
     main()

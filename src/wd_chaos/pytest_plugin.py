@@ -103,7 +103,7 @@ def pytest_configure(config: pytest.Config) -> None:
         from .gate import OptionError, SelectionError, chaos_stores, options_for, select
     except ImportError as exc:
         raise pytest.UsageError(
-            f"--wd-chaos needs wd-chaos's own dependencies ({exc}): pip install 'without-durability[chaos]'"
+            f"--wd-chaos needs wd-chaos's own dependencies ({exc}): pip install \".[chaos]\" in a checkout"
         ) from exc
     stores = _names(config.getoption("wd_store", default=None))
     runs = int(config.getoption("wd_chaos_runs"))
@@ -188,11 +188,15 @@ class ChaosItem(pytest.Item):
         self.outcome = judged.outcome
         s = judged.outcome.summary
         self.user_properties += [
-            ("wd_chaos_verdict", str(s.get("valid"))),
+            ("wd_chaos_verdict", judged.outcome.verdict),
             ("wd_chaos_seed", str(s.get("seed"))),
             ("wd_chaos_run_dir", str(judged.outcome.run_dir)),
             ("wd_chaos_unknown_runs", str(len(judged.misses))),
         ]
+        if judged.outcome.expected:  # a pass that says what it passed on (pytest -rA shows it)
+            from .analyze import expected_text
+
+            self.add_report_section("call", "wd-chaos verdict", expected_text(judged.outcome.expected))
         runner.expect(judged)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:

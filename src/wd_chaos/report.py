@@ -218,10 +218,22 @@ def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: F
     )
     again = f'<p>run it again: <code class="cmd">{esc(reproduce_command(run_dir, summary))}</code></p>'
     # a failing run says how to find the few faults that matter
+    expected = summary.get("expected")
     shrink = (
         f"<p>smallest failing fault schedule: <code>{esc(shrink_command(run_dir))}</code></p>"
-        if overall is False
+        if overall is False and not expected
         else ""
+    )
+    if expected:  # the loss the scenario exists to show: a pass, said with its figure
+        shrink = (
+            f"<p><b>expected</b>: {expected['lost']} of {expected['acknowledged']} acknowledged writes "
+            f'lost, as this scenario expects (expect = "{esc(str(expected["expect"]))}"); exit code 0'
+            + (f"; {esc(', '.join(expected['consequences']))} fail as its consequence" if expected.get("consequences") else "")
+            + "</p>"
+        )
+    headline, headline_class = (
+        ("EXPECTED", "exp") if expected else ({True: "VALID", False: "INVALID"}.get(overall, "UNKNOWN"),
+                                               {True: "ok", False: "bad"}.get(overall, "unk"))
     )
     untested = (
         "<p><b>the store was NOT tested by the fault</b>: it did not bite (run it again, with "
@@ -238,12 +250,11 @@ def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: F
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}}
 table{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #ccc;padding:4px 8px;
 vertical-align:top;font-size:14px;text-align:left}}.ok{{background:#d8f3dc}}.bad{{background:#ffccd5;
-font-weight:bold}}.unk{{background:#fff3b0}}table.evidence td,table.evidence th{{font-size:12px;
+font-weight:bold}}.unk{{background:#fff3b0}}.exp{{background:#cfe2ff}}table.evidence td,table.evidence th{{font-size:12px;
 max-width:420px;word-break:break-word}}td.pairs{{font-size:12px;white-space:nowrap}}
 code.cmd{{background:#f3f3f3;padding:2px 6px;user-select:all}}img{{max-width:100%}}
 {TIMELINE_STYLE}</style></head><body>
-<h1>{esc(title)}: <span class="{ {True: "ok", False: "bad"}.get(overall, "unk") }">
-{ {True: "VALID", False: "INVALID"}.get(overall, "UNKNOWN") }</span></h1>
+<h1>{esc(title)}: <span class="{headline_class}">{headline}</span></h1>
 <p>seed {summary["seed"]}, time limit {summary["time_limit"]} s, {summary["workers"]} workers,
 {summary["workflows"]} workflows, wall {summary.get("wall_seconds")} s, exit code
 {summary["exit_code"]}{mutant}</p>

@@ -45,6 +45,17 @@ StoreName = str
 ``without_durability.stores``, checked when a scenario is read."""
 
 
+def _not_installed(name: str) -> bool:
+    """Whether ``name`` is a registered kit (or an alias-like prefix of one: ``redis`` of
+    ``redis-set``) that failed to load here for want of its driver: a missing extra, not a typo."""
+    from without_durability.testing.kit import broken_kits
+
+    return any(
+        (kit == name or kit.startswith(name + "-")) and "ModuleNotFoundError" in why
+        for kit, why in broken_kits().items()
+    )
+
+
 def _known_check(name: str) -> str:
     if name not in checkers():
         raise ValueError(f"one of {', '.join(repr(n) for n in sorted(checkers()))}")
@@ -298,10 +309,15 @@ class Scenario(_Strict):
     def _installed_kits(cls, stores: list[str] | None) -> list[str] | None:
         if stores is None:
             return None
-        try:
-            return [resolve(name) for name in stores]
-        except KitError as exc:
-            raise ValueError(str(exc)) from exc
+        out = []
+        for name in stores:
+            try:
+                out.append(resolve(name))
+            except KitError as exc:
+                if not _not_installed(name):
+                    raise ValueError(str(exc)) from exc
+                out.append(name)  # a kit registered but not loadable here: `wd-chaos list` says which extra
+        return out
 
     def requires(self) -> frozenset[Capability]:
         """What a store's kit must provide to run this scenario: worker processes always; a

@@ -31,9 +31,9 @@ from without_durability.testing.workflow import (
 
 EXAMPLES = """\b
 Examples:
-  wd-chaos workflow examples/workflows/checkout.py:checkout --input '{"order": {"sku": "piano", "amount": 4200}}'
+  wd-chaos workflow examples/workflows/checkout.py:checkout --store sqlite --input '{"order": {"sku": "piano", "amount": 4200}}'
   wd-chaos workflow shop.flows:checkout --store sqlite --json
-  wd-chaos workflow examples/workflows/checkout_v2.py:checkout --replay-against examples/workflows/checkout.py:checkout --input '{"order": {"sku": "piano", "amount": 4200}}'
+  wd-chaos workflow examples/workflows/checkout_v2.py:checkout --store sqlite --replay-against examples/workflows/checkout.py:checkout --input '{"order": {"sku": "piano", "amount": 4200}}'    (exits 1: v2 renames a step)
 """
 
 

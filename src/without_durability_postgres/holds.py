@@ -48,7 +48,9 @@ class PostgresHolds:
         try:
             for _ in range(3):
                 sessions.append(
-                    await psycopg.AsyncConnection.connect(url, autocommit=True, options=f"-c search_path={schema}")
+                    await psycopg.AsyncConnection.connect(
+                        url, autocommit=True, options=f"-c search_path={schema}", connect_timeout=5
+                    )
                 )
         except BaseException:
             for s in sessions:

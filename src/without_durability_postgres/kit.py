@@ -269,11 +269,12 @@ class WorkerStore:
         return bool(self.spec.get("prepare"))
 
 
-async def create_schema(url: str, schema: str) -> None:
-    """Create ``schema`` at ``url`` if it does not exist (an admin connection of its own)."""
+async def create_schema(url: str, schema: str, *, connect_timeout: int = 10) -> None:
+    """Create ``schema`` at ``url`` if it does not exist (an admin connection of its own, which
+    gives up connecting after ``connect_timeout`` seconds)."""
     import psycopg
 
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=connect_timeout) as conn:
         await conn.execute(
             psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(psycopg.sql.Identifier(schema))
         )
@@ -290,7 +291,7 @@ async def drop_schema(url: str, schema: str) -> bool:
         raise InvalidInput(
             f"refusing to drop schema {schema!r}: only a schema a run or test created is dropped"
         )
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10) as conn:
         found = await (
             await conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
         ).fetchone()
@@ -311,7 +312,8 @@ async def open_schema_pool(spec: Spec) -> AsyncConnectionPool[Any]:
 
     schema, timeout = spec["schema"], float(spec.get("timeout", 5))
     if spec.get("prepare"):
-        await create_schema(spec["url"], schema)
+        # a wrong server fails within the spec's timeout, never hangs
+        await create_schema(spec["url"], schema, connect_timeout=max(2, round(timeout)))
     pool: Any = AsyncConnectionPool(
         spec["url"],
         open=False,

@@ -4,6 +4,7 @@ to them (``_Cli``), ``--debug``, output consoles and tables, the JSON and JUnit 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
@@ -17,10 +18,12 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .. import checks
-from ..analyze import Outcome
+from ..analyze import Outcome, expected_text
+from ..report import reproduce_command
 from ..rundir import shrink_command
 from ..scenario import (
     Scenario,
@@ -139,9 +142,37 @@ def _label(valid: checks.Valid, yes: str, no: str, unsure: str) -> str:
     return yes if valid is True else no if valid is False else unsure
 
 
+def first_evidence(item: object) -> str:
+    """A checker's first evidence on one line: its why (or what), then the fields a reader looks
+    up (process, workflow, key, token, op, window, hits); empty when it names none of them."""
+    if not isinstance(item, dict):
+        return str(item) if item not in (None, "") else ""
+    why = str(item.get("why") or item.get("what") or "")
+    fields = ", ".join(
+        f"{k}={item[k]}" for k in ("process", "workflow", "key", "token", "op", "window", "hits") if k in item
+    )
+    return f"{why}: {fields}" if why and fields else why or fields
+
+
+def _row_mark(v: checks.Verdict) -> str:
+    """A checker row's verdict: a bite or coverage row is about the run, not the store, so it says
+    whether the fault bit or the window was reached rather than "valid"."""
+    if checks.not_bitten(v.name, v.valid, v.counts):
+        return "[yellow]not tested"
+    if v.name.startswith("bite") and v.valid is True:
+        return "[green]bit"
+    if v.name == "coverage" and v.valid is True:
+        return "[green]reached"
+    if v.name == "coverage" and v.valid is not False:
+        return "[yellow]not reached"
+    return _label(v.valid, "[green]valid", "[red bold]INVALID", "[yellow]unknown")
+
+
 def _verdict_table(outcome: Outcome) -> Table:
     s = outcome.summary
     label = _label(outcome.valid, "[green]VALID", "[red bold]INVALID", "[yellow]UNKNOWN")
+    if outcome.expected:
+        label = "[blue bold]EXPECTED[/] (the loss this scenario exists to show)"
     if s.get("partial"):
         label += " [yellow](PARTIAL: an interrupted run, judged on what it recorded)"
     table = Table(title=f"{s['scenario']} on {s['store']} (seed {s['seed']}): {label}", show_lines=False)
@@ -152,17 +183,14 @@ def _verdict_table(outcome: Outcome) -> Table:
     table.add_column("verdict")
     table.add_column("summary", overflow="fold")
     for v in outcome.verdicts:
-        mark = _label(v.valid, "[green]valid", "[red bold]INVALID", "[yellow]unknown")
-        if checks.not_bitten(v.name, v.valid, v.counts):
-            mark = "[yellow]not tested"
         text = v.summary
-        if v.valid is not True and v.evidence:
-            first = v.evidence[0]
-            text += f"\n  e.g. {first.get('why', '')}: " + ", ".join(
-                f"{k}={first[k]}" for k in ("process", "workflow", "key", "token", "op") if k in first
-            )
-        table.add_row(v.name, mark, text)
+        example = first_evidence(v.evidence[0]) if v.valid is not True and v.evidence else ""
+        if example:
+            text += f"\n  e.g. {example}"
+        table.add_row(v.name, _row_mark(v), escape(text))
     caption = f"{s.get('wall_seconds')} s"  # the report's path follows on a line of its own
+    if outcome.expected:
+        caption = expected_text(outcome.expected) + "\n" + caption
     if any(checks.not_bitten(v.name, v.valid, v.counts) for v in outcome.verdicts):
         caption = (
             "the store was NOT tested by the fault: it did not bite (run it again, with another "
@@ -227,13 +255,17 @@ class Result:
 
     @property
     def exit_code(self) -> int:
-        """255 for a run that could not start or finish, else its verdict's code (0, 1, 2)."""
-        return CRASHED if self.outcome is None else checks.exit_code(self.outcome.valid)
+        """255 for a run that could not start or finish, else its verdict's code (0 valid or
+        expected, 1 invalid, 2 unknown)."""
+        return CRASHED if self.outcome is None else self.outcome.exit_code
 
     def record(self) -> dict[str, Any]:
         """The run's JSON line (``--json``): scenario, store, seed, verdict (valid, invalid, unknown,
-        error), exit_code, run_dir, seconds, partial, checkers (name, verdict, summary), coverage
-        (when the scenario counts windows), error (when it could not run)."""
+        expected, error), exit_code, run_dir, seconds, partial, checkers (name, verdict, summary,
+        and for one not valid its first evidence), reproduce (the command that runs it again),
+        shrink (for an invalid run: the command that finds its smallest failing schedule),
+        expected (the loss, for an expected verdict), coverage (when the scenario counts
+        windows), error (when it could not run)."""
         out: dict[str, Any] = {
             "scenario": self.scenario,
             "store": self.store,
@@ -249,15 +281,24 @@ class Result:
             out["error"] = self.error
             return out
         s = self.outcome.summary
-        out["verdict"] = _verdict_name(self.outcome.valid)
+        out["verdict"] = self.outcome.verdict
         out["run_dir"] = str(self.outcome.run_dir)
         out["partial"] = bool(s.get("partial", False))
         if s.get("wall_seconds") is not None:
             out["seconds"] = s["wall_seconds"]
-        out["checkers"] = [
-            {"name": v.name, "verdict": _verdict_name(v.valid), "summary": v.summary}
-            for v in self.outcome.verdicts
-        ]
+        checkers = []
+        for v in self.outcome.verdicts:
+            one: dict[str, Any] = {"name": v.name, "verdict": _verdict_name(v.valid), "summary": v.summary}
+            if v.valid is not True and v.evidence:
+                one["evidence"] = v.evidence[0]
+            checkers.append(one)
+        out["checkers"] = checkers
+        if self.outcome.expected:
+            out["expected"] = self.outcome.expected
+        with contextlib.suppress(KeyError, TypeError, ValueError):  # a summary without its figures
+            out["reproduce"] = reproduce_command(self.outcome.run_dir, s)
+        if self.outcome.verdict == "invalid" and not out["partial"]:
+            out["shrink"] = shrink_command(self.outcome.run_dir)
         if s.get("coverage"):
             out["coverage"] = s["coverage"]
         return out
@@ -287,9 +328,13 @@ def _junit(path: Path, results: Sequence[Result]) -> None:
             err = ET.SubElement(case, "error", message=str(r.error), type="harness")
             err.text = str(r.error)
             continue
+        ET.SubElement(props, "property", name="verdict", value=rec["verdict"])
         partial = " (partial: an interrupted run's records)" if rec["partial"] else ""
         bad = [v for v in r.outcome.verdicts if v.valid is not True]
-        if r.outcome.valid is False:
+        if r.outcome.expected:  # a pass: the loss the scenario exists to show, with its figure
+            out = ET.SubElement(case, "system-out")
+            out.text = expected_text(r.outcome.expected)
+        elif r.outcome.valid is False:
             counts["failures"] += 1
             failed = [v for v in bad if v.valid is False]
             fail = ET.SubElement(
@@ -392,9 +437,7 @@ class _Out:
 
 def _show_outcome(outcome: Outcome, out: _Out) -> None:
     out.tables.print(_verdict_table(outcome))
-    if outcome.valid is False and not outcome.summary.get(
-        "partial"
-    ):  # one line of its own, so it copies whole
-        out.line(f"smallest failing fault schedule: {shrink_command(outcome.run_dir)}")
+    if outcome.verdict == "invalid" and not outcome.summary.get("partial"):
+        out.line(f"smallest failing fault schedule: {shrink_command(outcome.run_dir)}")  # copies whole
     out.line(f"report: {outcome.run_dir / 'report.html'}")
     out.line(f"run folder: {outcome.run_dir}")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Column, Table
 
 from ..scenario import (
@@ -28,14 +29,14 @@ from .common import (
     is_flag=True,
     help="One JSON object per line instead of the tables: each store kit (type 'store': name, aliases, "
     "provides, available, reason, description), then each scenario (type 'scenario': name, needs, "
-    "stores, description, error).",
+    "stores, description, error, install: what to install for a store it names whose kit is missing).",
 )
 def list_(scenario_dirs: tuple[Path, ...], as_json: bool) -> None:
     """The installed store kits (what each provides) and the scenarios (built in, and those in
     --scenario-dir) with the stores each runs on."""
     from without_durability.testing.kit import broken_kits, kits
 
-    from ..control.kits import stores_for
+    from ..control.kits import missing_kits, stores_for
 
     store_rows: list[dict[str, Any]] = []
     for name, kit in kits().items():
@@ -55,11 +56,12 @@ def list_(scenario_dirs: tuple[Path, ...], as_json: bool) -> None:
             sc = load_file(path)
             scenario_rows.append({
                 "type": "scenario", "name": name, "needs": sorted(sc.requires()), "stores": stores_for(sc),
-                "description": sc.description, "error": None,
+                "description": sc.description, "error": None, "install": missing_kits(sc),
             })  # fmt: skip
         except ScenarioError as exc:
             scenario_rows.append({
-                "type": "scenario", "name": name, "needs": [], "stores": [], "description": "", "error": str(exc),
+                "type": "scenario", "name": name, "needs": [], "stores": [], "description": "",
+                "error": _relative(str(exc)), "install": {},
             })  # fmt: skip
     if as_json:
         for row in store_rows + scenario_rows:
@@ -88,11 +90,21 @@ def list_(scenario_dirs: tuple[Path, ...], as_json: bool) -> None:
         Column("description", overflow="fold"), title="scenarios",
     )  # fmt: skip
     for r in scenario_rows:
-        if r["error"] is None:
-            table.add_row(r["name"], ", ".join(r["needs"]), ", ".join(r["stores"]), r["description"])
+        if r["error"] is None and r["install"] and not r["stores"]:
+            wanted = "; ".join(f"{store}: {how}" for store, how in r["install"].items())
+            table.add_row(r["name"], ", ".join(r["needs"]), "[yellow]needs " + escape(wanted), escape(r["description"]))
+        elif r["error"] is None:
+            table.add_row(r["name"], ", ".join(r["needs"]), ", ".join(r["stores"]), escape(r["description"]))
         else:
-            table.add_row(r["name"], "", "[red]invalid", r["error"])
+            table.add_row(r["name"], "", "[red]invalid", escape(r["error"]))
     _table_console().print(table)
+
+
+def _relative(message: str) -> str:
+    """A scenario error with the built-in folder's machine path shortened to the package's."""
+    from ..scenario import BUILT_IN
+
+    return message.replace(str(BUILT_IN), "wd_chaos/scenarios")
 
 
 @click.command("show")

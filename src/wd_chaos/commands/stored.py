@@ -123,16 +123,28 @@ def shrink_cmd(run_dir: Path, report_dir: Path, attempts: int, budget_minutes: f
     help="Also remove the run folders marked INTERRUPTED (after cleaning up after them); "
     "finished runs are kept.",
 )
-def clean_cmd(report_dir: Path, interrupted: bool) -> None:
-    """Remove what killed runs left behind: private servers whose owner is gone (killed, folder
-    removed), and unfinished run folders whose controller is gone (processes killed, marked
-    INTERRUPTED). Finished runs and running ones are left alone; with --interrupted, the folders
-    marked INTERRUPTED are removed too."""
+@click.option(
+    "--servers/--no-servers",
+    default=True,
+    show_default=True,
+    help="Also stop and remove private servers, anywhere in the machine's temporary folder, whose "
+    "owner process is gone (any run's or test's, not only those under --report-dir).",
+)
+def clean_cmd(report_dir: Path, interrupted: bool, servers: bool) -> None:
+    """Remove what killed runs left behind: unfinished run folders under --report-dir whose
+    controller is gone (processes killed, marked INTERRUPTED), and private servers whose owner
+    is gone (killed, folder removed). The servers are looked for in this machine's temporary
+    folder, not under --report-dir: they are those of every wd-chaos run and test on the machine
+    whose owner process has exited, whichever folder it reported to (--no-servers leaves them).
+    Finished runs and running ones are left alone; with --interrupted, the folders marked
+    INTERRUPTED are removed too."""
     import shutil
 
     from ..control.lifeline import mark_stale_runs
 
-    did = mark_stale_runs(report_dir) + [f"removed server folder {p}" for p in sweep_stale()]
+    did = mark_stale_runs(report_dir)
+    if servers:
+        did += [f"removed server folder {p}" for p in sweep_stale()]
     if interrupted and report_dir.is_dir():
         for folder in sorted(p for p in report_dir.iterdir() if (p / "INTERRUPTED").is_file()):
             shutil.rmtree(folder)

@@ -31,7 +31,7 @@ from typing import Any
 
 INSTALL_HINT = (
     "apt-get install fuse3 (Debian's libfuse3 and fusermount3; scripts/install-servers installs it) "
-    "and pip install 'without-durability[powerloss]'"
+    'and pip install ".[powerloss]" in a checkout (the powerloss extra)'
 )
 
 

@@ -190,10 +190,12 @@ _EXAMPLES = {
 
 
 def reach(recipe: ServerRecipe, timeout: float = REACH_TIMEOUT) -> str | None:
-    """When ``recipe``'s URL variable is set: check each URL in it is well formed and that its
-    address accepts a TCP connection within ``timeout`` seconds; returns the address(es) reached,
-    or raises ``ServerUnavailable`` naming the variable and what to do. None when it is not set
-    (the server will come from elsewhere). Connects, and sends nothing."""
+    """When ``recipe``'s URL variable is set: check each URL in it is well formed, that its
+    address accepts a TCP connection within ``timeout`` seconds, and that the server there lets
+    us in with the URL's own credentials (``login``: Postgres authenticates and answers a query,
+    Redis answers PING after AUTH/HELLO, toxiproxy its version); returns the address(es) reached,
+    or raises ``ServerUnavailable`` naming the variable, the server's own error and what to do.
+    None when it is not set (the server will come from elsewhere)."""
     from urllib.parse import urlsplit
 
     variable = recipe.env
@@ -224,8 +226,86 @@ def reach(recipe: ServerRecipe, timeout: float = REACH_TIMEOUT) -> str | None:
                 f"{timeout:g} s ({why}): start that server, fix {variable}, or unset it and wd-chaos "
                 "starts a private server itself"
             ) from exc
+        refused = login(url)
+        if refused is not None:
+            raise ServerUnavailable(
+                f"{variable} names {host}:{port}, which accepted a connection but did not let us in "
+                f"within {LOGIN_TIMEOUT:g} s: {refused}. Is it the right kind of server, and are the URL's "
+                f"user, password and database right? Fix {variable}, or unset it and wd-chaos starts "
+                "a private server itself"
+            )
         reached.append(f"{host}:{port}")
     return ", ".join(reached)
+
+
+LOGIN_TIMEOUT = 4.0
+"""Seconds a pre-flight gives a server named by a URL variable to let us in and answer: the
+connect, the protocol's handshake and one trivial request together."""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _login_postgres(url: str, timeout: float) -> None:
+    import psycopg
+
+    # connect_timeout bounds the connect and the startup handshake; statement_timeout the query
+    with psycopg.connect(url, connect_timeout=max(1, round(timeout)), autocommit=True) as conn:
+        conn.execute(f"SET statement_timeout = {int(timeout * 1000)}")
+        conn.execute("SELECT 1").fetchone()
+
+
+def _login_redis(url: str, timeout: float) -> None:
+    from redis import Redis
+
+    client = Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+    try:
+        client.ping()  # the connection sends AUTH and HELLO first when the URL asks for them
+    finally:
+        client.close()
+
+
+def _login_http(url: str, timeout: float) -> None:
+    import json
+    import urllib.request
+
+    parts = urlsplit(url)
+    version = urlunsplit(parts._replace(path="/version", query="", fragment=""))
+    with urllib.request.urlopen(version, timeout=timeout) as answer:  # toxiproxy's API answers its version
+        body = answer.read(4096).decode("utf-8", "replace").strip()
+    if not body:
+        raise ValueError("GET /version answered nothing (a toxiproxy server answers its version)")
+    if body.startswith("{"):
+        json.loads(body)
+
+
+_LOGINS = {
+    "postgresql": _login_postgres,
+    "postgres": _login_postgres,
+    "redis": _login_redis,
+    "rediss": _login_redis,
+    "http": _login_http,
+    "https": _login_http,
+}
+
+
+def login(url: str, timeout: float = LOGIN_TIMEOUT) -> str | None:
+    """Log in to the server at ``url`` with its own credentials and make one trivial request,
+    every step held to about ``timeout`` seconds; None when it answered, else the server's (or
+    the driver's) own error on one line. A scheme with no login known here, or a driver not
+    installed (the run says so itself), is None."""
+    check = _LOGINS.get(urlsplit(url).scheme)
+    if check is None:
+        return None
+    try:
+        check(url, timeout)
+    except ImportError:
+        return None
+    except Exception as exc:
+        return _first_line(exc)
+    return None
 
 
 _DEFAULT_PORTS = {"postgresql": 5432, "postgres": 5432, "redis": 6379, "rediss": 6379, "http": 80, "https": 443}
@@ -244,7 +324,7 @@ def _plan_recipe(role: str, recipe: ServerRecipe, *, private: bool = False) -> P
         return Planned(role, "local", f"a private {recipe.kind} started from the installed binaries")
     address = reach(recipe)
     if address is not None:
-        return Planned(role, "env", f"{recipe.env} ({address}, answered)")
+        return Planned(role, "env", f"{recipe.env} ({address}, logged in)")
     choice = choose(recipe, probe(recipe))
     if choice.source is None:
         raise ServerUnavailable(choice.why)

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from without_durability.testing.kit import KitError, resolve
 
+from ..commands.common import _table_console
 from ..options import Bounded, probe_dir
 from ..scenario import TimeLimit
 from . import CatalogueError, Mutant, catalogue, check_killers
@@ -134,16 +134,9 @@ def chaos_runner(seconds: float, real_runs: dict[tuple[str, str], Path] | None =
 
 def _table(report: GateReport) -> Table:
     table = Table(title="mutant gate")
-    for column in (
-        "mutant",
-        "guarantee",
-        "verdict",
-        "by tests",
-        "by wd-chaos",
-        "by sim",
-        "killed by",
-        "time",
-    ):
+    # a mutant's name is what a reader searches a CI log for: never wrapped, however narrow the output
+    table.add_column("mutant", no_wrap=True, min_width=max((len(m.name) for m in report.mutants), default=6))
+    for column in ("guarantee", "verdict", "by tests", "by wd-chaos", "by sim", "killed by", "time"):
         table.add_column(column, overflow="fold")
     for m in report.mutants:
         verdict = "[green]killed" if m.killed else "[red bold]SURVIVED"
@@ -234,7 +227,7 @@ def mutants_command(
 ) -> None:
     """Run every mutant (a store with one guarantee removed) and its real store through the checks
     named for that guarantee. Exit 0 when every mutant is killed and every real store passes, else 1."""
-    console = Console()
+    console = _table_console()  # piped (a CI log): wide enough that no name is split
     try:
         mutants: list[Mutant] = catalogue(modules)
         if store:
