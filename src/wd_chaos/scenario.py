@@ -33,7 +33,7 @@ from pydantic import (
     model_validator,
 )
 
-from without_durability.testing.kit import Capability, KitError, resolve
+from without_durability.testing.kit import Capability, KitError, resolve_or_missing
 
 from .checks import bites, checkers
 from .checks.coverage import windows
@@ -43,17 +43,6 @@ from .fleet import Fleet
 StoreName = str
 """A store kit's name (or an alias of one): whatever is installed under the entry-point group
 ``without_durability.stores``, checked when a scenario is read."""
-
-
-def _not_installed(name: str) -> bool:
-    """Whether ``name`` is a registered kit (or an alias-like prefix of one: ``redis`` of
-    ``redis-set``) that failed to load here for want of its driver: a missing extra, not a typo."""
-    from without_durability.testing.kit import broken_kits
-
-    return any(
-        (kit == name or kit.startswith(name + "-")) and "ModuleNotFoundError" in why
-        for kit, why in broken_kits().items()
-    )
 
 
 def _known_check(name: str) -> str:
@@ -309,15 +298,10 @@ class Scenario(_Strict):
     def _installed_kits(cls, stores: list[str] | None) -> list[str] | None:
         if stores is None:
             return None
-        out = []
-        for name in stores:
-            try:
-                out.append(resolve(name))
-            except KitError as exc:
-                if not _not_installed(name):
-                    raise ValueError(str(exc)) from exc
-                out.append(name)  # a kit registered but not loadable here: `wd-chaos list` says which extra
-        return out
+        try:  # a kit registered but not loadable here stays: `wd-chaos list` says which extra
+            return [resolve_or_missing(name) for name in stores]
+        except KitError as exc:
+            raise ValueError(str(exc)) from exc
 
     def requires(self) -> frozenset[Capability]:
         """What a store's kit must provide to run this scenario: worker processes always; a

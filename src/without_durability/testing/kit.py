@@ -358,6 +358,26 @@ def resolve(name: str) -> str:
     )
 
 
+def missing_driver(name: str) -> bool:
+    """Whether ``name`` is a registered kit (or an alias-like prefix of one: ``redis`` of
+    ``redis-set``) that failed to load here for want of its driver: a missing extra, not a typo."""
+    return any(
+        (kit == name or kit.startswith(name + "-")) and "ModuleNotFoundError" in why
+        for kit, why in broken_kits().items()
+    )
+
+
+def resolve_or_missing(name: str) -> str:
+    """``resolve(name)``, or ``name`` itself when it is a kit whose driver is missing here
+    (``missing_driver``); a ``KitError`` only for a name no kit has."""
+    try:
+        return resolve(name)
+    except KitError:
+        if missing_driver(name):
+            return name
+        raise
+
+
 def find_kit(name: str) -> StoreKit:
     """The kit called ``name`` (or an alias of it); ``KitError`` saying which exist when none."""
     return kits()[resolve(name)]
