@@ -160,3 +160,67 @@ def test_the_stock_rolling_deploy_rolls_out_and_half_back() -> None:
     assert out.count == scenario.workload.workers and 0 < back.count < scenario.workload.workers
     assert out.to.get("fast_failover") is True and back.to.get("fast_failover") is False
     assert out.lease and back.lease, "the release changes the lease, so every store sees two settings"
+
+
+class _Nemesis:
+    """What the deploy fault uses of the nemesis: a run folder, pids, stopped workers, lines."""
+
+    def __init__(self, run_dir: Path, workers: int) -> None:
+        self.run_dir = run_dir
+        (run_dir / "config.json").write_text('{"worker_specs": {}}')
+        self.procs = {f"worker-{i}": 100 + i for i in range(workers)}
+        self.stopped: set[str] = set()
+        self.lines: list[tuple[str, dict[str, Any]]] = []
+        self.states: dict[str, Any] = {}
+
+    def pids(self) -> dict[str, int]:
+        return dict(self.procs)
+
+    def busy(self, kind: str) -> set[str]:
+        return {"worker-1"}
+
+    def state(self, owner: str, setup: Any) -> Any:
+        return self.states.setdefault(owner, setup(self))
+
+    def line(self, ev: dict[str, Any], phase: str, **more: Any) -> None:
+        self.lines.append((phase, {**ev, **more}))
+
+    def restarted(self) -> None:
+        for marker in (self.run_dir / "deployed").glob("*.restart"):
+            marker.unlink()  # as the cluster's supervisor does once it started the worker again
+
+
+def test_a_deploy_goes_round_its_targets_and_waits_for_each_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wd_chaos.faults import deploy
+
+    monkeypatch.setattr(deploy.os, "kill", lambda pid, sig: None)
+    nem = _Nemesis(tmp_path, 3)
+    ev = {"fault": "deploy", "index": 0, "id": "deploy-0", "to": {"fast_failover": True}, "lease": {}}
+    order = []
+    for at in (1.0, 2.0, 3.0, 4.0):
+        event = {**ev, "at": at, "targets": ["worker-0", "worker-2"]}
+        assert deploy.start(nem, event, at) is True
+        order.append(nem.lines[-1][1]["target"])
+        assert deploy.start(nem, {**event, "at": at + 0.5}, at + 0.5) is False, "restarted before the last was back"
+        nem.restarted()
+    assert order == ["worker-0", "worker-2", "worker-0", "worker-2"]
+    # an event delayed (here: due at 5 s, asked at 9 s) keeps its spacing from the one before it
+    late = {**ev, "at": 5.0, "targets": ["worker-0", "worker-2"]}
+    assert deploy.start(nem, late, 9.0) is True
+    nem.restarted()
+    assert deploy.start(nem, {**late, "at": 6.0}, 9.5) is False and deploy.start(nem, {**late, "at": 6.0}, 10.0)
+    # a roll over every worker restarts each once, lowest number first, and skips a stopped one
+    (tmp_path / "b").mkdir()
+    other = _Nemesis(tmp_path / "b", 3)
+    other.stopped = {"worker-0"}
+    assert deploy.start(other, {**ev, "at": 1.0, "targets": []}, 1.0) is True
+    assert other.lines[-1][1]["target"] == "worker-1"
+    assert fleet_current(tmp_path / "b", "worker-1") == {"fast_failover": True}
+
+
+def fleet_current(run_dir: Path, name: str) -> Any:
+    from wd_chaos import fleet
+
+    return fleet.current(run_dir, name, {})

@@ -74,7 +74,7 @@ def fleet_specs(fleet: Fleet | None, workers: int) -> dict[str, Variant]:
 
 def laid_over(base: Variant, change: Variant) -> Variant:
     """``change`` laid over ``base``, ``lease`` merged key by key."""
-    out: Variant = {**base, **change}
+    out: Variant = {k: v for k, v in {**base, **change}.items() if k != "lease"}
     lease = {**_lease(base), **_lease(change)}
     if lease:
         out["lease"] = lease

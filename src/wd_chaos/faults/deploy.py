@@ -2,8 +2,9 @@
 harness's worker ends its pass and exits, the library Worker's process ends at once; the run
 restarts it) onto new settings: its variant (``wd_chaos.fleet``) with ``to`` and ``lease`` laid
 over it, store settings such as Postgres's ``fast_failover`` and lease settings such as ``alive``
-or ``poll_interval``. The workers are taken in order, each once per ``[[faults]]`` entry, so a
-second entry can roll the fleet back. It bit when some workflow's passes ran on workers of two
+or ``poll_interval``. The workers (or the entry's ``targets``) are taken in order, each once per
+``[[faults]]`` entry before any twice, so a second entry can roll the fleet back and an entry with
+more events than targets restarts them again. It bit when some workflow's passes ran on workers of two
 settings (the ``fleet-mixed`` bite, in ``checks.fleet``)."""
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import contextlib
 import json
 import os
 import signal
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -30,6 +32,9 @@ class DeployFault(FaultSpec):
     """Store settings of the release (keys of the kit's worker spec; others are dropped)."""
     lease: dict[str, float] = Field(default_factory=dict)
     """Lease settings of the release (``alive``, ``budget``, ``visibility``, ``poll_interval``)."""
+    targets: list[Annotated[str, Field(pattern=r"^worker-[0-9]+$")]] = Field(default_factory=list)
+    """The workers it restarts (default: all of them); with more events than targets it goes round
+    them again, as a restart loop of the same workers would."""
 
     @field_validator("lease")
     @classmethod
@@ -50,18 +55,21 @@ class DeployEvent(EventSpec):
     fault: Literal["deploy"]
     to: dict[str, FleetValue] | None = None
     lease: dict[str, float] | None = None
+    targets: list[str] | None = None
 
 
 def plan(fault: DeployFault, scenario: Any) -> dict[str, object]:
-    """The release the event restarts a worker onto."""
-    return {"to": dict(fault.to), "lease": dict(fault.lease)}
+    """The release the event restarts a worker onto, and the workers it may restart."""
+    return {"to": dict(fault.to), "lease": dict(fault.lease), "targets": list(fault.targets)}
 
 
 @dataclass
 class Rolled:
-    """Which workers each ``[[faults]]`` entry (by index) has restarted so far."""
+    """How often each ``[[faults]]`` entry (by index) has restarted each worker so far."""
 
-    done: dict[int, set[str]] = field(default_factory=dict)
+    done: dict[int, Counter[str]] = field(default_factory=dict)
+    last: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """Each entry's last restart: (its event's ``at``, the elapsed seconds it happened at)."""
 
 
 def setup(nemesis: Nemesis) -> Rolled:
@@ -79,20 +87,27 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     if not nemesis.busy("step") and elapsed < float(ev["at"]) + TARGET_WAIT:
         return False
     rolled = nemesis.state("deploy", setup)
-    done = rolled.done.setdefault(int(ev.get("index", 0)), set())
+    entry = int(ev.get("index", 0))
+    # an event delayed by the waits above keeps its schedule's spacing from the one before it, so
+    # a delay never bunches restarts together (each new instance gets its time to work)
+    if entry in rolled.last and elapsed < rolled.last[entry][1] + float(ev["at"]) - rolled.last[entry][0]:
+        return False
+    done = rolled.done.setdefault(entry, Counter())
     pids = nemesis.pids()
-    workers = sorted((n for n in pids if n.startswith("worker-")), key=lambda n: int(n.rsplit("-", 1)[1]))
-    left = [n for n in workers if n not in done and n not in nemesis.stopped]
+    targets = ev.get("targets") or [n for n in pids if n.startswith("worker-")]
+    left = [n for n in targets if n in pids and n not in nemesis.stopped]
     if not left:
-        nemesis.line(ev, "skipped", why="every worker runs this release already (or is stopped)")
+        nemesis.line(ev, "skipped", why=f"none of {', '.join(sorted(targets))} is running and not stopped")
         return True
-    name = left[0]
+    # the worker this entry restarted least often, the lowest number first: each once, then again
+    name = min(left, key=lambda n: (done[n], int(n.rsplit("-", 1)[1])))
     configured = json.loads((nemesis.run_dir / "config.json").read_text()).get("worker_specs", {})
     variant = laid_over(current(nemesis.run_dir, name, configured.get(name, {})), {"lease": ev.get("lease") or {}})
     variant = laid_over(variant, dict(ev.get("to") or {}))
     deploy(nemesis.run_dir, name, variant)
     (nemesis.run_dir / DEPLOYED / f"{name}.restart").write_text("deploy")  # the restart's line says so
-    done.add(name)
+    done[name] += 1
+    rolled.last[entry] = (float(ev["at"]), elapsed)
     nemesis.line({**ev, "target": name}, "start", target_pid=pids[name], variant=variant)
     with contextlib.suppress(ProcessLookupError):  # it died a moment ago: it restarts anyway
         os.kill(pids[name], signal.SIGTERM)
