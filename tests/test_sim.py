@@ -104,6 +104,66 @@ def test_sim_finds_each_mutant(mutant: str) -> None:
     assert result.valid is False, f"{mutant} survived seed {FOUND_AT[mutant]}"
 
 
+CARELESS = find("careless-clients")
+
+
+def _killed(lines: list[dict[str, Any]]) -> tuple[set[int], set[int]]:
+    """The pids the nemesis killed, and those a restart line says have ended."""
+    faults = [line for line in lines if line["type"] == "fault" and line.get("fault") == "kill"]
+    started = {int(line["target_pid"]) for line in faults if line["phase"] == "start"}
+    ended = {int(line["target_pid"]) for line in faults if line.get("restarted_pid") is not None}
+    return started, ended
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_a_worker_the_nemesis_killed_is_a_process_that_ended(store: str) -> None:
+    """Each kill is followed by the supervisor's restart line (as the process harness writes it),
+    so no-hung-pass counts the killed process as ended, not hung: the real store is valid."""
+    killed = 0
+    for seed in (1, 3, 5):  # kills on both stores; seed 5 reboots too (memory)
+        result = simulate(CARELESS, seed, None, store=store)
+        started, ended = _killed(result.lines)
+        killed += len(started)
+        assert started == ended, f"seed {seed}: killed {sorted(started)}, restart lines for {sorted(ended)}"
+        assert result.valid is True, (seed, [v.as_dict() for v in result.verdicts if v.valid is not True])
+    assert killed, "no seed killed a worker: the test proves nothing"
+
+
+def test_without_the_restart_line_a_killed_worker_is_hung() -> None:
+    """The line is what tells no-hung-pass the process ended: drop it and the checker says no."""
+    from wd_chaos.checks import checkers, run_checker
+    from wd_chaos.rundir import FinalState
+
+    result = simulate(CARELESS, 1, None)
+    lines = [line for line in result.lines if line.get("restarted_pid") is None]
+    verdict = run_checker(
+        "no-hung-pass", checkers()["no-hung-pass"], lines, FinalState.from_json(result.final)
+    )
+    assert verdict.valid is False and "never finished" in json.dumps(verdict.evidence), verdict.as_dict()
+
+
+def test_the_heal_ends_a_stall_still_holding_a_worker() -> None:
+    """As the process harness's heal SIGCONTs a stopped worker: seed 15 stalls one past the stop,
+    and without the heal it never exits when asked (no-hung-pass said no)."""
+    result = simulate(CARELESS, 15, None)
+    heal = next(i for i, line in enumerate(result.lines) if line.get("fault") == "heal")
+    ended = [line for line in result.lines[heal:] if line.get("fault") == "stall" and line["phase"] == "stop"]
+    assert ended, "no stall was ended by the heal: the seed no longer shows it"
+    assert result.valid is True, [v.as_dict() for v in result.verdicts if v.valid is not True]
+
+
+def test_all_runs_the_scenarios_whose_faults_sim_simulates() -> None:
+    from wd_chaos.sim.command import not_simulable, simulable
+
+    on_memory = {sc.name for sc in simulable("memory")}
+    assert {"lease-stall", "careless-clients", "kill-between-effect-and-record"} <= on_memory
+    assert not on_memory & {"partition", "slow-network", "take-storm", "reboot"}, on_memory
+    assert "reboot" in {sc.name for sc in simulable("sqlite")}
+    assert "no simulated form" in str(not_simulable(find("partition"), "memory"))
+    done = CliRunner().invoke(main, ["sim", "lease-stall", "--all"])
+    assert done.exit_code == 64 and "not both" in done.output, done.output
+
+
 def _lines(output: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
 

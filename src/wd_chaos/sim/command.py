@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from ..scenario import Scenario, ScenarioError, find
+from ..scenario import Scenario, ScenarioError, available, find, load_file
 from . import SIM_STORES
 from .shrink import parse_plan, plan_text
 
@@ -30,6 +30,31 @@ DEFAULT_SCENARIOS = ("lease-stall",)
 
 STORES = SIM_STORES
 """The stores a simulated run can hold (one process, no server, a clock it is handed)."""
+
+SIMULATED_FAULTS = frozenset({"kill", "stall", "wall-step", "clock-step", "reboot", "latency"})
+"""The scenario fault kinds the simulator has a form of: its nemesis kills, stalls, steps the
+store's wall clock and reboots; its wire delays every call. ``--all`` runs a scenario only when
+each of its faults is one of these (a partition or a failover is not, and a sim run of it would
+judge the sim's faults under that scenario's name)."""
+
+
+def not_simulable(scenario: Scenario, store: str) -> str | None:
+    """Why ``--all`` leaves ``scenario`` out on ``store`` (a storm, a lifecycle run, no workers,
+    another store's scenario, a fault the simulator has no form of), or None when it runs it."""
+    if scenario.storm is not None or scenario.lifecycle is not None or scenario.workload.workers < 1:
+        return "a storm or a lifecycle run, which sim does not model"
+    if scenario.stores is not None and store not in scenario.stores:
+        return f"a scenario for {', '.join(scenario.stores)} only"
+    other = sorted({f.kind for f in scenario.faults} - SIMULATED_FAULTS)
+    if other:
+        return f"its {', '.join(other)} fault(s) have no simulated form"
+    return None
+
+
+def simulable(store: str) -> list[Scenario]:
+    """Every built-in scenario ``--all`` runs on ``store``, by name."""
+    built_in = [load_file(path) for path in available().values()]
+    return [sc for sc in built_in if not_simulable(sc, store) is None]
 
 
 @dataclass(frozen=True)
@@ -163,7 +188,18 @@ def _scenarios(names: tuple[str, ...]) -> list[Scenario]:
     "--store", type=click.Choice(STORES), default="memory", show_default=True, help="The store simulated."
 )
 @click.option(
-    "--seeds", type=click.IntRange(1), default=100, show_default=True, help="How many seeds to run."
+    "--all",
+    "run_all",
+    is_flag=True,
+    help="Run every built-in scenario whose faults the simulator has a form of on --store "
+    "(--seeds seeds each).",
+)
+@click.option(
+    "--seeds",
+    type=click.IntRange(1),
+    default=100,
+    show_default=True,
+    help="How many seeds to run (per scenario).",
 )
 @click.option("--seed", "first", type=click.IntRange(0), default=0, show_default=True, help="The first seed.")
 @click.option("--mutant", default=None, help="Run a catalogue mutant of the store instead of the real one.")
@@ -217,6 +253,7 @@ def _scenarios(names: tuple[str, ...]) -> list[Scenario]:
 def sim_command(
     scenarios: tuple[str, ...],
     store: str,
+    run_all: bool,
     seeds: int,
     first: int,
     mutant: str | None,
@@ -234,7 +271,9 @@ def sim_command(
     code, faults at its awaits (crashes, stalls past the lease, cancels, lost replies, deliveries
     handed out twice, wall-clock steps, a reboot), judged by the same checkers as wd-chaos run.
     Every failing seed prints the command that replays it. Exit 0 all valid, 1 any invalid."""
-    found = _scenarios(scenarios)
+    if run_all and scenarios:
+        raise click.UsageError("give scenario names or --all, not both")
+    found = simulable(store) if run_all else _scenarios(scenarios)
     if mutant:
         from ..stores import find_mutant
 
