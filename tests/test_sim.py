@@ -216,6 +216,71 @@ def test_bad_input_is_a_usage_error(args: list[str], says: str) -> None:
     assert done.exit_code == 64 and says in done.output, done.output
 
 
+WALL_CLOCK_MUTANT = ("memory-leases-on-wall-clock", FOUND_AT["memory-leases-on-wall-clock"])
+
+
+def test_a_failing_seed_prints_its_first_evidence_beside_its_replay() -> None:
+    mutant, seed = WALL_CLOCK_MUTANT
+    args = ["sim", "--seeds", "1", "--seed", str(seed), "--mutant", mutant, "--jobs", "1"]
+    text = CliRunner().invoke(main, args)
+    assert text.exit_code == 1, text.output
+    verdict, evidence, replay = text.output.splitlines()[:3]
+    assert verdict.startswith("INVALID lease-stall") and replay.startswith("  replay: wd-chaos sim"), (
+        text.output
+    )
+    assert evidence.startswith("  first evidence: fencing: claim workflow lease-stall-"), evidence
+    as_json = CliRunner().invoke(main, [*args, "--json"])
+    failing = _lines(as_json.output)[0]["evidence"]
+    assert failing["checker"] == "fencing" and failing["f"] == "claim", failing
+    assert failing["workflow"].startswith("lease-stall-") and failing["why"], failing
+
+
+def test_the_summary_counts_the_faults_and_the_coverage_windows_reached() -> None:
+    done = CliRunner().invoke(main, ["sim", "--seeds", "3", "--seed", "2", "--json", "--jobs", "1"])
+    assert done.exit_code == 0, done.output
+    (summary,) = _lines(done.output)
+    assert summary["faults"].get("stall", 0) > 0 and summary["faults"].get("lost_reply", 0) > 0, summary
+    windows = summary["coverage"]["lease-stall"]
+    assert set(windows) == set(SCENARIO.coverage), windows
+    assert all(0 <= n <= 3 for n in windows.values()) and any(windows.values()), windows
+
+
+def test_progress_is_drawn_on_a_terminal_only(capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+
+    from rich.console import Console
+
+    from wd_chaos.sim.progress import Progress
+
+    screen = io.StringIO()
+    with Progress(3, Console(file=screen, force_terminal=True, width=100)) as bar:
+        bar.advance(1, 0)
+        bar.echo("INVALID a line")
+    assert bar.shown and "sim" in screen.getvalue(), screen.getvalue()
+    pipe = io.StringIO()
+    with Progress(3, Console(file=pipe, force_terminal=False)) as quiet:
+        quiet.advance(0, 0)
+        quiet.echo("INVALID another")
+    assert not quiet.shown and pipe.getvalue() == "", pipe.getvalue()
+    assert capsys.readouterr().out.splitlines() == ["INVALID a line", "INVALID another"]
+
+
+@pytest.mark.parametrize("mutant", [None, WALL_CLOCK_MUTANT[0]])
+def test_analyze_judges_a_run_folder_sim_wrote_as_sim_did(tmp_path: Path, mutant: str | None) -> None:
+    seed = WALL_CLOCK_MUTANT[1]
+    folder = tmp_path / "run"
+    args = ["sim", "--seeds", "1", "--seed", str(seed), "--history", str(folder), "--json"]
+    done = CliRunner().invoke(main, [*args, *(["--mutant", mutant] if mutant else [])])
+    assert done.exit_code == (1 if mutant else 0), done.output
+    analyzed = CliRunner().invoke(main, ["analyze", str(folder)])
+    assert analyzed.exit_code == done.exit_code, analyzed.output
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["valid"] is (mutant is None) and summary["sim"] is True, summary["valid"]
+    assert "wd-chaos sim lease-stall" in (folder / "report.html").read_text(), (
+        "the report's replay is not sim's"
+    )
+
+
 def _line(kind: str, op: str, mono: int, **more: object) -> dict[str, object]:
     return {"type": kind, "op": op, "f": "take", "mono": mono, "process": "p", "pid": 1, **more}
 

@@ -13,9 +13,10 @@ import shlex
 import sys
 import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import click
 
 from ..scenario import Scenario, ScenarioError, available, find, load_file
 from . import SIM_STORES
+from .progress import Progress
 from .shrink import parse_plan, plan_text
 
 DEFAULT_SCENARIOS = ("lease-stall",)
@@ -70,6 +72,45 @@ class Judged:
     """The SHA-256 of the run's ``history.jsonl`` bytes for a run that was not valid (what its
     replay reproduces); None for a valid run, whose history a sweep never writes (serialising
     every run's history cost a sweep a tenth of its time)."""
+    evidence: dict[str, Any] | None = None
+    """The first evidence of the first checker that said no (``first_evidence``); None when valid."""
+    stats: dict[str, int] = field(default_factory=dict)
+    """How many faults of each kind the run injected (``kill``, ``stall``, ``lost_reply``...)."""
+    coverage: dict[str, int] = field(default_factory=dict)
+    """Hits of each coverage window the scenario names (counted, not judged)."""
+
+
+EVIDENCE_FIELDS = ("f", "workflow", "key", "token", "op", "process", "pid", "role", "why")
+"""What ``first_evidence`` keeps of an evidence item: the operation and where it wrote, and why."""
+
+
+def first_evidence(verdicts: Iterable[Any]) -> dict[str, Any] | None:
+    """The first checker that said no, its summary, and its first evidence item's operation,
+    workflow, key and why (looked for one level down when the item nests the operation); None
+    when no checker said no."""
+    failed = next((v for v in verdicts if v.valid is False), None)
+    if failed is None:
+        return None
+    out: dict[str, Any] = {"checker": failed.name, "summary": failed.summary}
+    item = failed.evidence[0] if failed.evidence else {}
+    if isinstance(item, dict) and not any(k in item for k in ("f", "workflow", "key")):
+        nested = [v for v in item.values() if isinstance(v, dict) and ("workflow" in v or "f" in v)]
+        if nested:
+            item = {**nested[0], **{k: v for k, v in item.items() if k == "why"}}
+    if isinstance(item, dict):
+        out.update({k: item[k] for k in EVIDENCE_FIELDS if item.get(k) is not None})
+    return out
+
+
+def evidence_text(evidence: dict[str, Any]) -> str:
+    """``first_evidence`` as one line: the checker, the operation, its workflow and key, and why."""
+    what = " ".join(
+        f"{k} {evidence[k]}" if k != "f" else str(evidence[k])
+        for k in ("f", "workflow", "key", "token", "op")
+        if k in evidence
+    )
+    why = evidence.get("why") or evidence.get("summary", "")
+    return f"{evidence['checker']}: {what + ': ' if what else ''}{why}"
 
 
 def replay_command(
@@ -121,7 +162,18 @@ def _judge(job: Job) -> Judged:
     scenario, seed, mutant, plan, store = job
     result = simulate(scenario, seed, mutant, plan, store=store)
     sha = None if result.valid is True else hashlib.sha256(result.history_bytes()).hexdigest()
-    return Judged(scenario.name, seed, result.valid, tuple(result.failing()), result.steps, sha)
+    evidence = first_evidence(result.verdicts)
+    return Judged(
+        scenario.name,
+        seed,
+        result.valid,
+        tuple(result.failing()),
+        result.steps,
+        sha,
+        evidence,
+        dict(result.stats),
+        dict(result.coverage),
+    )
 
 
 _hushed = False
@@ -182,6 +234,45 @@ def _scenarios(names: tuple[str, ...]) -> list[Scenario]:
     return found
 
 
+def write_run_folder(folder: Path, scenario: Scenario, result: Any, store: str, replay: str) -> None:
+    """Write one simulated run as a run folder ``wd-chaos analyze`` judges: ``history.jsonl`` (the
+    bytes a replay reproduces), ``final.json``, ``run.json`` and ``scenario.json``. The scenario
+    stored is the judgement sim made (its checkers plus sim's own, no bite check or coverage
+    windows: sim's faults are drawn per seed), so analyze gives the run sim's verdict."""
+    from . import SIM_CHECKS
+
+    folder.mkdir(parents=True, exist_ok=True)
+    judged = scenario.model_copy(
+        update={
+            "checks": list(dict.fromkeys([*scenario.checks, *SIM_CHECKS])),
+            "bite": "none",
+            "coverage": [],
+        }
+    )
+    (folder / "scenario.json").write_text(judged.model_dump_json(indent=1))
+    (folder / "final.json").write_text(json.dumps(result.final, indent=1, default=str))
+    work = scenario.workload
+    meta = {
+        "scenario": scenario.name,
+        "store": store,
+        "seed": result.seed,
+        "sim": True,
+        "time_limit": scenario.time_limit,
+        "workers": work.workers,
+        "workflows": work.workflows,
+        "mutant": result.mutant,
+        "schedule_from": "seed",
+        # virtual seconds, first line to last: the run's length on its own clock
+        "wall_seconds": round((result.lines[-1]["mono"] - result.lines[0]["mono"]) / 1e9, 3)
+        if result.lines
+        else 0,
+        "replay": replay,
+        "fired": list(result.fired),
+    }
+    (folder / "run.json").write_text(json.dumps(meta, indent=1))
+    (folder / "history.jsonl").write_bytes(result.history_bytes())
+
+
 @click.command("sim")
 @click.argument("scenarios", nargs=-1, metavar="[SCENARIO]...")
 @click.option(
@@ -219,9 +310,10 @@ def _scenarios(names: tuple[str, ...]) -> list[Scenario]:
 )
 @click.option(
     "--history",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
-    help="With one seed: write its history.jsonl here (what a replay reproduces byte for byte).",
+    help="With one seed: write its history here (what a replay reproduces byte for byte): a path "
+    "ending in .jsonl gets the history alone, any other a run folder that wd-chaos analyze judges.",
 )
 @click.option(
     "--faults",
@@ -293,7 +385,12 @@ def sim_command(
             raise click.UsageError(str(exc)) from exc
     if history is not None:
         result = simulate(found[0], first, mutant, plan, store=store)
-        history.write_bytes(result.history_bytes())
+        if history.suffix == ".jsonl":
+            history.write_bytes(result.history_bytes())
+        else:
+            write_run_folder(
+                history, found[0], result, store, replay_command(found[0].name, first, store, mutant, plan)
+            )
     jobs_list: list[Job] = [
         (sc, seed, mutant, plan, store) for sc in found for seed in range(first, first + seeds)
     ]
@@ -309,16 +406,23 @@ def sim_command(
         judged_runs = run_on_cluster(cluster, jobs_list, _judge)
     else:
         judged_runs = _runs(jobs_list, jobs)
+    faults: Counter[str] = Counter()
+    reached: dict[str, Counter[str]] = {sc.name: Counter(dict.fromkeys(sc.coverage, 0)) for sc in found}
+    progress = Progress(len(jobs_list))
     try:
-        for judged in judged_runs:
-            runs += 1
-            if judged.valid is False and first_failing is None:
-                first_failing = judged
-            if judged.valid is True:
-                continue
-            invalid, unknown, worst = _report(
-                judged, store, mutant, plan, as_json, failures, known, invalid, unknown, worst
-            )
+        with progress:
+            for judged in judged_runs:
+                runs += 1
+                faults.update(judged.stats)
+                reached[judged.scenario].update(w for w, hits in judged.coverage.items() if hits)
+                if judged.valid is False and first_failing is None:
+                    first_failing = judged
+                if judged.valid is not True:
+                    invalid, unknown, worst = _report(
+                        judged, store, mutant, plan, as_json, failures, known, invalid, unknown, worst,
+                        progress.echo,
+                    )  # fmt: skip
+                progress.advance(invalid, unknown)
     except Exception as exc:
         from .cluster import ClusterUnavailable
 
@@ -343,6 +447,8 @@ def sim_command(
         "store": store,
         "scenarios": [sc.name for sc in found],
         "mutant": mutant,
+        "faults": dict(sorted(faults.items())),
+        "coverage": {name: dict(windows) for name, windows in reached.items() if windows},
     }
     if as_json:
         click.echo(json.dumps(summary))
@@ -367,8 +473,10 @@ def _report(
     invalid: int,
     unknown: int,
     worst: int,
+    echo: Callable[[str], None] = click.echo,
 ) -> tuple[int, int, int]:
-    """Print one run that was not valid (and add it to the failures file); the new counts."""
+    """Print one run that was not valid with ``echo`` (and add it to the failures file); the new
+    counts."""
     command = replay_command(judged.scenario, judged.seed, store, mutant, plan)
     if judged.valid is False:
         invalid += 1
@@ -383,14 +491,17 @@ def _report(
             "seed": judged.seed,
             "verdict": verdict,
             "failing": list(judged.failing),
+            "evidence": judged.evidence,
             "replay": command,
         }
-        click.echo(json.dumps(line))
+        echo(json.dumps(line, default=str))
     else:
-        click.echo(
-            f"{verdict.upper()} {judged.scenario} seed {judged.seed}: {', '.join(judged.failing) or 'a checker crashed'}"
-        )
-        click.echo(f"  replay: {command}")
+        failing = ", ".join(judged.failing) or "a checker crashed"
+        lines = [f"{verdict.upper()} {judged.scenario} seed {judged.seed}: {failing}"]
+        if judged.evidence is not None:
+            lines.append(f"  first evidence: {evidence_text(judged.evidence)}")
+        lines.append(f"  replay: {command}")
+        echo("\n".join(lines))  # one print: a progress bar is drawn again once, below all three
     if failures is not None and command not in known:
         known.add(command)
         with failures.open("a") as handle:

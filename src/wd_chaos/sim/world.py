@@ -48,6 +48,7 @@ from without_durability.errors import Contended
 from .. import wallclock
 from ..checks import UNKNOWN, checkers, overall, run_checker
 from ..checks.core import paired_once
+from ..checks.coverage import coverage
 from ..client import careless
 from ..client.workload import plan_writes, recording_durable
 from ..rundir import FinalState
@@ -500,6 +501,8 @@ class Sim:
         found = checkers()
         with paired_once(lines):
             verdicts = [run_checker(name, found[name], lines, judged_final) for name in checks]
+            windows = self.scenario.coverage
+            reached = coverage(lines, windows).counts if windows else {}
         judged = verdicts
         # a checker with nothing to judge (no cancel this run) does not make the run unknown; one
         # that crashed does (never valid)
@@ -516,6 +519,7 @@ class Sim:
             steps,
             dict(self.world.stats),
             list(self.world.fired),
+            dict(reached),
         )
 
 
