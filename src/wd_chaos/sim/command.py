@@ -23,7 +23,7 @@ from typing import Any
 import click
 
 from ..scenario import Scenario, ScenarioError, available, find, load_file
-from . import SIM_STORES
+from . import SIM_CHECKS, SIM_STORES
 from .progress import Progress
 from .shrink import parse_plan, plan_text
 
@@ -239,8 +239,6 @@ def write_run_folder(folder: Path, scenario: Scenario, result: Any, store: str, 
     bytes a replay reproduces), ``final.json``, ``run.json`` and ``scenario.json``. The scenario
     stored is the judgement sim made (its checkers plus sim's own, no bite check or coverage
     windows: sim's faults are drawn per seed), so analyze gives the run sim's verdict."""
-    from . import SIM_CHECKS
-
     folder.mkdir(parents=True, exist_ok=True)
     judged = scenario.model_copy(
         update={
