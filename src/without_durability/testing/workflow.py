@@ -339,7 +339,13 @@ def _body_clock(start: datetime) -> Iterator[Any]:
     """The body's wall clock (``datetime.now``, ``date.today``, ``time.time``, ``time.localtime``...)
     on the store's, frozen between moves (``time-machine`` patches them process-wide, for one run).
     The monotonic clocks stay real: the event loop times its waits on them."""
-    import time_machine  # the testing extra's
+    try:
+        import time_machine
+    except ImportError as exc:  # the testing extra's
+        raise ImportError(
+            "the workflow kit sets the body's clock with time-machine: "
+            "pip install 'without-durability[testing]'"
+        ) from exc
 
     with time_machine.travel(start, tick=False) as traveller:
         yield traveller
