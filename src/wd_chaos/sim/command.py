@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 
+from ..faults import kinds
 from ..scenario import Scenario, ScenarioError, available, find, load_file
 from . import SIM_CHECKS, SIM_STORES
 from .progress import Progress
@@ -33,21 +34,16 @@ DEFAULT_SCENARIOS = ("lease-stall",)
 STORES = SIM_STORES
 """The stores a simulated run can hold (one process, no server, a clock it is handed)."""
 
-SIMULATED_FAULTS = frozenset({"kill", "stall", "wall-step", "clock-step", "reboot", "latency"})
-"""The scenario fault kinds the simulator has a form of: its nemesis kills, stalls, steps the
-store's wall clock and reboots; its wire delays every call. ``--all`` runs a scenario only when
-each of its faults is one of these (a partition or a failover is not, and a sim run of it would
-judge the sim's faults under that scenario's name)."""
-
 
 def not_simulable(scenario: Scenario, store: str) -> str | None:
     """Why ``--all`` leaves ``scenario`` out on ``store`` (a storm, a lifecycle run, no workers,
-    another store's scenario, a fault the simulator has no form of), or None when it runs it."""
+    another store's scenario, a fault kind with no ``simulated`` form), or None when it runs it."""
     if scenario.storm is not None or scenario.lifecycle is not None or scenario.workload.workers < 1:
         return "a storm or a lifecycle run, which sim does not model"
     if scenario.stores is not None and store not in scenario.stores:
         return f"a scenario for {', '.join(scenario.stores)} only"
-    other = sorted({f.kind for f in scenario.faults} - SIMULATED_FAULTS)
+    forms = {name for name, kind in kinds().items() if kind.simulated}
+    other = sorted({f.kind for f in scenario.faults} - forms)
     if other:
         return f"its {', '.join(other)} fault(s) have no simulated form"
     return None
