@@ -104,6 +104,66 @@ def test_sim_finds_each_mutant(mutant: str) -> None:
     assert result.valid is False, f"{mutant} survived seed {FOUND_AT[mutant]}"
 
 
+CARELESS = find("careless-clients")
+
+
+def _killed(lines: list[dict[str, Any]]) -> tuple[set[int], set[int]]:
+    """The pids the nemesis killed, and those a restart line says have ended."""
+    faults = [line for line in lines if line["type"] == "fault" and line.get("fault") == "kill"]
+    started = {int(line["target_pid"]) for line in faults if line["phase"] == "start"}
+    ended = {int(line["target_pid"]) for line in faults if line.get("restarted_pid") is not None}
+    return started, ended
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_a_worker_the_nemesis_killed_is_a_process_that_ended(store: str) -> None:
+    """Each kill is followed by the supervisor's restart line (as the process harness writes it),
+    so no-hung-pass counts the killed process as ended, not hung: the real store is valid."""
+    killed = 0
+    for seed in (1, 3, 5):  # kills on both stores; seed 5 reboots too (memory)
+        result = simulate(CARELESS, seed, None, store=store)
+        started, ended = _killed(result.lines)
+        killed += len(started)
+        assert started == ended, f"seed {seed}: killed {sorted(started)}, restart lines for {sorted(ended)}"
+        assert result.valid is True, (seed, [v.as_dict() for v in result.verdicts if v.valid is not True])
+    assert killed, "no seed killed a worker: the test proves nothing"
+
+
+def test_without_the_restart_line_a_killed_worker_is_hung() -> None:
+    """The line is what tells no-hung-pass the process ended: drop it and the checker says no."""
+    from wd_chaos.checks import checkers, run_checker
+    from wd_chaos.rundir import FinalState
+
+    result = simulate(CARELESS, 1, None)
+    lines = [line for line in result.lines if line.get("restarted_pid") is None]
+    verdict = run_checker(
+        "no-hung-pass", checkers()["no-hung-pass"], lines, FinalState.from_json(result.final)
+    )
+    assert verdict.valid is False and "never finished" in json.dumps(verdict.evidence), verdict.as_dict()
+
+
+def test_the_heal_ends_a_stall_still_holding_a_worker() -> None:
+    """As the process harness's heal SIGCONTs a stopped worker: seed 15 stalls one past the stop,
+    and without the heal it never exits when asked (no-hung-pass said no)."""
+    result = simulate(CARELESS, 15, None)
+    heal = next(i for i, line in enumerate(result.lines) if line.get("fault") == "heal")
+    ended = [line for line in result.lines[heal:] if line.get("fault") == "stall" and line["phase"] == "stop"]
+    assert ended, "no stall was ended by the heal: the seed no longer shows it"
+    assert result.valid is True, [v.as_dict() for v in result.verdicts if v.valid is not True]
+
+
+def test_all_runs_the_scenarios_whose_faults_sim_simulates() -> None:
+    from wd_chaos.sim.command import not_simulable, simulable
+
+    on_memory = {sc.name for sc in simulable("memory")}
+    assert {"lease-stall", "careless-clients", "kill-between-effect-and-record"} <= on_memory
+    assert not on_memory & {"partition", "slow-network", "take-storm", "reboot"}, on_memory
+    assert "reboot" in {sc.name for sc in simulable("sqlite")}
+    assert "no simulated form" in str(not_simulable(find("partition"), "memory"))
+    done = CliRunner().invoke(main, ["sim", "lease-stall", "--all"])
+    assert done.exit_code == 64 and "not both" in done.output, done.output
+
+
 def _lines(output: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
 
@@ -154,6 +214,71 @@ def test_all_valid_exits_0_with_only_the_summary_line() -> None:
 def test_bad_input_is_a_usage_error(args: list[str], says: str) -> None:
     done = CliRunner().invoke(main, args)
     assert done.exit_code == 64 and says in done.output, done.output
+
+
+WALL_CLOCK_MUTANT = ("memory-leases-on-wall-clock", FOUND_AT["memory-leases-on-wall-clock"])
+
+
+def test_a_failing_seed_prints_its_first_evidence_beside_its_replay() -> None:
+    mutant, seed = WALL_CLOCK_MUTANT
+    args = ["sim", "--seeds", "1", "--seed", str(seed), "--mutant", mutant, "--jobs", "1"]
+    text = CliRunner().invoke(main, args)
+    assert text.exit_code == 1, text.output
+    verdict, evidence, replay = text.output.splitlines()[:3]
+    assert verdict.startswith("INVALID lease-stall") and replay.startswith("  replay: wd-chaos sim"), (
+        text.output
+    )
+    assert evidence.startswith("  first evidence: fencing: claim workflow lease-stall-"), evidence
+    as_json = CliRunner().invoke(main, [*args, "--json"])
+    failing = _lines(as_json.output)[0]["evidence"]
+    assert failing["checker"] == "fencing" and failing["f"] == "claim", failing
+    assert failing["workflow"].startswith("lease-stall-") and failing["why"], failing
+
+
+def test_the_summary_counts_the_faults_and_the_coverage_windows_reached() -> None:
+    done = CliRunner().invoke(main, ["sim", "--seeds", "3", "--seed", "2", "--json", "--jobs", "1"])
+    assert done.exit_code == 0, done.output
+    (summary,) = _lines(done.output)
+    assert summary["faults"].get("stall", 0) > 0 and summary["faults"].get("lost_reply", 0) > 0, summary
+    windows = summary["coverage"]["lease-stall"]
+    assert set(windows) == set(SCENARIO.coverage), windows
+    assert all(0 <= n <= 3 for n in windows.values()) and any(windows.values()), windows
+
+
+def test_progress_is_drawn_on_a_terminal_only(capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+
+    from rich.console import Console
+
+    from wd_chaos.sim.progress import Progress
+
+    screen = io.StringIO()
+    with Progress(3, Console(file=screen, force_terminal=True, width=100)) as bar:
+        bar.advance(1, 0)
+        bar.echo("INVALID a line")
+    assert bar.shown and "sim" in screen.getvalue(), screen.getvalue()
+    pipe = io.StringIO()
+    with Progress(3, Console(file=pipe, force_terminal=False)) as quiet:
+        quiet.advance(0, 0)
+        quiet.echo("INVALID another")
+    assert not quiet.shown and pipe.getvalue() == "", pipe.getvalue()
+    assert capsys.readouterr().out.splitlines() == ["INVALID a line", "INVALID another"]
+
+
+@pytest.mark.parametrize("mutant", [None, WALL_CLOCK_MUTANT[0]])
+def test_analyze_judges_a_run_folder_sim_wrote_as_sim_did(tmp_path: Path, mutant: str | None) -> None:
+    seed = WALL_CLOCK_MUTANT[1]
+    folder = tmp_path / "run"
+    args = ["sim", "--seeds", "1", "--seed", str(seed), "--history", str(folder), "--json"]
+    done = CliRunner().invoke(main, [*args, *(["--mutant", mutant] if mutant else [])])
+    assert done.exit_code == (1 if mutant else 0), done.output
+    analyzed = CliRunner().invoke(main, ["analyze", str(folder)])
+    assert analyzed.exit_code == done.exit_code, analyzed.output
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["valid"] is (mutant is None) and summary["sim"] is True, summary["valid"]
+    assert "wd-chaos sim lease-stall" in (folder / "report.html").read_text(), (
+        "the report's replay is not sim's"
+    )
 
 
 def _line(kind: str, op: str, mono: int, **more: object) -> dict[str, object]:

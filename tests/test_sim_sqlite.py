@@ -35,7 +35,7 @@ FOUND_AT = {
     "sqlite-stamps-before-the-latest": 3,
     "sqlite-wake-reinstates-cancelled": 1,
     "sqlite-load-hides-lifecycle": 1,
-    "sqlite-record-without-fence": 15,
+    "sqlite-record-without-fence": 21,
 }
 """A seed at which sim finds each SQLite mutant (``wd-chaos sim --store sqlite --mutant NAME``);
 the real store passes them (seed 1 below, the others in ``test_the_real_store_passes_...``)."""

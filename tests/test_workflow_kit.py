@@ -12,7 +12,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +122,69 @@ async def test_a_key_chosen_by_random_outside_a_step_is_nondeterministic() -> No
     problem = report.problems[0]
     assert problem.kind == "nondeterministic" and problem.key.startswith("charge-")
     assert "crashed before the first operation" in problem.message
+
+
+async def dated_outside(run: Run[Any]) -> object:
+    """Keys its charge by the day it runs, read outside any step: after a sleep into another day
+    the resumed pass asks another key, and in production charges again."""
+    day = date.today().isoformat()
+
+    async def charge() -> object:
+        return {"id": f"ch-{day}"}
+
+    payment = await run.step(f"charge-{day}", charge, dict)
+    await run.sleep("cooling-off", timedelta(days=2))
+    return payment["id"]
+
+
+async def dated_inside(run: Run[Any]) -> object:
+    """The same body with the day taken inside a step: recorded once, read back on every pass."""
+
+    async def today() -> object:
+        return date.today().isoformat()
+
+    day = await run.step("day", today, str)
+
+    async def charge() -> object:
+        return {"id": f"ch-{day}"}
+
+    payment = await run.step(f"charge-{day}", charge, dict)
+    await run.sleep("cooling-off", timedelta(days=2))
+    return payment["id"]
+
+
+async def hour_outside(run: Run[Any]) -> object:
+    """A report keyed by the hour (``datetime.now``), read outside any step, across a sleep of hours."""
+    hour = datetime.now(UTC).strftime("%Y-%m-%dT%H")
+
+    async def send() -> object:
+        return hour
+
+    sent = await run.step(f"report-{hour}", send, str)
+    await run.sleep("wait", timedelta(hours=3))
+    return sent
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_a_key_from_the_date_outside_a_step_is_caught_and_inside_one_is_not(store: str) -> None:
+    start = datetime(2030, 1, 1, tzinfo=UTC).date()  # the day the kit's store clock starts on
+    bad = await check_workflow(dated_outside, store=store)
+    assert not bad.valid and bad.problems[0].kind == "nondeterministic", bad.explain()
+    for day in (start, start + timedelta(days=2)):
+        assert f"charge-{day.isoformat()}" in bad.explain(), bad.explain()
+    good = await check_workflow(dated_inside, store=store)
+    assert good.valid, good.explain()
+    assert good.result == f"ch-{start.isoformat()}", good.result  # the store's clock, not the machine's
+
+
+async def test_a_key_from_the_hour_outside_a_step_is_caught() -> None:
+    report = await check_workflow(hour_outside)
+    assert not report.valid and report.problems[0].kind == "nondeterministic", report.explain()
+
+
+async def test_the_body_clock_is_the_machines_again_after_a_check() -> None:
+    await check_workflow(dated_inside)
+    assert date.today().year < 2030, "the kit left the body's clock patched"
 
 
 async def test_a_result_chosen_by_random_is_nondeterministic() -> None:

@@ -89,7 +89,10 @@ def _verdict_cell(valid: object, untested: bool = False) -> str:
 def reproduce_command(run_dir: Path, summary: dict[str, Any]) -> str:
     """The ``wd-chaos run`` command that runs this run again: same scenario, store, seed, time limit,
     workers, client and mutant, and its recorded fault schedule when that did not come from the seed.
-    A scenario that is not built in is named by the run's own ``scenario.json``."""
+    A scenario that is not built in is named by the run's own ``scenario.json``. A run that says
+    its own replay (a simulated run's ``wd-chaos sim`` command) is replayed by that."""
+    if summary.get("replay"):
+        return str(summary["replay"])
     name = str(summary["scenario"])
     try:
         built_in = name in available()

@@ -134,6 +134,9 @@ class FaultKind:
     """The fields of its fault lines the report's fault table shows."""
     launch: Launch | None = None
     """Called by the cluster each time it starts a process of the run (see ``launching``)."""
+    simulated: str = ""
+    """What ``wd-chaos sim`` draws in this kind's place ('' for nothing): a scenario whose kinds
+    all have a simulated form is one ``wd-chaos sim --all`` runs."""
 
 
 PACKAGE = "wd_chaos.faults"

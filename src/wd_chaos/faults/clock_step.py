@@ -464,4 +464,5 @@ CLOCK_STEP = FaultKind(
     color=CLOCK_STEP_COLOR,
     describe=describe,
     detail=("seconds", "offset", "clock"),
+    simulated="the nemesis steps the store's virtual wall clock forward or back",
 )

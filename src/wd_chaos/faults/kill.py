@@ -94,4 +94,5 @@ KILL = FaultKind(
     color="#222222",
     markers=(Marker("start"),),
     detail=("failpoint",),
+    simulated="the nemesis crashes a worker at any await and restarts it",
 )

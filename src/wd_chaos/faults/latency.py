@@ -107,4 +107,5 @@ LATENCY = FaultKind(
     color="#b07aa1",
     window=True,
     detail=("ms", "spread", "duration"),
+    simulated="the wire delays every store call's request and reply",
 )

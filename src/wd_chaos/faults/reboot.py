@@ -332,4 +332,5 @@ REBOOT = FaultKind(
     describe=describe,
     detail=("uptime", "target_pids", "busy"),
     launch=launch,
+    simulated="the nemesis crashes every worker and restarts the store's lease clock small",
 )

@@ -194,6 +194,7 @@ STALL = FaultKind(
     color="#e4572e",
     window=True,
     detail=("duration", "over"),
+    simulated="the nemesis holds a worker past its lease or its budget",
 )
 
 

@@ -106,7 +106,9 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     awaited = steps.awaited
     # steps keep their order: a step forward overtaking a step back still waiting for its target
     # would leave the step back nothing to land between
-    if not waited_out and any(e["fault"] == "wall-step" and float(e["at"]) < float(ev["at"]) for e in nemesis.pending):
+    if not waited_out and any(
+        e["fault"] == "wall-step" and float(e["at"]) < float(ev["at"]) for e in nemesis.pending
+    ):
         return False
     # the last step was placed before a write: no other step until that write has read the clock
     pending = awaited and writes and not any(writes.written_since(w, steps.stepped_ns) for w in awaited)
@@ -139,4 +141,12 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     return True
 
 
-WALL_STEP = FaultKind("wall-step", WallStepFault, WallStepEvent, plan, start, detail=("seconds", "offset"))
+WALL_STEP = FaultKind(
+    "wall-step",
+    WallStepFault,
+    WallStepEvent,
+    plan,
+    start,
+    detail=("seconds", "offset"),
+    simulated="the nemesis steps the store's virtual wall clock forward or back",
+)

@@ -13,16 +13,19 @@ import shlex
 import sys
 import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ..scenario import Scenario, ScenarioError, find
-from . import SIM_STORES
+from ..faults import kinds
+from ..scenario import Scenario, ScenarioError, available, find, load_file
+from . import SIM_CHECKS, SIM_STORES
+from .progress import Progress
 from .shrink import parse_plan, plan_text
 
 DEFAULT_SCENARIOS = ("lease-stall",)
@@ -30,6 +33,26 @@ DEFAULT_SCENARIOS = ("lease-stall",)
 
 STORES = SIM_STORES
 """The stores a simulated run can hold (one process, no server, a clock it is handed)."""
+
+
+def not_simulable(scenario: Scenario, store: str) -> str | None:
+    """Why ``--all`` leaves ``scenario`` out on ``store`` (a storm, a lifecycle run, no workers,
+    another store's scenario, a fault kind with no ``simulated`` form), or None when it runs it."""
+    if scenario.storm is not None or scenario.lifecycle is not None or scenario.workload.workers < 1:
+        return "a storm or a lifecycle run, which sim does not model"
+    if scenario.stores is not None and store not in scenario.stores:
+        return f"a scenario for {', '.join(scenario.stores)} only"
+    forms = {name for name, kind in kinds().items() if kind.simulated}
+    other = sorted({f.kind for f in scenario.faults} - forms)
+    if other:
+        return f"its {', '.join(other)} fault(s) have no simulated form"
+    return None
+
+
+def simulable(store: str) -> list[Scenario]:
+    """Every built-in scenario ``--all`` runs on ``store``, by name."""
+    built_in = [load_file(path) for path in available().values()]
+    return [sc for sc in built_in if not_simulable(sc, store) is None]
 
 
 @dataclass(frozen=True)
@@ -45,6 +68,45 @@ class Judged:
     """The SHA-256 of the run's ``history.jsonl`` bytes for a run that was not valid (what its
     replay reproduces); None for a valid run, whose history a sweep never writes (serialising
     every run's history cost a sweep a tenth of its time)."""
+    evidence: dict[str, Any] | None = None
+    """The first evidence of the first checker that said no (``first_evidence``); None when valid."""
+    stats: dict[str, int] = field(default_factory=dict)
+    """How many faults of each kind the run injected (``kill``, ``stall``, ``lost_reply``...)."""
+    coverage: dict[str, int] = field(default_factory=dict)
+    """Hits of each coverage window the scenario names (counted, not judged)."""
+
+
+EVIDENCE_FIELDS = ("f", "workflow", "key", "token", "op", "process", "pid", "role", "why")
+"""What ``first_evidence`` keeps of an evidence item: the operation and where it wrote, and why."""
+
+
+def first_evidence(verdicts: Iterable[Any]) -> dict[str, Any] | None:
+    """The first checker that said no, its summary, and its first evidence item's operation,
+    workflow, key and why (looked for one level down when the item nests the operation); None
+    when no checker said no."""
+    failed = next((v for v in verdicts if v.valid is False), None)
+    if failed is None:
+        return None
+    out: dict[str, Any] = {"checker": failed.name, "summary": failed.summary}
+    item = failed.evidence[0] if failed.evidence else {}
+    if isinstance(item, dict) and not any(k in item for k in ("f", "workflow", "key")):
+        nested = [v for v in item.values() if isinstance(v, dict) and ("workflow" in v or "f" in v)]
+        if nested:
+            item = {**nested[0], **{k: v for k, v in item.items() if k == "why"}}
+    if isinstance(item, dict):
+        out.update({k: item[k] for k in EVIDENCE_FIELDS if item.get(k) is not None})
+    return out
+
+
+def evidence_text(evidence: dict[str, Any]) -> str:
+    """``first_evidence`` as one line: the checker, the operation, its workflow and key, and why."""
+    what = " ".join(
+        f"{k} {evidence[k]}" if k != "f" else str(evidence[k])
+        for k in ("f", "workflow", "key", "token", "op")
+        if k in evidence
+    )
+    why = evidence.get("why") or evidence.get("summary", "")
+    return f"{evidence['checker']}: {what + ': ' if what else ''}{why}"
 
 
 def replay_command(
@@ -96,7 +158,18 @@ def _judge(job: Job) -> Judged:
     scenario, seed, mutant, plan, store = job
     result = simulate(scenario, seed, mutant, plan, store=store)
     sha = None if result.valid is True else hashlib.sha256(result.history_bytes()).hexdigest()
-    return Judged(scenario.name, seed, result.valid, tuple(result.failing()), result.steps, sha)
+    evidence = first_evidence(result.verdicts)
+    return Judged(
+        scenario.name,
+        seed,
+        result.valid,
+        tuple(result.failing()),
+        result.steps,
+        sha,
+        evidence,
+        dict(result.stats),
+        dict(result.coverage),
+    )
 
 
 _hushed = False
@@ -157,13 +230,61 @@ def _scenarios(names: tuple[str, ...]) -> list[Scenario]:
     return found
 
 
+def write_run_folder(folder: Path, scenario: Scenario, result: Any, store: str, replay: str) -> None:
+    """Write one simulated run as a run folder ``wd-chaos analyze`` judges: ``history.jsonl`` (the
+    bytes a replay reproduces), ``final.json``, ``run.json`` and ``scenario.json``. The scenario
+    stored is the judgement sim made (its checkers plus sim's own, no bite check or coverage
+    windows: sim's faults are drawn per seed), so analyze gives the run sim's verdict."""
+    folder.mkdir(parents=True, exist_ok=True)
+    judged = scenario.model_copy(
+        update={
+            "checks": list(dict.fromkeys([*scenario.checks, *SIM_CHECKS])),
+            "bite": "none",
+            "coverage": [],
+        }
+    )
+    (folder / "scenario.json").write_text(judged.model_dump_json(indent=1))
+    (folder / "final.json").write_text(json.dumps(result.final, indent=1, default=str))
+    work = scenario.workload
+    meta = {
+        "scenario": scenario.name,
+        "store": store,
+        "seed": result.seed,
+        "sim": True,
+        "time_limit": scenario.time_limit,
+        "workers": work.workers,
+        "workflows": work.workflows,
+        "mutant": result.mutant,
+        "schedule_from": "seed",
+        # virtual seconds, first line to last: the run's length on its own clock
+        "wall_seconds": round((result.lines[-1]["mono"] - result.lines[0]["mono"]) / 1e9, 3)
+        if result.lines
+        else 0,
+        "replay": replay,
+        "fired": list(result.fired),
+    }
+    (folder / "run.json").write_text(json.dumps(meta, indent=1))
+    (folder / "history.jsonl").write_bytes(result.history_bytes())
+
+
 @click.command("sim")
 @click.argument("scenarios", nargs=-1, metavar="[SCENARIO]...")
 @click.option(
     "--store", type=click.Choice(STORES), default="memory", show_default=True, help="The store simulated."
 )
 @click.option(
-    "--seeds", type=click.IntRange(1), default=100, show_default=True, help="How many seeds to run."
+    "--all",
+    "run_all",
+    is_flag=True,
+    help="Run every built-in scenario whose faults the simulator has a form of on --store "
+    "(--seeds seeds each).",
+)
+@click.option(
+    "--seeds",
+    type=click.IntRange(1),
+    default=100,
+    show_default=True,
+    help="How many seeds to run (per scenario).",
 )
 @click.option("--seed", "first", type=click.IntRange(0), default=0, show_default=True, help="The first seed.")
 @click.option("--mutant", default=None, help="Run a catalogue mutant of the store instead of the real one.")
@@ -183,9 +304,10 @@ def _scenarios(names: tuple[str, ...]) -> list[Scenario]:
 )
 @click.option(
     "--history",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
-    help="With one seed: write its history.jsonl here (what a replay reproduces byte for byte).",
+    help="With one seed: write its history here (what a replay reproduces byte for byte): a path "
+    "ending in .jsonl gets the history alone, any other a run folder that wd-chaos analyze judges.",
 )
 @click.option(
     "--faults",
@@ -217,6 +339,7 @@ def _scenarios(names: tuple[str, ...]) -> list[Scenario]:
 def sim_command(
     scenarios: tuple[str, ...],
     store: str,
+    run_all: bool,
     seeds: int,
     first: int,
     mutant: str | None,
@@ -234,7 +357,9 @@ def sim_command(
     code, faults at its awaits (crashes, stalls past the lease, cancels, lost replies, deliveries
     handed out twice, wall-clock steps, a reboot), judged by the same checkers as wd-chaos run.
     Every failing seed prints the command that replays it. Exit 0 all valid, 1 any invalid."""
-    found = _scenarios(scenarios)
+    if run_all and scenarios:
+        raise click.UsageError("give scenario names or --all, not both")
+    found = simulable(store) if run_all else _scenarios(scenarios)
     if mutant:
         from ..stores import find_mutant
 
@@ -254,7 +379,12 @@ def sim_command(
             raise click.UsageError(str(exc)) from exc
     if history is not None:
         result = simulate(found[0], first, mutant, plan, store=store)
-        history.write_bytes(result.history_bytes())
+        if history.suffix == ".jsonl":
+            history.write_bytes(result.history_bytes())
+        else:
+            write_run_folder(
+                history, found[0], result, store, replay_command(found[0].name, first, store, mutant, plan)
+            )
     jobs_list: list[Job] = [
         (sc, seed, mutant, plan, store) for sc in found for seed in range(first, first + seeds)
     ]
@@ -270,16 +400,23 @@ def sim_command(
         judged_runs = run_on_cluster(cluster, jobs_list, _judge)
     else:
         judged_runs = _runs(jobs_list, jobs)
+    faults: Counter[str] = Counter()
+    reached: dict[str, Counter[str]] = {sc.name: Counter(dict.fromkeys(sc.coverage, 0)) for sc in found}
+    progress = Progress(len(jobs_list))
     try:
-        for judged in judged_runs:
-            runs += 1
-            if judged.valid is False and first_failing is None:
-                first_failing = judged
-            if judged.valid is True:
-                continue
-            invalid, unknown, worst = _report(
-                judged, store, mutant, plan, as_json, failures, known, invalid, unknown, worst
-            )
+        with progress:
+            for judged in judged_runs:
+                runs += 1
+                faults.update(judged.stats)
+                reached[judged.scenario].update(w for w, hits in judged.coverage.items() if hits)
+                if judged.valid is False and first_failing is None:
+                    first_failing = judged
+                if judged.valid is not True:
+                    invalid, unknown, worst = _report(
+                        judged, store, mutant, plan, as_json, failures, known, invalid, unknown, worst,
+                        progress.echo,
+                    )  # fmt: skip
+                progress.advance(invalid, unknown)
     except Exception as exc:
         from .cluster import ClusterUnavailable
 
@@ -304,6 +441,8 @@ def sim_command(
         "store": store,
         "scenarios": [sc.name for sc in found],
         "mutant": mutant,
+        "faults": dict(sorted(faults.items())),
+        "coverage": {name: dict(windows) for name, windows in reached.items() if windows},
     }
     if as_json:
         click.echo(json.dumps(summary))
@@ -328,8 +467,10 @@ def _report(
     invalid: int,
     unknown: int,
     worst: int,
+    echo: Callable[[str], None] = click.echo,
 ) -> tuple[int, int, int]:
-    """Print one run that was not valid (and add it to the failures file); the new counts."""
+    """Print one run that was not valid with ``echo`` (and add it to the failures file); the new
+    counts."""
     command = replay_command(judged.scenario, judged.seed, store, mutant, plan)
     if judged.valid is False:
         invalid += 1
@@ -344,14 +485,17 @@ def _report(
             "seed": judged.seed,
             "verdict": verdict,
             "failing": list(judged.failing),
+            "evidence": judged.evidence,
             "replay": command,
         }
-        click.echo(json.dumps(line))
+        echo(json.dumps(line, default=str))
     else:
-        click.echo(
-            f"{verdict.upper()} {judged.scenario} seed {judged.seed}: {', '.join(judged.failing) or 'a checker crashed'}"
-        )
-        click.echo(f"  replay: {command}")
+        failing = ", ".join(judged.failing) or "a checker crashed"
+        lines = [f"{verdict.upper()} {judged.scenario} seed {judged.seed}: {failing}"]
+        if judged.evidence is not None:
+            lines.append(f"  first evidence: {evidence_text(judged.evidence)}")
+        lines.append(f"  replay: {command}")
+        echo("\n".join(lines))  # one print: a progress bar is drawn again once, below all three
     if failures is not None and command not in known:
         known.add(command)
         with failures.open("a") as handle:

@@ -106,6 +106,11 @@ class SimLoop(asyncio.AbstractEventLoop):
         self._stalled[process] = max(until, self._stalled.get(process, until))
         self.call_at(until, self._thaw, process, context=contextvars.Context())
 
+    def resume(self, process: str) -> None:
+        """End a ``stall`` of ``process`` now (SIGCONT before its time): its held callbacks run again."""
+        if self._stalled.pop(process, None) is not None:
+            self._ready.extend(self._frozen.pop(process, []))
+
     def crashed(self, process: str) -> bool:
         """Whether ``crash`` has been called for ``process``."""
         return process in self._dead

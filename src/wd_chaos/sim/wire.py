@@ -82,6 +82,9 @@ class Result:
     stats: dict[str, int] = field(default_factory=dict)
     fired: list[str] = field(default_factory=list)
     """The ids of the faults the run injected, in order (its fault plan, as ``--faults`` takes it)."""
+    coverage: dict[str, int] = field(default_factory=dict)
+    """How often the run entered each coverage window its scenario names (``checks.coverage``):
+    counted, never judged (sim draws its faults anew for each seed)."""
 
     def history_bytes(self) -> bytes:
         """The history as ``history.jsonl`` holds it (one sorted-key JSON line each, then the

@@ -48,6 +48,7 @@ from without_durability.errors import Contended
 from .. import wallclock
 from ..checks import UNKNOWN, checkers, overall, run_checker
 from ..checks.core import paired_once
+from ..checks.coverage import coverage
 from ..client import careless
 from ..client.workload import plan_writes, recording_durable
 from ..rundir import FinalState
@@ -111,6 +112,12 @@ class Sim:
         self.workers: dict[str, tuple[str, Worker[Any]]] = {}
         self.serving: dict[str, asyncio.Task[Any]] = {}
         """Live worker by name: its process id on the loop and its library Worker."""
+        self.killed: dict[str, int] = {}
+        """A killed worker's name and its old pid, until a new incarnation starts."""
+        self.stalls: dict[str, tuple[str, dict[str, Any], asyncio.TimerHandle]] = {}
+        """A stall that holds its process now, by id: the process, its line, its end's timer."""
+        self.nemesis_hist: SimHistory | None = None
+        """The nemesis's history writer, once it has started (it writes every fault line)."""
         self.incarnation = 0
         self.nonce = 0
         self.healed = False
@@ -212,6 +219,12 @@ class Sim:
             retry=RetryPolicy(maximum_attempts=1),
         )
         self.workers[name] = (proc, worker)
+        old = self.killed.pop(name, None)
+        if old is not None and self.nemesis_hist is not None:
+            # the supervisor's line, as the process harness writes it when it restarts a dead
+            # worker (``control.cluster``): what tells every checker the old process has ended
+            self.fault(self.nemesis_hist, "kill", "stop", target=name, target_pid=old, returncode=-9,
+                       restarted_pid=hist.pid)  # fmt: skip
 
         async def serve() -> None:
             try:
@@ -287,6 +300,7 @@ class Sim:
 
     async def nemesis(self, until: float) -> None:
         hist, _, _ = self.process("nemesis")
+        self.nemesis_hist = hist
         world, rng, loop = self.world, self.rng, self.loop
         lease = self.lease
         n = 0
@@ -341,10 +355,14 @@ class Sim:
                 self.fault(hist, "stall", "start", **ev)
                 loop.stall(proc, loop.time() + duration)
                 world.count("stall")
-                loop.call_at(
-                    loop.time() + duration,
-                    lambda ev=ev: self.fault(hist, "stall", "stop", **ev),
-                    context=contextvars.Context(),
+                self.stalls[str(ev["id"])] = (
+                    proc,
+                    ev,
+                    loop.call_at(
+                        loop.time() + duration,
+                        lambda ev=ev: self.end_stall(str(ev["id"])),
+                        context=contextvars.Context(),
+                    ),
                 )
             else:
                 seconds = rng.choice((30.0, -3.0, 10.0, -1.0))
@@ -354,10 +372,26 @@ class Sim:
                 world.count("wall_step")
                 self.fault(hist, "wall-step", "start", id=f"wall-step-{n}", seconds=seconds, target="store")
 
+    def end_stall(self, fault: str) -> None:
+        """Write the stop line of the stall ``fault`` (its time came, or the heal ended it)."""
+        _, ev, _ = self.stalls.pop(fault)
+        assert self.nemesis_hist is not None  # a stall is the nemesis's
+        self.fault(self.nemesis_hist, "stall", "stop", **ev)
+
+    def heal_stalls(self) -> None:
+        """The heal's SIGCONT, as the process harness's ``nemesis.heal`` gives it: every stall still
+        holding a process ends now, so each worker can finish its workflow and exit when asked."""
+        for fault in sorted(self.stalls):
+            proc, _, timer = self.stalls[fault]
+            timer.cancel()
+            self.loop.resume(proc)
+            self.end_stall(fault)
+
     def kill(self, hist: SimHistory, name: str, n: int, *, restart: bool = True) -> None:
         proc, _ = self.workers.pop(name)
         pid = int(proc.rsplit("#", 1)[1])
         self.fault(hist, "kill", "start", id=f"kill-{n}", target=name, target_pid=pid)
+        self.killed[name] = pid
         self.loop.crash(proc)
         self.world.count("kill")
         if restart:
@@ -394,6 +428,7 @@ class Sim:
         await asyncio.sleep(limit)
         self.healed = True
         self.fault(hist, "heal", "start")
+        self.heal_stalls()
         # the heal: no new faults; wait for every workflow to finish, or the heal's time to run out
         deadline = self.world.elapsed() + self.scenario.heal_seconds
         while self.world.elapsed() < deadline:
@@ -402,6 +437,10 @@ class Sim:
                 break
             await asyncio.sleep(0.5)
         self.fault(hist, "heal", "stop", finished=finished)
+        # the supervisor's last round: a worker killed too late for its restart to come first is
+        # started now (and stopped with the rest), so each killed process is one that ended
+        for name in sorted(self.killed):
+            self.start_worker(name)
         hist.event("info", what="stop")
         self.healed_all = True
         stop_reading.set()
@@ -462,6 +501,8 @@ class Sim:
         found = checkers()
         with paired_once(lines):
             verdicts = [run_checker(name, found[name], lines, judged_final) for name in checks]
+            windows = self.scenario.coverage
+            reached = coverage(lines, windows).counts if windows else {}
         judged = verdicts
         # a checker with nothing to judge (no cancel this run) does not make the run unknown; one
         # that crashed does (never valid)
@@ -478,6 +519,7 @@ class Sim:
             steps,
             dict(self.world.stats),
             list(self.world.fired),
+            dict(reached),
         )
 
 

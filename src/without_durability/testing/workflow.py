@@ -7,7 +7,10 @@ after the body returns, and inside each ``step`` after its effect and before its
 ``transact`` after its effect and before its commit, where the store's effect is a plain callable).
 Each crashed pass is followed by fresh passes over the same store until the body finishes. Every
 run opens a fresh store from the kit registry (``memory`` by default) on a clock that moves only
-when a sleep is due, so a sleep of a week costs nothing.
+when a sleep is due, so a sleep of a week costs nothing. The body's own wall clock is the store's:
+while a run goes on, ``datetime.now``, ``date.today``, ``time.time`` and the rest of the wall-clock
+functions read the store's clock, frozen within a pass (``time-machine`` patches them), so a pass
+after a sleep reads the day and hour the store woke it at, as a process would.
 
 Nothing here changes the body: it receives a ``Run`` that watches its operations and raises a
 crash (a ``BaseException``) where one is due, and the store underneath is the real one.
@@ -19,8 +22,12 @@ What a ``WorkflowReport`` says per step, and what it refuses:
 - a ``step`` ran at most ``most_runs`` times (2 when a crash fell between its effect and its record);
 - a step recorded before a crash never ran again (if it did, the report says no);
 - the body is deterministic: a resumed pass that was handed the same values as the reference asks
-  the same keys in the same order and returns the same result. A step key chosen by ``random()`` or
-  by the wall clock outside any step breaks that, and the problem names the key and the crash point.
+  the same keys in the same order and returns the same result. A step key chosen by ``random()``
+  outside any step breaks that, and so does one taken from the wall clock (the date, the hour)
+  outside any step when a sleep moves the clock across it; the problem names the key and the crash
+  point. A crashed pass is resumed at the same instant, so a time read with no sleep to move it is
+  not caught; nor are the monotonic clocks, a set's order or anything outside the process (the
+  tutorial ``test-your-workflow`` lists what is caught and what is not).
 
 ``check_upgrade(new, old)`` runs ``old`` to each of its step boundaries and resumes with ``new``:
 it says no when ``new`` performs an effect under a key where ``old`` recorded another one that
@@ -32,7 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -327,6 +334,23 @@ def _note_crash(trace: RunTrace) -> None:
     trace.performed_at_crash = len(trace.performed)
 
 
+@contextlib.contextmanager
+def _body_clock(start: datetime) -> Iterator[Any]:
+    """The body's wall clock (``datetime.now``, ``date.today``, ``time.time``, ``time.localtime``...)
+    on the store's, frozen between moves (``time-machine`` patches them process-wide, for one run).
+    The monotonic clocks stay real: the event loop times its waits on them."""
+    try:
+        import time_machine
+    except ImportError as exc:  # the testing extra's
+        raise ImportError(
+            "the workflow kit sets the body's clock with time-machine: "
+            "pip install 'without-durability[testing]'"
+        ) from exc
+
+    with time_machine.travel(start, tick=False) as traveller:
+        yield traveller
+
+
 async def _drive(
     open_store: OpenStore,
     bodies: tuple[Body, Body],
@@ -347,56 +371,59 @@ async def _drive(
                 "cannot move: use --store memory or --store sqlite"
             )
         durable = store.durable
-        for _ in range(MAX_PASSES):
-            body = bodies[1] if watch.fired else bodies[0]
-            this = _Pass()
-            trace.passes.append(this)
-            pass_ = await durable.checkpointer.claim(WORKFLOW, alive=_ALIVE, budget=_BUDGET)
+        # the body's clock is the store's: a pass after a sleep reads the time the store woke it at
+        with _body_clock(clock.clock()) as body_clock:
+            for _ in range(MAX_PASSES):
+                body_clock.move_to(clock.clock())
+                body = bodies[1] if watch.fired else bodies[0]
+                this = _Pass()
+                trace.passes.append(this)
+                pass_ = await durable.checkpointer.claim(WORKFLOW, alive=_ALIVE, budget=_BUDGET)
 
-            async def watched(run: Run[Any], body: Body = body, this: _Pass = this) -> object:
-                observed = _WatchedRun(run, watch, this)
-                value = await body(cast(Run[Any], observed))
-                if watch.due("before", len(this.ops)):
-                    observed._die()
-                return value
+                async def watched(run: Run[Any], body: Body = body, this: _Pass = this) -> object:
+                    observed = _WatchedRun(run, watch, this)
+                    value = await body(cast(Run[Any], observed))
+                    if watch.due("before", len(this.ops)):
+                        observed._die()
+                    return value
 
-            try:
-                outcome = await resume(durable, pass_, watched)
-            except BaseException as exc:
-                if not _contains_crash(exc) and not this.crashed:
-                    if not isinstance(exc, Exception):
-                        raise
-                    trace.raised = exc
+                try:
+                    outcome = await resume(durable, pass_, watched)
+                except BaseException as exc:
+                    if not _contains_crash(exc) and not this.crashed:
+                        if not isinstance(exc, Exception):
+                            raise
+                        trace.raised = exc
+                        await durable.checkpointer.release(pass_)
+                        return trace
+                    # the process died: its claim lapses (released here, so no virtual time passes)
+                    _note_crash(trace)
                     await durable.checkpointer.release(pass_)
-                    return trace
-                # the process died: its claim lapses (released here, so no virtual time passes)
-                _note_crash(trace)
+                    continue
                 await durable.checkpointer.release(pass_)
-                continue
-            await durable.checkpointer.release(pass_)
-            if this.crashed:  # the body caught the crash and returned: the process was dead anyway
-                _note_crash(trace)
-                continue
-            if isinstance(outcome, Finished):
-                trace.result = outcome.value
-                trace.finished = True
-                return trace
-            if isinstance(outcome, Sleeping):
-                now = await store.now()
-                if outcome.until > now:
-                    await clock.advance(outcome.until - now)
-                continue
-            assert isinstance(outcome, Blocked)
-            missing = [k for k in outcome.waits if k not in inputs]
-            if missing:
-                raise MissingInput(
-                    f"the body waits for {', '.join(map(repr, missing))} (run.awaiting), which the "
-                    f"inputs do not give: give each a value (inputs={{{missing[0]!r}: ...}}, or on the "
-                    f"command line --input '{{\"{missing[0]}\": ...}}')"
-                )
-            for key in outcome.waits:
-                await durable.arrive(WORKFLOW, key, inputs[key])
-        return trace
+                if this.crashed:  # the body caught the crash and returned: the process was dead anyway
+                    _note_crash(trace)
+                    continue
+                if isinstance(outcome, Finished):
+                    trace.result = outcome.value
+                    trace.finished = True
+                    return trace
+                if isinstance(outcome, Sleeping):
+                    now = await store.now()
+                    if outcome.until > now:
+                        await clock.advance(outcome.until - now)
+                    continue
+                assert isinstance(outcome, Blocked)
+                missing = [k for k in outcome.waits if k not in inputs]
+                if missing:
+                    raise MissingInput(
+                        f"the body waits for {', '.join(map(repr, missing))} (run.awaiting), which the "
+                        f"inputs do not give: give each a value (inputs={{{missing[0]!r}: ...}}, or on the "
+                        f"command line --input '{{\"{missing[0]}\": ...}}')"
+                    )
+                for key in outcome.waits:
+                    await durable.arrive(WORKFLOW, key, inputs[key])
+            return trace
 
 
 # -- the report ---------------------------------------------------------------------------------
