@@ -17,14 +17,21 @@ ROOT = Path(__file__).resolve().parent.parent
 HUNG = "tests/procs/hung_worker.py"
 
 
-@pytest.mark.timeout(300)
-def test_every_hung_worker_fails_by_name_and_the_session_goes_on() -> None:
-    # only the plugins these tests need, so the session starts fast on a busy machine
+PLUGINS = ["xdist.plugin", "pytest_timeout", "pytest_asyncio.plugin"]
+"""Only the plugins these tests need, so their session starts fast on a busy machine."""
+
+
+def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    return env
+
+
+@pytest.mark.timeout(300)
+def test_every_hung_worker_fails_by_name_and_the_session_goes_on() -> None:
     argv = session.command(
         [HUNG],
-        plugins=["xdist.plugin", "pytest_timeout", "pytest_asyncio.plugin"],
+        plugins=PLUGINS,
         jobs=2,
         summary=True,
         test_timeout=2,
@@ -32,7 +39,7 @@ def test_every_hung_worker_fails_by_name_and_the_session_goes_on() -> None:
         python=sys.executable,
     )
     started = time.monotonic()
-    done = session.run(argv, env=env, cwd=ROOT, timeout=240)  # far inside 5 minutes, or it hung
+    done = session.run(argv, env=_env(), cwd=ROOT, timeout=240)  # far inside 5 minutes, or it hung
     took = time.monotonic() - started
     out = done.stdout + done.stderr
     assert not done.timed_out, f"the hung tests held their session past 240 s:\n{out[-3000:]}"
@@ -52,3 +59,22 @@ def test_every_hung_worker_fails_by_name_and_the_session_goes_on() -> None:
     )
     assert "1 passed" in done.stdout, f"the session did not go on past the hangs:\n{done.tail}"
     print(f"hung session ended in {took:.1f}s")
+
+
+@pytest.mark.timeout(300)
+def test_a_hang_in_a_session_of_one_process_is_named_as_a_timeout() -> None:
+    nodeid = f"{HUNG}::test_a_failure_that_leaves_the_renewal_running"
+    argv = session.command(
+        [nodeid],
+        plugins=PLUGINS,
+        summary=True,
+        test_timeout=2,
+        before=["-o", "timeout_grace=2"],
+        python=sys.executable,
+    )
+    done = session.run(argv, env=_env(), cwd=ROOT, timeout=240)
+    assert not done.timed_out, f"the hung test held its session past 240 s:\n{done.tail}"
+    # the process ends before pytest's summary: the backstop's line is what names the test
+    assert (done.code, done.failures, done.failed) == (1, [nodeid], f"timeout in {nodeid}"), (
+        f"got {done.code}, {done.failures}, {done.failed!r}:\n{done.stderr[-3000:]}"
+    )
