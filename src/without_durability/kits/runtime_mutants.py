@@ -1,0 +1,122 @@
+"""Mutants of the runtime (``Worker``, ``Run``): each a plausible slip in the library's own code that
+breaks a promise its docstring makes, judged on the Memory store by the simulator, which runs the
+library's own Worker and Run (the Memory kit names this module in ``mutant_modules``).
+
+A store mutant swaps one part of a durable; the runtime is no part of one, so a runtime mutant's
+``wrap`` (``RuntimeSlip``) puts its broken method on the runtime class itself, in the process that
+opens the mutant, for that process's life, and hands the durable back unchanged. That is why these
+name only harness killers (``sim:``, ``chaos:``): each such run opens its mutant in processes of its
+own (``wd-chaos sim --mutant``, a wd-chaos run's workers), never beside a real store in one pytest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from .._values import Recorded
+from ..rules import check_key
+from ..run import Run, Sleeping
+from ..testing.mutants import Mutant
+from ..worker import Worker
+
+
+class RuntimeSlip:
+    """A ``wrap`` that sets ``cls.name`` to ``method`` in this process (once; idempotent) and returns
+    the durable as it is. ``method`` may call the real one as ``slip.original``."""
+
+    def __init__(self, cls: type, name: str, method: Callable[..., Any]) -> None:
+        self.cls = cls
+        self.name = name
+        self.method = method
+        self.original: Callable[..., Any] = getattr(cls, name)
+
+    def __call__(self, durable: Any) -> Any:
+        if getattr(self.cls, self.name) is not self.method:
+            setattr(self.cls, self.name, self.method)
+        return durable
+
+
+async def _sleep_from_each_pass(self: Run[Any], key: str, until: datetime | timedelta) -> datetime:
+    """``Run.sleep`` that measures a ``timedelta`` from this pass's now and waits for that, not for
+    the deadline recorded the first time: every pass sleeps anew, and the workflow never wakes."""
+    check_key(self.workflow, key)
+    if isinstance(until, timedelta):
+        until = await self._durable.scheduler.now() + until
+    self._enter()
+    try:
+        if key not in self._records:
+            text = until.astimezone(UTC).isoformat()
+            recorded = await self._write(self._durable.checkpointer.record(self._pass, key, text))
+            self._records[key] = recorded.value
+        if await self._durable.scheduler.now() < until:  # the slip: this pass's deadline, not the record's
+            self._wait(key, until)
+    finally:
+        self._leave()
+    return until
+
+
+async def _effect_before_lookup(
+    self: Run[Any], key: str, effect: Callable[[], Awaitable[object]]
+) -> tuple[object, Recorded | None]:
+    """``Run._checkpoint`` (behind ``step`` and the dag's nodes) that runs the effect before it
+    looks whether ``key`` is recorded: every later pass runs every recorded step's effect again."""
+    check_key(self.workflow, key)
+    self._enter()
+    try:
+        self._unwaited(key)
+        produced = await effect()  # the slip: the effect first, the lookup after
+        if key in self._records:
+            return None, None
+        recorded = await self._write(self._durable.checkpointer.record(self._pass, key, produced))
+        self._records[key] = recorded.value
+        return produced, recorded
+    finally:
+        self._leave()
+
+
+_ended_slip: RuntimeSlip
+
+
+async def _sleep_answered_as_blocked(
+    self: Worker[Any], pass_: Any, status: Any, outcome: Any
+) -> datetime | None:
+    """``Worker._ended`` that answers a ``Sleeping`` pass as it answers a ``Blocked`` one (nothing:
+    the delivery is removed), so a sleeper wakes only if something else schedules it."""
+    if isinstance(outcome, Sleeping):
+        return None
+    result: datetime | None = await _ended_slip.original(self, pass_, status, outcome)
+    return result
+
+
+_sleep_slip = RuntimeSlip(Run, "sleep", _sleep_from_each_pass)
+_checkpoint_slip = RuntimeSlip(Run, "_checkpoint", _effect_before_lookup)
+_ended_slip = RuntimeSlip(Worker, "_ended", _sleep_answered_as_blocked)
+
+MUTANTS = [
+    Mutant(
+        "runtime-sleep-restarts-each-pass",
+        "memory",
+        "sleep-until-the-recorded-deadline",
+        "Run.sleep waits for a deadline measured from each pass's now, not the one it recorded first",
+        ("sim:lease-stall:liveness",),
+        _sleep_slip,
+    ),
+    Mutant(
+        "runtime-worker-answers-a-sleep-as-blocked",
+        "memory",
+        "a-sleeping-pass-wakes-at-its-deadline",
+        "Worker answers a Sleeping pass with no wakeup time, as a Blocked one: its delivery is removed",
+        ("sim:lease-stall:liveness",),
+        _ended_slip,
+    ),
+    Mutant(
+        "runtime-step-runs-its-effect-before-the-lookup",
+        "memory",
+        "a-recorded-step-is-not-run-again",
+        "Run.step runs its effect before it looks for the key's record: every replay repeats it",
+        ("sim:lease-stall:at-least-once",),
+        _checkpoint_slip,
+    ),
+]
