@@ -14,9 +14,19 @@ import pytest
 from wd_chaos.mutants import catalogue
 from without_durability.kits.runtime_mutants import MUTANTS, RuntimeSlip
 
+FOUND_AT = {
+    "runtime-sleep-restarts-each-pass": 0,
+    "runtime-worker-answers-a-sleep-as-blocked": 0,
+    "runtime-step-runs-its-effect-before-the-lookup": 0,
+    "runtime-worker-drops-a-contended-delivery": 7,
+}
+"""A seed at which the simulator finds each (``wd-chaos sim lease-stall --store memory --mutant
+NAME --seeds 24``: the first three on all 24, the contended drop on 11 of them)."""
+
 
 def test_every_runtime_mutant_is_in_the_catalogue_with_harness_killers_only() -> None:
     names = {m.name for m in catalogue()}
+    assert sorted(FOUND_AT) == sorted(m.name for m in MUTANTS), "a runtime mutant has no seed below"
     for m in MUTANTS:
         assert m.name in names, f"{m.name} is not in the catalogue (the Memory kit's mutant_modules)"
         assert isinstance(m.wrap, RuntimeSlip), m.name
@@ -38,16 +48,17 @@ def test_a_slip_puts_its_method_on_the_class_once_and_hands_the_durable_back() -
     assert Part().say() == "broken real", "the slip did not take, or took twice"
 
 
-@pytest.mark.parametrize("mutant", [m.name for m in MUTANTS])
+@pytest.mark.parametrize("mutant", sorted(FOUND_AT))
 def test_the_simulator_finds_each_runtime_mutant(mutant: str) -> None:
     (killer,) = [k for k in next(m for m in MUTANTS if m.name == mutant).killers if k.startswith("sim:")]
     _, scenario, checker = killer.split(":")
     command = [sys.executable, "-m", "wd_chaos.cli", "sim", scenario, "--store", "memory"]
-    command += ["--mutant", mutant, "--seed", "0", "--seeds", "1", "--json"]
+    command += ["--mutant", mutant, "--seed", str(FOUND_AT[mutant]), "--seeds", "1", "--json"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     failing = [name for line in lines for name in line.get("failing", [])]
     assert done.returncode == 1 and checker in failing, (
-        f"{mutant}: expected exit 1 with {checker} failing on seed 0, got {done.returncode}, {failing}:\n"
+        f"{mutant}: expected exit 1 with {checker} failing on seed {FOUND_AT[mutant]}, got "
+        f"{done.returncode}, {failing}:\n"
         f"{done.stderr[-2000:]}"
     )

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from .._values import Recorded
+from ..errors import Contended
+from ..protocols import TakesAndClaims
 from ..rules import check_key
 from ..run import Run, Sleeping
 from ..testing.mutants import Mutant
@@ -23,7 +25,7 @@ from ..worker import Worker
 
 
 class RuntimeSlip:
-    """A ``wrap`` that sets ``cls.name`` to ``method`` in this process (once; idempotent) and returns
+    """A ``wrap`` that sets the method ``cls.name`` to ``method`` in this process, once, and returns
     the durable as it is. ``method`` may call the real one as ``slip.original``."""
 
     def __init__(self, cls: type, name: str, method: Callable[..., Any]) -> None:
@@ -76,6 +78,38 @@ async def _effect_before_lookup(
         self._leave()
 
 
+async def _contended_answered_as_done(self: Worker[Any]) -> bool:
+    """``Worker._step`` that answers a ``Contended`` claim's delivery with nothing (removing it),
+    as for a finished pass, instead of for ``retry_contended`` later: a wakeup taken while another
+    pass holds the workflow is dropped, and the holder may have read its wait before it landed."""
+    records: dict[str, object] | None = None
+    if self._answer is None and self._has(self.durable, TakesAndClaims):
+        taken = await cast(TakesAndClaims, self.durable).take_and_claim(
+            self.visibility, alive=self.alive, budget=self.budget
+        )
+        if taken is None:
+            return False
+        delivery, claimed, records = taken
+        self.passes += 1
+    else:
+        took = await self._take()
+        if took is None:
+            return False
+        delivery = took
+        self.passes += 1
+        try:
+            claimed = await self.durable.checkpointer.claim(
+                delivery.workflow, alive=self.alive, budget=self.budget
+            )
+        except Contended:
+            claimed = None
+    if claimed is None:
+        self._answer = (delivery, None)  # the slip: no retry time
+        return True
+    await self._drive(delivery, claimed, records)
+    return True
+
+
 _ended_slip: RuntimeSlip
 
 
@@ -92,6 +126,7 @@ async def _sleep_answered_as_blocked(
 
 _sleep_slip = RuntimeSlip(Run, "sleep", _sleep_from_each_pass)
 _checkpoint_slip = RuntimeSlip(Run, "_checkpoint", _effect_before_lookup)
+_step_slip = RuntimeSlip(Worker, "_step", _contended_answered_as_done)
 _ended_slip = RuntimeSlip(Worker, "_ended", _sleep_answered_as_blocked)
 
 MUTANTS = [
@@ -118,5 +153,13 @@ MUTANTS = [
         "Run.step runs its effect before it looks for the key's record: every replay repeats it",
         ("sim:lease-stall:at-least-once",),
         _checkpoint_slip,
+    ),
+    Mutant(
+        "runtime-worker-drops-a-contended-delivery",
+        "memory",
+        "a-contended-claim-is-answered-for-later",
+        "Worker answers a Contended claim's delivery with nothing instead of retry_contended later",
+        ("sim:lease-stall:liveness",),
+        _step_slip,
     ),
 ]
