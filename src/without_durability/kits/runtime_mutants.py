@@ -1,6 +1,7 @@
-"""Mutants of the runtime (``Worker``, ``Run``): each a plausible slip in the library's own code that
-breaks a promise its docstring makes, judged on the Memory store by the simulator, which runs the
-library's own Worker and Run (the Memory kit names this module in ``mutant_modules``).
+"""Mutants of the runtime (``Worker``, ``Run``, ``RetryPolicy``): each a plausible slip in the
+library's own code that breaks a promise its docstring makes, judged where the library's own Worker
+runs: on the Memory store by the simulator, on SQLite by a wd-chaos run whose workers are library
+Workers (long-wait). The Memory kit names this module in ``mutant_modules``.
 
 A store mutant swaps one part of a durable; the runtime is no part of one, so a runtime mutant's
 ``wrap`` (``RuntimeSlip``) puts its broken method on the runtime class itself, in the process that
@@ -17,6 +18,7 @@ from typing import Any, cast
 
 from .._values import Recorded
 from ..errors import Contended
+from ..lifecycle import RetryPolicy
 from ..protocols import TakesAndClaims
 from ..rules import check_key
 from ..run import Run, Sleeping
@@ -110,6 +112,21 @@ async def _contended_answered_as_done(self: Worker[Any]) -> bool:
     return True
 
 
+def _exhausted_one_late(self: RetryPolicy, attempts: int) -> bool:
+    """``RetryPolicy.exhausted`` with ``>`` where ``>=`` was meant: a workflow gets one failed pass
+    more than ``maximum_attempts`` allows."""
+    return self.maximum_attempts > 0 and attempts > self.maximum_attempts
+
+
+def _retryable_inverted(self: RetryPolicy, error: BaseException) -> bool:
+    """``RetryPolicy.retryable`` with its test inverted: only the listed non-retryable types are
+    retried, so an ordinary failure fails its workflow at its first attempt."""
+    for kind in type(error).__mro__:
+        if {kind.__name__, f"{kind.__module__}.{kind.__qualname__}"} & set(self.non_retryable_error_types):
+            return True
+    return False  # the slip: the two answers swapped
+
+
 _ended_slip: RuntimeSlip
 
 
@@ -128,6 +145,8 @@ _sleep_slip = RuntimeSlip(Run, "sleep", _sleep_from_each_pass)
 _checkpoint_slip = RuntimeSlip(Run, "_checkpoint", _effect_before_lookup)
 _step_slip = RuntimeSlip(Worker, "_step", _contended_answered_as_done)
 _ended_slip = RuntimeSlip(Worker, "_ended", _sleep_answered_as_blocked)
+_exhausted_slip = RuntimeSlip(RetryPolicy, "exhausted", _exhausted_one_late)
+_retryable_slip = RuntimeSlip(RetryPolicy, "retryable", _retryable_inverted)
 
 MUTANTS = [
     Mutant(
@@ -161,5 +180,21 @@ MUTANTS = [
         "Worker answers a Contended claim's delivery with nothing instead of retry_contended later",
         ("sim:lease-stall:liveness",),
         _step_slip,
+    ),
+    Mutant(
+        "runtime-retry-one-attempt-too-many",
+        "sqlite",
+        "a-failing-workflow-stops-at-its-attempt-limit",
+        "RetryPolicy.exhausted compares attempts with > instead of >=: one failed pass too many",
+        ("chaos:long-wait:attempt-limit",),
+        _exhausted_slip,
+    ),
+    Mutant(
+        "runtime-retry-gives-up-at-once",
+        "sqlite",
+        "a-failing-workflow-is-retried-until-its-limit",
+        "RetryPolicy.retryable answers the other way round: an ordinary error is final at once",
+        ("chaos:long-wait:attempt-limit",),
+        _retryable_slip,
     ),
 ]
