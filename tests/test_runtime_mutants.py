@@ -19,11 +19,12 @@ FOUND_AT = {
     "runtime-worker-answers-a-sleep-as-blocked": 0,
     "runtime-step-runs-its-effect-before-the-lookup": 0,
     "runtime-worker-drops-a-contended-delivery": 7,
+    "runtime-wait-loses-its-deadline": 0,
 }
 """A seed at which the simulator finds each one it kills (``wd-chaos sim lease-stall --store memory
---mutant NAME --seeds 24``: the first three on all 24, the contended drop on 11 of them). The
-RetryPolicy slips are killed by a wd-chaos run of long-wait (its attempt-limit checker), which the
-mutant gate runs."""
+--mutant NAME --seeds 24``: the contended drop on 11 of them, the others on all 24). The
+RetryPolicy and failure-numbering slips are killed by a wd-chaos run of long-wait (its
+attempt-limit checker), which the mutant gate runs."""
 
 
 def test_every_runtime_mutant_is_in_the_catalogue_with_harness_killers_only() -> None:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, Never, cast
 
-from .._values import Recorded
-from ..errors import Contended
-from ..lifecycle import RetryPolicy
+from .._values import Pass, Recorded
+from ..errors import Contended, Suspended, Swallowed
+from ..lifecycle import RetryPolicy, Status, error_key, error_record, failed_key, failure_record
 from ..protocols import TakesAndClaims
-from ..rules import check_key
+from ..rules import check_key, lifecycle_writes
 from ..run import Run, Sleeping
 from ..testing.mutants import Mutant
 from ..worker import Worker
@@ -127,6 +127,35 @@ def _retryable_inverted(self: RetryPolicy, error: BaseException) -> bool:
     return False  # the slip: the two answers swapped
 
 
+def _wait_without_deadline(self: Run[Any], key: str, until: datetime | None) -> Never:
+    """``Run._wait`` that writes every wait onto the Run without its deadline, so a sleep reads as
+    a wait for an arrival: the pass ends ``Blocked`` and nothing wakes it at its deadline."""
+    self._waits.setdefault(key, None)  # the slip: until dropped
+    raise Suspended(key)
+
+
+async def _failure_counted_as_the_last(
+    self: Worker[Any], pass_: Pass, status: Status, error: BaseException, *, retryable: bool = True
+) -> datetime | None:
+    """``Worker._failed`` numbering a failed pass ``status.attempts`` instead of one more: each
+    failure's record lands on the previous one's key (first writer wins), so the count never grows
+    and the workflow is retried past ``maximum_attempts``, for ever."""
+    attempt = status.attempts  # the slip: + 1 dropped
+    final = (
+        not retryable
+        or isinstance(error, Swallowed)
+        or not self.retry.retryable(error)
+        or self.retry.exhausted(attempt)
+    )
+    record = self.durable.checkpointer.record
+    with lifecycle_writes():
+        await record(pass_, error_key(status.generation, attempt), error_record(error, attempt))
+        if final:
+            await record(pass_, failed_key(status.generation), failure_record(error, attempt))
+            return None
+    return await self.durable.scheduler.now() + self.retry.delay(attempt)
+
+
 _ended_slip: RuntimeSlip
 
 
@@ -147,6 +176,8 @@ _step_slip = RuntimeSlip(Worker, "_step", _contended_answered_as_done)
 _ended_slip = RuntimeSlip(Worker, "_ended", _sleep_answered_as_blocked)
 _exhausted_slip = RuntimeSlip(RetryPolicy, "exhausted", _exhausted_one_late)
 _retryable_slip = RuntimeSlip(RetryPolicy, "retryable", _retryable_inverted)
+_wait_slip = RuntimeSlip(Run, "_wait", _wait_without_deadline)
+_failed_slip = RuntimeSlip(Worker, "_failed", _failure_counted_as_the_last)
 
 MUTANTS = [
     Mutant(
@@ -196,5 +227,21 @@ MUTANTS = [
         "RetryPolicy.retryable answers the other way round: an ordinary error is final at once",
         ("chaos:long-wait:attempt-limit",),
         _retryable_slip,
+    ),
+    Mutant(
+        "runtime-wait-loses-its-deadline",
+        "memory",
+        "a-sleeping-pass-wakes-at-its-deadline",
+        "Run writes a wait onto itself without its deadline: a sleep ends its pass Blocked, not Sleeping",
+        ("sim:lease-stall:liveness",),
+        _wait_slip,
+    ),
+    Mutant(
+        "runtime-worker-numbers-a-failure-as-the-last",
+        "sqlite",
+        "a-failing-workflow-stops-at-its-attempt-limit",
+        "Worker numbers a failed pass status.attempts, not one more: the count never grows",
+        ("chaos:long-wait:attempt-limit",),
+        _failed_slip,
     ),
 ]
