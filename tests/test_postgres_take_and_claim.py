@@ -20,7 +20,12 @@ from psycopg import pq
 from without_durability import Run, TakesAndClaims, Worker
 from without_durability.errors import Contended, Fenced
 from without_durability.testing.harness import StoreUnderTest
-from without_durability_postgres import PostgresCheckpointer, PostgresDurable, PostgresScheduler
+from without_durability_postgres import (
+    PostgresCheckpointer,
+    PostgresDurable,
+    PostgresScheduler,
+    PostgresWakeup,
+)
 from without_durability_postgres.durable import TAKE_AND_CLAIM, TAKE_CLAIMED_LOAD
 from without_durability_postgres.kit import fresh_schema, server_waits, suite_durable
 
@@ -60,6 +65,102 @@ async def test_takes_claims_and_loads_in_one_commit(wd_store: StoreUnderTest[Any
             await durable.checkpointer.claim("w", alive=LONG, budget=LONG)
         await durable.scheduler.wake_at(delivery, None)  # the receipt the take set is the real one
         assert await durable.scheduler.take(timedelta(seconds=1)) is None
+
+
+@asynccontextmanager
+async def claiming(
+    wd_store: StoreUnderTest[Any], claims: str, *namespaces: str
+) -> AsyncIterator[tuple[list[PostgresDurable], str]]:
+    """One durable per namespace on one fresh schema and pool; ``owned``: opened with fast
+    failover (a presence of their own, so take_and_claim runs TAKE_AND_CLAIM_OWNED whatever the
+    leg), ``plain``: without it (TAKE_AND_CLAIM)."""
+    async with fresh_schema(wd_store.extra["url"], min_size=2, max_size=4) as (pool, schema):
+        if claims == "plain":
+            yield [PostgresDurable(PostgresCheckpointer(pool=pool), PostgresScheduler(pool, namespace=ns))
+                   for ns in namespaces], schema  # fmt: skip
+            return
+        async with PostgresWakeup(pool, presence=True) as presence:
+            assert presence.owner is not None, "the presence lock was not taken: claims would be plain"
+            yield (
+                [
+                    PostgresDurable(
+                        PostgresCheckpointer(pool=pool, failover=presence),
+                        PostgresScheduler(pool, namespace=ns, reap_dead=True),
+                    )
+                    for ns in namespaces
+                ],
+                schema,
+            )
+
+
+BOTH = pytest.mark.parametrize("claims", ["plain", "owned"])
+
+
+@BOTH
+async def test_a_take_hands_out_its_own_namespaces_rows_only(
+    wd_store: StoreUnderTest[Any], claims: str
+) -> None:
+    """Namespaces share the queue table: a take must choose among its own namespace's rows (not
+    pick another's first and then find nothing to take) and hide only its own row."""
+    async with claiming(wd_store, claims, "left", "right") as ((left, right), _):
+        await right.scheduler.schedule("a-right")  # due first, and first by name
+        await left.scheduler.schedule("b-left")
+        taken = await left.take_and_claim(LONG, alive=LONG, budget=LONG)
+        assert taken is not None, "left's due row was not handed out: its take chose among right's rows"
+        assert taken[0].workflow == "b-left" and taken[1] is not None, f"left took {taken[0].workflow!r}"
+        assert await left.take_and_claim(LONG, alive=LONG, budget=LONG) is None, "right's row went to left"
+        both = "in-both"  # one workflow id queued in both namespaces
+        await left.scheduler.schedule(both)
+        await right.scheduler.schedule(both)
+        taken = await left.take_and_claim(LONG, alive=LONG, budget=LONG)
+        assert taken is not None and taken[0].workflow == both
+        first = await right.scheduler.take(LONG)
+        assert first is not None and first.workflow == "a-right", "right's own row was not handed to right"
+        got = await right.scheduler.take(LONG)
+        assert got is not None and got.workflow == both, "left's take hid right's row of the same workflow"
+
+
+@BOTH
+async def test_a_take_hands_out_and_claims_one_workflow(wd_store: StoreUnderTest[Any], claims: str) -> None:
+    """Each take hides and claims the one workflow it hands out; the next due one stays due and
+    unclaimed for the next take."""
+    async with claiming(wd_store, claims, "default") as ((durable,), _):
+        await durable.scheduler.schedule("a")
+        await durable.scheduler.schedule("b")
+        first = await durable.take_and_claim(LONG, alive=LONG, budget=LONG)
+        assert first is not None and first[0].workflow == "a" and first[1] is not None
+        async with durable.pool.connection() as conn:
+            claimed = [
+                w for (w,) in await (await conn.execute("SELECT workflow FROM workflow_claim")).fetchall()
+            ]
+        assert claimed == ["a"], f"one take claimed {claimed}"
+        second = await durable.take_and_claim(LONG, alive=LONG, budget=LONG)
+        assert second is not None, "the second due workflow was hidden by the first take"
+        assert second[0].workflow == "b" and second[1] is not None
+
+
+@BOTH
+async def test_a_queue_row_another_transaction_holds_is_skipped_not_waited_for(
+    wd_store: StoreUnderTest[Any], claims: str
+) -> None:
+    """Concurrent takes never wait on each other: a row another take (or a discard) holds is
+    skipped, and the next due row handed out at once; none is handed out twice."""
+    async with claiming(wd_store, claims, "default") as ((durable,), schema):
+        await durable.scheduler.schedule("a")
+        await durable.scheduler.schedule("b")
+        holder = await psycopg.AsyncConnection.connect(
+            wd_store.extra["url"], options=f"-c search_path={schema}"
+        )
+        try:
+            await holder.execute("SELECT 1 FROM workflow_queue WHERE workflow = 'a' FOR UPDATE")
+            async with asyncio.timeout(5):  # a take waiting on the held row fails here
+                taken = await durable.take_and_claim(LONG, alive=LONG, budget=LONG)
+            assert taken is not None and taken[0].workflow == "b", "the take did not skip the held row"
+            await holder.rollback()  # a is free again, before the next take looks
+        finally:
+            await holder.close()
+        again = await durable.take_and_claim(LONG, alive=LONG, budget=LONG)
+        assert again is not None and again[0].workflow == "a"
 
 
 def _words(statement: str) -> str:

@@ -7,7 +7,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,12 +23,14 @@ from ..options import Bounded, probe_dir
 from ..scenario import TimeLimit
 from . import CatalogueError, Mutant, catalogue, check_killers
 from .gate_shrink import RUN_DIR
-from .runner import ChaosRunner, GateReport, run_gate
+from .runner import RUNS, ChaosRunner, GateReport, chaos_share, run_gate
 
-UNKNOWN_RETRIES = 2
+CHAOS_RETRIES = 3
 """Runs on other seeds a chaos killer gets when its run came out unknown (its fault did not bite),
-or, on a mutant, came out valid: a fault schedule is a sample, and a bug the harness finds on one
-seed of three is found (the evidence names every seed tried, so a weak kill shows as one)."""
+or, on a mutant, came out valid: a fault schedule is a sample, and one that never reached the
+window where the mutant differs from its store is no evidence that a run cannot catch it. Three,
+so a mutant counts as not killed by wd-chaos only after four schedules missed it, and a kill one
+seed in four finds is still found (the evidence names every run tried, so a weak kill shows)."""
 
 
 def another_seed(summary: dict[str, Any], mutant: str | None) -> str | None:
@@ -41,6 +44,42 @@ def another_seed(summary: dict[str, Any], mutant: str | None) -> str | None:
     if valid is False or (valid is True and mutant is None):
         return None
     return "valid (the mutant was not caught)" if valid is True else "unknown"
+
+
+@dataclass(frozen=True)
+class ChaosAttempt:
+    """One run a chaos killer made: its folder, the seed asked for (None: the scenario's own) and
+    its ``summary.json``; ``why_again`` says why another run followed it (empty for the last)."""
+
+    run_dir: str
+    seed: int | None
+    summary: dict[str, Any]
+    why_again: str = ""
+
+
+def attempts(
+    run: Callable[[int | None], tuple[str, dict[str, Any]]], mutant: str | None, retries: int = CHAOS_RETRIES
+) -> list[ChaosAttempt]:
+    """Run a chaos killer's scenario (``run(seed)`` -> run folder, summary) until it has said what
+    it can (``another_seed``): on the scenario's own seed, then on the next seeds, at most
+    ``retries`` more. A run unknown across a wall-clock step of this machine proves nothing either
+    way and is made once more on its seed, not counted as a retry. The last attempt is the verdict."""
+    done: list[ChaosAttempt] = []
+    seed: int | None = None
+    retried, stepped = 0, False
+    while True:
+        run_dir, summary = run(seed)
+        if not stepped and summary.get("valid") not in (True, False) and summary.get("wall_clock_steps"):
+            stepped = True
+            done.append(ChaosAttempt(run_dir, seed, summary, "unknown across a wall-clock step"))
+            continue
+        missed = another_seed(summary, mutant)
+        if missed is None or retried >= retries:
+            done.append(ChaosAttempt(run_dir, seed, summary))
+            return done
+        done.append(ChaosAttempt(run_dir, seed, summary, missed))
+        retried += 1
+        seed = int(done[0].summary.get("seed") or 0) + retried  # the scenario's own seed, then the next
 
 
 def stored_real_runs(folders: Sequence[Path]) -> dict[tuple[str, str], Path]:
@@ -106,20 +145,9 @@ def chaos_runner(seconds: float, real_runs: dict[tuple[str, str], Path] | None =
             verdicts["__evidence__"] = f"{stored}: all valid (a run of this scenario from --real-runs)"
             verdicts[RUN_DIR] = str(stored)
             return verdicts
-        run_dir, summary = run_once(scenario, store, mutant, report_dir)
-        stepped = ""
-        if summary.get("valid") not in (True, False) and summary.get("wall_clock_steps"):
-            # this machine's wall clock stepped under a store deciding by it: that run proves
-            # nothing either way, so it is kept, named, and run once more
-            stepped = f"{run_dir} was unknown across a wall-clock step; again: "
-            run_dir, summary = run_once(scenario, store, mutant, report_dir)
-        for retry in range(1, UNKNOWN_RETRIES + 1):
-            missed = another_seed(summary, mutant)
-            if missed is None:
-                break
-            stepped += f"{run_dir} was {missed}; on another seed: "
-            seed = int(summary.get("seed", 0)) + retry
-            run_dir, summary = run_once(scenario, store, mutant, report_dir, seed)
+        tried = attempts(lambda seed: run_once(scenario, store, mutant, report_dir, seed), mutant)
+        run_dir, summary = tried[-1].run_dir, tried[-1].summary
+        stepped = "".join(f"{a.run_dir} was {a.why_again}; again: " for a in tried[:-1])
         verdicts = {
             str(v["name"]): "valid" if v["valid"] is True else "invalid" if v["valid"] is False else "unknown"
             for v in summary["verdicts"]
@@ -127,6 +155,7 @@ def chaos_runner(seconds: float, real_runs: dict[tuple[str, str], Path] | None =
         failed = [f"{v['name']}: {v['summary']}" for v in summary["verdicts"] if v["valid"] is not True]
         verdicts["__evidence__"] = stepped + f"{run_dir}: " + ("; ".join(failed) or "all valid")
         verdicts[RUN_DIR] = run_dir
+        verdicts[RUNS] = str(len(tried))
         return verdicts
 
     return run_one
@@ -276,6 +305,8 @@ def mutants_command(
     bad_real = [r for r in report.real if r.outcome != "passed"]
     for r in bad_real:
         console.print(f"[red]real store {r.store} failed {r.check}: {r.evidence[:300]}")
+    for line in chaos_share(report):
+        console.print(line, markup=False, highlight=False)
     survivors = [m.name for m in report.mutants if not m.killed]
     verdict = "[green]PASS" if report.passed else "[red bold]FAIL"
     console.print(

@@ -38,6 +38,8 @@ class CheckResult:
     outcome: str
     seconds: float
     evidence: str = ""
+    runs: int = 1
+    """How many wd-chaos runs a chaos killer made before this outcome (retries on other seeds)."""
 
 
 @dataclass
@@ -61,6 +63,8 @@ class MutantVerdict:
     """A simulation (``sim:<scenario>:<checker>``, ``wd-chaos sim``) killed it."""
     unseen_by_chaos: str = ""
     """The catalogue's reason no wd-chaos run can observe it, if it gives one."""
+    chaos_runs: list[str] = field(default_factory=list)
+    """Each of its chaos killers with what it came to and after how many runs (``chaos_share``)."""
 
 
 @dataclass
@@ -100,6 +104,9 @@ class GateReport:
         """How many mutants a simulation (``wd-chaos sim``) killed."""
         return sum(m.killed_by_sim for m in self.mutants)
 
+
+RUNS = "__runs__"
+"""The key a chaos runner's verdicts carry the number of runs a killer made under (retries)."""
 
 HARNESS_KILLERS = ("chaos:", "sim:")
 """The prefixes of killers that are harness runs rather than tests."""
@@ -210,6 +217,11 @@ def judge(mutants: Sequence[Mutant], results: Sequence[CheckResult], started: fl
         hits = [r for r in failed if real_passes(r.check)]
         void = [r.check for r in failed if not real_passes(r.check)]
         killed_by = list(dict.fromkeys(h.check for h in hits))
+        chaos_runs = [
+            f"{r.check} {'killed' if r in hits else r.outcome} after {r.runs} run{'s' if r.runs != 1 else ''}"
+            for r in mine
+            if r.check in named and r.check.startswith("chaos:")
+        ]
         if hits:
             evidence = hits[0].evidence
         elif mine:
@@ -235,6 +247,7 @@ def judge(mutants: Sequence[Mutant], results: Sequence[CheckResult], started: fl
                 killed_by_chaos=any(k.startswith("chaos:") for k in killed_by),
                 killed_by_sim=any(k.startswith("sim:") for k in killed_by),
                 unseen_by_chaos=m.unseen_by_chaos,
+                chaos_runs=chaos_runs,
             )
         )
     real_names = {m.store for m in mutants}
@@ -380,8 +393,36 @@ def run_chaos_killers(
     for killer, store_name, scenario, checker in judged:
         verdicts, seconds = runs[(scenario, store_name)]
         outcome = {"valid": "passed", "invalid": "failed"}.get(verdicts.get(checker, ""), "error")
-        results.append(CheckResult(killer, store_name, outcome, seconds, verdicts.get("__evidence__", "")))
+        runs_made = int(verdicts.get(RUNS, "1"))
+        results.append(
+            CheckResult(killer, store_name, outcome, seconds, verdicts.get("__evidence__", ""), runs_made)
+        )
     return results
+
+
+def chaos_share(report: GateReport) -> list[str]:
+    """The gate's chaos share as lines to print: how many mutants a wd-chaos run killed, and for
+    each mutant which chaos killer did it (after how many runs), or why none did: its chaos
+    killers' runs all missed it, or it names none (with the catalogue's reason)."""
+    if "chaos" not in report.timings:
+        return ["chaos share: not measured (no chaos runs in this gate)"]
+    n = len(report.mutants)
+    share = f"{report.killed_by_chaos}/{n} ({report.killed_by_chaos / n:.1%})" if n else "0/0"
+    lines = [
+        f"chaos share: {share} mutants killed by a wd-chaos run "
+        f"(by tests {report.killed_by_tests}, by sim {report.killed_by_sim})"
+    ]
+    for m in sorted(report.mutants, key=lambda m: (not m.killed_by_chaos, m.name)):
+        if m.killed_by_chaos:
+            killed = [run for run in m.chaos_runs if " killed after " in run]
+            lines.append(f"  by wd-chaos: {m.name}: {'; '.join(killed)}")
+        elif m.chaos_runs:
+            lines.append(f"  not by wd-chaos: {m.name}: {'; '.join(m.chaos_runs)}")
+        else:
+            lines.append(
+                f"  no chaos killer: {m.name}: {m.unseen_by_chaos or 'the catalogue gives no reason'}"
+            )
+    return lines
 
 
 def write_report(report: GateReport, report_dir: Path) -> None:
@@ -391,6 +432,8 @@ def write_report(report: GateReport, report_dir: Path) -> None:
         "seconds": report.seconds,
         "killed_by_tests": report.killed_by_tests,
         "killed_by_chaos": report.killed_by_chaos,
+        "killed_by_sim": report.killed_by_sim,
+        "chaos_share": chaos_share(report)[0],
         "mutants": [asdict(m) for m in report.mutants],
         "real": [asdict(r) for r in report.real],
         "timings": report.timings,

@@ -26,6 +26,9 @@ TIMED_OUT = re.compile(r"Timeout \(?>?\s*[0-9.]+s")
 FAILED = re.compile(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", re.M)
 """A failing test in pytest's short summary (``-rfE``): the whole test id, spaces included (a
 parameter id may hold some), up to pytest's `` - reason``."""
+HUNG = re.compile(r"^HUNG (.+?): Timeout", re.M)
+"""The suite's backstop (tests/conftest.py) naming a test that outlived its timeout, just before it
+ends the test process (so pytest's own summary may never be printed)."""
 _XDIST_STOPPED = re.compile(r"Interrupted: stopping after \d+ failures?")
 
 
@@ -85,7 +88,7 @@ class Session:
         empty."""
         if self.timed_out:
             return f"timeout after {self.timeout or 0:.0f}s"
-        if self.failures and TIMED_OUT.search(self.stdout):
+        if self.failures and TIMED_OUT.search(self.stdout + self.stderr):
             return f"timeout in {self.failures[0]}"
         return self.failures[0] if self.failures else ""
 
@@ -123,6 +126,7 @@ def run(
         raise
     code = proc.returncode
     failures = FAILED.findall(out)
+    failures += [hung for hung in HUNG.findall(out + (err or "")) if hung not in failures]
     if code == 2 and failures and _XDIST_STOPPED.search(out):
         code = 1  # pytest-xdist ends a -x session on a failure as "interrupted"; it is the failure
     return Session(code, time.monotonic() - started, out, err or "", timeout, failures)

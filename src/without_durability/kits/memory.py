@@ -65,6 +65,7 @@ class MemoryKit(StoreKit):
     mutant_modules = (
         "without_durability.kits.memory_mutants",
         "without_durability.kits.memory_cancel_mutants",
+        "without_durability.kits.runtime_mutants",  # the Worker's and Run's, judged on this store by sim
     )
 
     def open(self, server: object) -> Any:
