@@ -284,6 +284,14 @@ async def open_postgres_worker(spec: Spec) -> Opened:
                 for r, w, k, t in await cur.fetchall()
             ]
 
+    async def read_queue() -> dict[str, int]:
+        async with pool.connection() as c:
+            cur = await c.execute(
+                "SELECT workflow, count(*) FROM workflow_queue WHERE namespace = %s GROUP BY workflow",
+                (durable.scheduler.namespace,),
+            )
+            return {str(w): int(n) for w, n in await cur.fetchall()}
+
     async def close() -> None:
         if presence is not None:
             await presence.close()
@@ -293,7 +301,9 @@ async def open_postgres_worker(spec: Spec) -> Opened:
         return int(await sweep(pool, older_than))
 
     holds = holds_opener(spec["url"], schema)
-    opened = Opened(durable, close, ledger_effect, read_ledger, sweep=sweep_older, holds=holds)
+    opened = Opened(
+        durable, close, ledger_effect, read_ledger, sweep=sweep_older, holds=holds, read_queue=read_queue
+    )
     opened.pool_size = pool.max_size
     return opened
 

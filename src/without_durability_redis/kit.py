@@ -196,10 +196,17 @@ async def open_redis_worker(spec: Spec, *, scheduler: str, cluster: bool) -> Ope
                 rows.append({"row": i, "workflow": wf, "key": entry["key"], "token": int(entry["token"])})
         return rows
 
+    async def read_queue() -> dict[str, int]:
+        # the sorted set holds one member per workflow; the stream's entries and timers are not read
+        members = await client.zrange(sched.key, 0, -1)
+        return {(m.decode() if isinstance(m, bytes) else str(m)): 1 for m in members}
+
     async def close() -> None:
         await client.aclose()
 
-    return Opened(durable, close, ledger_effect, read_ledger)
+    return Opened(
+        durable, close, ledger_effect, read_ledger, read_queue=None if scheduler == "stream" else read_queue
+    )
 
 
 REDIS_MUTATE_PLAN = MutatePlan(

@@ -113,10 +113,18 @@ async def read_final(
                 **store_clocks(spec, cp),
                 **({"lifecycle": lifecycle, "failing": failing} if lifecycle is not None else {}),
                 "fast_failover": bool(spec.get("fast_failover")),  # fencing's takeover rule
+                **(await _queue(opened)),
             }
         )
     finally:
         await opened.close()
+
+
+async def _queue(opened: Any) -> dict[str, Any]:
+    """The queue's entries per workflow where the kit reads them (``queue-bounded``), else nothing."""
+    if opened.read_queue is None:
+        return {}
+    return {"queue": await opened.read_queue(), "queue_entries_per_workflow": opened.queue_entries_per_workflow}
 
 
 def _versions() -> dict[str, str]:

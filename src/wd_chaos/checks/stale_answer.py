@@ -1,0 +1,82 @@
+"""stale-answer (core): an answer made with a receipt that a later take superseded changes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..history import Op
+from ..rundir import FinalState
+from .core import Verdict, checker, operations
+from .queue_calls import Queue, final_queue, hidden_until
+
+
+@checker("stale-answer")
+def stale_answer(ops: list[Op], final: FinalState) -> Verdict:
+    """An answer (``wake_at``) whose receipt a later take of its workflow superseded before the
+    answer was made acts on nothing. Two ways it shows:
+
+    - *re-queued*: the workflow is handed out again while the newer take still hid it (within 80%
+      of its visibility), with no wakeup and no answer carrying the newer receipt since: the stale
+      answer made it visible;
+    - *removed*: the newer holder then answered "retry at a time" (which must keep the workflow
+      queued), yet the workflow was never taken again and is missing from the store's final queue
+      (read only where the kit reads its queue; a cancel or discard since excuses): the stale
+      answer deleted the delivery the newer take held.
+
+    Answers whose receipt the history does not record are not judged."""
+    all_ops = operations(ops)
+    q = Queue.of(all_ops)
+    queue = final_queue(final)
+    bad: list[dict[str, Any]] = []
+    stale = 0
+    for wf, answers in q.answers.items():
+        for a in answers:
+            receipt = a.invoke.get("receipt")
+            if receipt is None:
+                continue
+            mine = q.take_of(wf, receipt, a.start)
+            holder = q.current(wf, a.start)
+            if mine is None or holder is None or holder is mine or holder.got("receipt") == receipt:
+                continue
+            stale += 1
+            brief = [
+                mine.brief("took it"),
+                holder.brief("took it again: the answer below is stale"),
+                a.brief("a stale answer: made with the first take's receipt"),
+            ]
+            later = [t for t in q.takes.get(wf, []) if t.end > holder.end]
+            nxt = later[0] if later else None
+            if (
+                nxt is not None
+                and nxt.end > a.start
+                and nxt.start < hidden_until(holder)
+                and q.reopened(wf, holder, holder.start, nxt.end) is None
+            ):
+                bad += [*brief, nxt.brief("handed out while the newer take hid it: the stale answer re-queued it")]
+                continue
+            if queue is None or wf in queue or nxt is not None:
+                continue
+            retry = [
+                b
+                for b in q.answers.get(wf, [])
+                if b.ok and b.start > a.start and b.invoke.get("receipt") == holder.got("receipt") and b.invoke.get("at")
+            ]
+            removed = any(r.end > holder.start for r in q.removals.get(wf, []))
+            woken = any(w.end > holder.start for w in q.wakeups.get(wf, []))
+            if retry and not removed and not woken:
+                bad += [
+                    *brief,
+                    retry[0].brief(
+                        "the current holder answered 'retry later', yet the workflow was never taken again "
+                        "and is not in the final queue: the stale answer removed it"
+                    ),
+                ]
+    return _verdict(bad, stale)
+
+
+def _verdict(bad: list[dict[str, Any]], stale: int) -> Verdict:
+    counts = {"stale_answers": stale}
+    if bad:
+        acted = sum(1 for e in bad if str(e.get("why", "")).startswith("a stale answer"))
+        return Verdict("stale-answer", False, f"{acted} stale answer(s) acted", bad, counts)
+    return Verdict("stale-answer", True, f"{stale} stale answers, none acted", [], counts)
