@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from wd_chaos import checks
+from wd_chaos.checks import coverage as _coverage  # noqa: F401 - checks.coverage below
 from wd_chaos.history import Op
 
 WF = "wf-1"
@@ -33,7 +34,9 @@ class H:
         if outcome is not None:
             self.lines.append({"type": "complete", "outcome": outcome, "mono": self.t, **base, **(res or {})})
 
-    def take(self, receipt: str | None, who: str = "w1", visibility: float = 5.0, wf: str | None = WF) -> None:
+    def take(
+        self, receipt: str | None, who: str = "w1", visibility: float = 5.0, wf: str | None = WF
+    ) -> None:
         self.call("take", who, res={"workflow": wf, "receipt": receipt}, visibility=visibility)
 
     def answer(self, receipt: str, at: str | None, who: str = "w1") -> None:
@@ -41,7 +44,9 @@ class H:
 
 
 def run(name: str, h: H, final: dict[str, Any] | None = None) -> checks.Verdict:
-    return checks.run_checker(name, checks.checkers()[name], h.lines, checks.core.FinalState.from_json(final or {}))
+    return checks.run_checker(
+        name, checks.checkers()[name], h.lines, checks.core.FinalState.from_json(final or {})
+    )
 
 
 def test_the_scheduler_checkers_are_core() -> None:
@@ -73,7 +78,9 @@ def test_take_exclusive_passes_a_retake_after_the_holders_answer_or_a_wakeup(bet
 
 
 @pytest.mark.parametrize("between", [None, "stale"])
-def test_take_exclusive_fails_a_retake_while_hidden_a_stale_answer_excusing_nothing(between: str | None) -> None:
+def test_take_exclusive_fails_a_retake_while_hidden_a_stale_answer_excusing_nothing(
+    between: str | None,
+) -> None:
     verdict = run("take-exclusive", retaken(between))
     assert verdict.valid is False, verdict.summary
     assert [e.get("got_receipt") for e in verdict.evidence] == ["r1", "r2"]
@@ -194,7 +201,9 @@ def test_wakeup_stands_without_the_queue_needs_a_take_that_found_nothing() -> No
 def test_queue_bounded_fails_a_second_entry_per_workflow() -> None:
     verdict = run("queue-bounded", H(), {"queue": {"a": 1, "b": 2}, "queue_entries_per_workflow": 1})
     assert verdict.valid is False
-    assert verdict.evidence == [{"workflow": "b", "entries": 2, "why": "more than one queue entry at the end"}]
+    assert verdict.evidence == [
+        {"workflow": "b", "entries": 2, "why": "more than one queue entry at the end"}
+    ]
 
 
 def test_queue_bounded_passes_one_entry_each_and_reports_a_declared_many() -> None:
@@ -203,3 +212,21 @@ def test_queue_bounded_passes_one_entry_each_and_reports_a_declared_many() -> No
     assert declared.valid is True and "reported, not judged" in declared.summary
     assert declared.counts["most_per_workflow"] == 5
     assert "not judged" in run("queue-bounded", H()).summary
+
+
+# -- coverage windows ------------------------------------------------------------------------------
+
+
+def hits(h: H, *names: str) -> dict[str, int]:
+    return dict(checks.coverage.coverage(h.lines, names).counts)
+
+
+def test_the_scheduler_windows_count_what_they_name() -> None:
+    assert hits(stale("now", "answer"), "stale-answer-after-retake") == {"stale-answer-after-retake": 1}
+    assert hits(retaken("own"), "stale-answer-after-retake") == {"stale-answer-after-retake": 0}
+    assert hits(woken(None, "retake"), "wakeup-while-held", "schedule-while-held") == {
+        "wakeup-while-held": 1, "schedule-while-held": 1,
+    }  # fmt: skip
+    assert hits(woken(None, "retake", "arrive"), "wakeup-while-held", "schedule-while-held") == {
+        "wakeup-while-held": 1, "schedule-while-held": 0,
+    }  # fmt: skip

@@ -35,7 +35,11 @@ def is_wakeup(o: Operation) -> bool:
     if o.f == "schedule":
         return o.invoke.get("at") is None
     via = o.invoke.get("via")
-    return (o.f == "supply" and via == "arrive") or (o.f == "append" and via == "deliver") or o.f in ("arrive", "deliver")
+    return (
+        (o.f == "supply" and via == "arrive")
+        or (o.f == "append" and via == "deliver")
+        or o.f in ("arrive", "deliver")
+    )
 
 
 def visibility_ns(take: Operation) -> float:
@@ -137,3 +141,46 @@ def final_queue(final: FinalState) -> dict[str, int] | None:
     if not isinstance(got, dict):
         return None
     return {str(k): int(v) for k, v in got.items()}
+
+
+def stale_answers(q: Queue) -> list[tuple[Operation, Operation, Operation]]:
+    """Every stale answer with its take and the take that superseded it, as (answer, its take, the
+    newer take): an answer whose receipt a later take of its workflow replaced before the answer
+    was invoked. Answers that record no receipt are left out."""
+    out = []
+    for wf, answers in q.answers.items():
+        for a in answers:
+            receipt = a.invoke.get("receipt")
+            if receipt is None:
+                continue
+            mine = q.take_of(wf, receipt, a.start)
+            holder = q.current(wf, a.start)
+            if mine is None or holder is None or holder is mine or holder.got("receipt") == receipt:
+                continue
+            out.append((a, mine, holder))
+    return out
+
+
+def wakeups_while_held(q: Queue) -> list[tuple[Operation, Operation, Operation]]:
+    """Every wakeup that landed while a take held its workflow, as (wakeup, the take, the holder's
+    answer): the wakeup began after the take completed and completed before the holder's answer with
+    that take's receipt was invoked, and that answer completed ok."""
+    out = []
+    for wf, wakeups in q.wakeups.items():
+        for w in wakeups:
+            if not w.ok or not is_wakeup(w):
+                continue
+            holder = q.current(wf, w.start)
+            if holder is None or holder.got("receipt") is None:
+                continue
+            answer = next(
+                (
+                    a
+                    for a in q.answers.get(wf, [])
+                    if a.start > w.end and a.invoke.get("receipt") == holder.got("receipt")
+                ),
+                None,
+            )
+            if answer is not None and answer.ok:
+                out.append((w, holder, answer))
+    return out

@@ -7,7 +7,7 @@ from typing import Any
 from ..history import Op
 from ..rundir import FinalState
 from .core import Verdict, checker, operations
-from .queue_calls import Queue, final_queue, hidden_until
+from .queue_calls import Queue, final_queue, hidden_until, stale_answers
 
 
 @checker("stale-answer")
@@ -29,48 +29,47 @@ def stale_answer(ops: list[Op], final: FinalState) -> Verdict:
     queue = final_queue(final)
     bad: list[dict[str, Any]] = []
     stale = 0
-    for wf, answers in q.answers.items():
-        for a in answers:
-            receipt = a.invoke.get("receipt")
-            if receipt is None:
-                continue
-            mine = q.take_of(wf, receipt, a.start)
-            holder = q.current(wf, a.start)
-            if mine is None or holder is None or holder is mine or holder.got("receipt") == receipt:
-                continue
-            stale += 1
-            brief = [
-                mine.brief("took it"),
-                holder.brief("took it again: the answer below is stale"),
-                a.brief("a stale answer: made with the first take's receipt"),
+    for a, mine, holder in stale_answers(q):
+        wf = str(a.workflow)
+        stale += 1
+        brief = [
+            mine.brief("took it"),
+            holder.brief("took it again: the answer below is stale"),
+            a.brief("a stale answer: made with the first take's receipt"),
+        ]
+        later = [t for t in q.takes.get(wf, []) if t.end > holder.end]
+        nxt = later[0] if later else None
+        if (
+            nxt is not None
+            and nxt.end > a.start
+            and nxt.start < hidden_until(holder)
+            and q.reopened(wf, holder, holder.start, nxt.end) is None
+        ):
+            bad += [
+                *brief,
+                nxt.brief("handed out while the newer take hid it: the stale answer re-queued it"),
             ]
-            later = [t for t in q.takes.get(wf, []) if t.end > holder.end]
-            nxt = later[0] if later else None
-            if (
-                nxt is not None
-                and nxt.end > a.start
-                and nxt.start < hidden_until(holder)
-                and q.reopened(wf, holder, holder.start, nxt.end) is None
-            ):
-                bad += [*brief, nxt.brief("handed out while the newer take hid it: the stale answer re-queued it")]
-                continue
-            if queue is None or wf in queue or nxt is not None:
-                continue
-            retry = [
-                b
-                for b in q.answers.get(wf, [])
-                if b.ok and b.start > a.start and b.invoke.get("receipt") == holder.got("receipt") and b.invoke.get("at")
+            continue
+        if queue is None or wf in queue or nxt is not None:
+            continue
+        retry = [
+            b
+            for b in q.answers.get(wf, [])
+            if b.ok
+            and b.start > a.start
+            and b.invoke.get("receipt") == holder.got("receipt")
+            and b.invoke.get("at")
+        ]
+        removed = any(r.end > holder.start for r in q.removals.get(wf, []))
+        woken = any(w.end > holder.start for w in q.wakeups.get(wf, []))
+        if retry and not removed and not woken:
+            bad += [
+                *brief,
+                retry[0].brief(
+                    "the current holder answered 'retry later', yet the workflow was never taken again "
+                    "and is not in the final queue: the stale answer removed it"
+                ),
             ]
-            removed = any(r.end > holder.start for r in q.removals.get(wf, []))
-            woken = any(w.end > holder.start for w in q.wakeups.get(wf, []))
-            if retry and not removed and not woken:
-                bad += [
-                    *brief,
-                    retry[0].brief(
-                        "the current holder answered 'retry later', yet the workflow was never taken again "
-                        "and is not in the final queue: the stale answer removed it"
-                    ),
-                ]
     return _verdict(bad, stale)
 
 

@@ -48,5 +48,7 @@ def take_exclusive(ops: list[Op], final: FinalState) -> Verdict:
     if bad:
         return Verdict("take-exclusive", False, f"{len(bad) // 2} double deliveries", bad, counts)
     if explained:
-        return _unjudged("take-exclusive", f"{len(explained) // 2} double deliveries", explained, steps, counts)
+        return _unjudged(
+            "take-exclusive", f"{len(explained) // 2} double deliveries", explained, steps, counts
+        )
     return Verdict("take-exclusive", True, f"{count} takes, none doubled", [], counts)

@@ -7,7 +7,7 @@ from typing import Any
 from ..history import Op
 from ..rundir import FinalState
 from .core import UNKNOWN, Verdict, _store_steps, checker, operations
-from .queue_calls import PROBE, Queue, final_queue, is_wakeup
+from .queue_calls import PROBE, Queue, final_queue, wakeups_while_held
 
 
 @checker("wakeup-stands")
@@ -24,54 +24,41 @@ def wakeup_stands(ops: list[Op], final: FinalState) -> Verdict:
     bad: list[dict[str, Any]] = []
     held = 0
     unsure = 0
-    for wf, wakeups in q.wakeups.items():
-        for w in wakeups:
-            if not w.ok or not is_wakeup(w):
+    for w, holder, answer in wakeups_while_held(q):
+        wf = str(w.workflow)
+        held += 1
+        if any(t.end > w.start for t in q.takes.get(wf, [])):
+            continue  # taken again: the wakeup stood
+        if any(r.end > w.start for r in q.removals.get(wf, [])):
+            continue
+        if queue is not None:
+            if wf in queue:
                 continue
-            holder = q.current(wf, w.start)
-            if holder is None or holder.got("receipt") is None:
-                continue
-            answer = next(
-                (
-                    a
-                    for a in q.answers.get(wf, [])
-                    if a.start > w.end and a.invoke.get("receipt") == holder.got("receipt")
-                ),
-                None,
-            )
-            if answer is None or not answer.ok:
-                continue
-            held += 1
-            if any(t.end > w.start for t in q.takes.get(wf, [])):
-                continue  # taken again: the wakeup stood
-            if any(r.end > w.start for r in q.removals.get(wf, [])):
-                continue
-            if queue is not None:
-                if wf in queue:
-                    continue
-            else:
-                probe = wf.startswith(PROBE)
-                empty = next((t for t in q.empty_takes if t.start > answer.end and not probe), None)
-                if empty is None or _store_steps(ops, final):
-                    unsure += 1
-                    continue
-                bad += [
-                    holder.brief("took it"),
-                    w.brief("a wakeup while it was held"),
-                    answer.brief("the holder answered; the wakeup must stand"),
-                    empty.brief("found nothing due afterwards: the wakeup was lost"),
-                ]
+        else:
+            probe = wf.startswith(PROBE)
+            empty = next((t for t in q.empty_takes if t.start > answer.end and not probe), None)
+            if empty is None or _store_steps(ops, final):
+                unsure += 1
                 continue
             bad += [
                 holder.brief("took it"),
                 w.brief("a wakeup while it was held"),
                 answer.brief("the holder answered; the wakeup must stand"),
-                {"final_queue": f"{wf!r} was never taken again and is not in the store's final queue"},
+                empty.brief("found nothing due afterwards: the wakeup was lost"),
             ]
+            continue
+        bad += [
+            holder.brief("took it"),
+            w.brief("a wakeup while it was held"),
+            answer.brief("the holder answered; the wakeup must stand"),
+            {"final_queue": f"{wf!r} was never taken again and is not in the store's final queue"},
+        ]
     counts = {"wakeups_while_held": held, "unjudged": unsure}
     if bad:
         lost = sum(1 for e in bad if e.get("why") == "a wakeup while it was held")
-        return Verdict("wakeup-stands", False, f"{lost} wakeup(s) while held lost by the holder's answer", bad, counts)
+        return Verdict(
+            "wakeup-stands", False, f"{lost} wakeup(s) while held lost by the holder's answer", bad, counts
+        )
     if unsure:
         return Verdict(
             "wakeup-stands",

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
-from without_durability import Contended, Fenced, InvalidInput, Pass
+from without_durability import Contended, Delivery, Fenced, InvalidInput, Pass
 from without_durability import Worker as LibraryWorker
 
 from ..config import LifecycleConfig, RunConfig
@@ -358,7 +358,10 @@ class Worker:
         try:
             wake = await self.run_pass(p)
         except Fenced:
-            return True  # a newer pass holds it: stop at once, touch nothing
+            # a newer pass holds it, so a newer take does: the answer below is stale and must act
+            # on nothing (stale-answer), whichever kind it is
+            await self.stale_answer(d, p)
+            return True
         except Exception as exc:
             self.hist.event(
                 "info",
@@ -372,6 +375,16 @@ class Worker:
             await self.rec.wake_at(d, None if wake in (None, "finished") else wake)  # type: ignore[arg-type]
             await self.rec.release(p)
         return True
+
+    async def stale_answer(self, d: Delivery, p: Pass) -> None:
+        """Answer ``d`` after this pass was fenced, as a careless worker does: done, retry now or
+        retry later, the kind fixed by the seed, the workflow and the token. The store must ignore
+        it (a later take superseded ``d``'s receipt)."""
+        kind = random.Random(f"{self.cfg.seed}:stale:{p.workflow}:{p.token}").choice(["done", "now", "later"])
+        with contextlib.suppress(Exception):
+            now = await self.rec.now()
+            at = {"done": None, "now": now, "later": now + self.alive}[kind]
+            await self.rec.wake_at(d, at, fenced=True)
 
     async def run(self) -> None:
         while not self.stopping:
