@@ -35,7 +35,7 @@ from pydantic import (
 
 from without_durability.testing.kit import Capability, KitError, resolve
 
-from .checks import CORE, bites, checkers, with_core
+from .checks import bites, checkers, with_core
 from .checks.coverage import windows
 from .faults import EventSpec, FaultSpec, kind, kinds
 
@@ -81,7 +81,7 @@ BiteName = Annotated[str, AfterValidator(_known_bite)]
 
 
 def _default_checks() -> list[CheckName]:
-    return [
+    return with_core([
         "fencing",
         "first-writer-wins",
         "order",
@@ -89,8 +89,7 @@ def _default_checks() -> list[CheckName]:
         "at-least-once",
         "liveness",
         "monotonic-loads",
-        *CORE,
-    ]
+    ])
 
 
 BUILT_IN: Traversable = files("wd_chaos").joinpath("scenarios")
@@ -281,9 +280,8 @@ class Scenario(_Strict):
     workload: Workload = Workload()
     faults: list[Fault] = Field(default_factory=list)
     storm: Storm | None = None
-    checks: list[CheckName] = Field(default_factory=_default_checks, min_length=1)
-    """The checkers to run: the file's list, then every core checker it leaves out
-    (``wd_chaos.checks.CORE``: a scenario may add checkers, never drop a core one)."""
+    # the file's checkers, then every core one it leaves out (wd_chaos.checks.CORE): none is dropped
+    checks: Annotated[list[CheckName], AfterValidator(with_core)] = Field(default_factory=_default_checks, min_length=1)
     bite: BiteName = "none"
     coverage: list[WindowName] = Field(default_factory=list)
     """The dangerous windows this scenario means to reach; a run that reached one 0 times is
@@ -294,11 +292,6 @@ class Scenario(_Strict):
     """What a correct store gives here: ``valid``, or ``lost-writes`` where the deployment loses
     acknowledged writes by design (asynchronous replication across a failover), so the chaos
     gate requires ``durability`` to count them rather than the run to pass."""
-
-    @field_validator("checks")
-    @classmethod
-    def _core_checks(cls, checks: list[str]) -> list[str]:
-        return with_core(checks)
 
     @field_validator("stores")
     @classmethod
