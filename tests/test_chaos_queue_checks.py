@@ -97,6 +97,14 @@ def test_take_exclusive_fails_two_takes_with_one_receipt_unless_the_transport_re
     assert run("take-exclusive", h, {"redelivers": True}).valid is True
 
 
+def test_take_exclusive_is_unknown_where_a_clock_step_fault_ended_the_visibility() -> None:
+    h = retaken(None)
+    step = {"type": "fault", "fault": "wall-step", "phase": "start", "seconds": 30.0, "id": "wall-step-1"}
+    h.lines.insert(2, {**step, "process": "nemesis", "pid": 1, "mono": h.lines[1]["mono"] + 1, "wall": "x"})
+    verdict = run("take-exclusive", h, {"store_clock": "local"})
+    assert verdict.valid == checks.UNKNOWN, verdict.summary
+
+
 # -- stale-answer ----------------------------------------------------------------------------------
 
 
@@ -110,6 +118,8 @@ def stale(kind: str | None, then: str) -> H:
     h.take("r2", "w2", visibility=5.0)
     h.wait(0.1)
     at = {None: None, "later": "2026-01-01T00:01:00+00:00", "now": "2026-01-01T00:00:00+00:00"}[kind]
+    if then == "answer-first":  # the newer holder answers before the stale answer comes
+        h.answer("r2", "2026-01-01T00:02:00+00:00", "w2")
     h.answer("r1", at, "w1")
     if then == "retake":
         h.take("r3", "w3")
@@ -134,10 +144,12 @@ def test_stale_answer_fails_a_stale_answer_that_requeued_a_held_workflow(kind: s
     assert [e.get("process") for e in verdict.evidence] == ["w1", "w2", "w1", "w3"]
 
 
-def test_stale_answer_fails_a_stale_done_that_removed_the_newer_holders_delivery() -> None:
-    verdict = run("stale-answer", stale(None, "answer"), {"queue": {}})
+@pytest.mark.parametrize("then", ["answer", "answer-first"])
+def test_stale_answer_fails_a_stale_done_that_removed_the_newer_holders_delivery(then: str) -> None:
+    verdict = run("stale-answer", stale(None, then), {"queue": {}})
     assert verdict.valid is False, verdict.summary
     assert "removed it" in str(verdict.evidence[-1]["why"])
+    assert run("stale-answer", stale(None, then), {"queue": {WF: 1}}).valid is True
 
 
 def test_stale_answer_does_not_judge_a_removal_where_the_queue_was_not_read() -> None:

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
+from ..history import Op
 from ..rundir import FinalState
-from .core import Operation
+from .core import SLACK_NS, Operation, _store_steps
 
 HIDDEN_SHARE = 0.8
 """The share of a take's visibility during which a second take of its workflow is judged a breach."""
@@ -183,4 +185,22 @@ def wakeups_while_held(q: Queue) -> list[tuple[Operation, Operation, Operation]]
             )
             if answer is not None and answer.ok:
                 out.append((w, holder, answer))
+    return out
+
+
+def queue_steps(ops: list[Op], final: FinalState) -> list[dict[str, Any]]:
+    """The steps of the clock the store's queue runs on, in ``wallclock.steps``' form: this
+    machine's wall-clock steps where the store decides by it, plus every step a ``clock-step`` or
+    ``wall-step`` fault made (a queue times visibility by the store's wall clock, so a step ahead
+    ends every hidden delivery's visibility at once; the harness's own stamps never see them)."""
+    out = list(_store_steps(ops, final))
+    for line in ops:
+        if line.get("type") != "fault" or line.get("phase") != "start" or line.get("seconds") is None:
+            continue
+        mono = int(line["mono"])
+        if line.get("fault") == "clock-step":
+            out.append({"seconds": float(line["seconds"]), "wall": line.get("wall"),
+                        "between": [int(line.get("before_mono") or mono), mono]})  # fmt: skip
+        elif line.get("fault") == "wall-step":  # the offset file moved just before its line
+            out.append({"seconds": float(line["seconds"]), "wall": line.get("wall"), "between": [mono - SLACK_NS, mono]})
     return out

@@ -6,8 +6,8 @@ from typing import Any
 
 from ..history import Op
 from ..rundir import FinalState
-from .core import Verdict, checker, operations
-from .queue_calls import Queue, final_queue, hidden_until, stale_answers
+from .core import Verdict, _Breach, _unjudged, checker, operations
+from .queue_calls import Queue, final_queue, hidden_until, queue_steps, stale_answers, visibility_ns
 
 
 @checker("stale-answer")
@@ -18,8 +18,8 @@ def stale_answer(ops: list[Op], final: FinalState) -> Verdict:
     - *re-queued*: the workflow is handed out again while the newer take still hid it (within 80%
       of its visibility), with no wakeup and no answer carrying the newer receipt since: the stale
       answer made it visible;
-    - *removed*: the newer holder then answered "retry at a time" (which must keep the workflow
-      queued), yet the workflow was never taken again and is missing from the store's final queue
+    - *removed*: the newer holder answered "retry at a time" (before or after the stale answer;
+      either way the workflow must stay queued), yet the workflow was never taken again and is missing from the store's final queue
       (read only where the kit reads its queue; a cancel or discard since excuses): the stale
       answer deleted the delivery the newer take held.
 
@@ -28,6 +28,8 @@ def stale_answer(ops: list[Op], final: FinalState) -> Verdict:
     q = Queue.of(all_ops)
     queue = final_queue(final)
     bad: list[dict[str, Any]] = []
+    explained: list[dict[str, Any]] = []  # a step of the queue's clock ended the newer take's visibility
+    steps = queue_steps(ops, final)
     stale = 0
     for a, mine, holder in stale_answers(q):
         wf = str(a.workflow)
@@ -45,31 +47,38 @@ def stale_answer(ops: list[Op], final: FinalState) -> Verdict:
             and nxt.start < hidden_until(holder)
             and q.reopened(wf, holder, holder.start, nxt.end) is None
         ):
-            bad += [
+            evidence = [
                 *brief,
                 nxt.brief("handed out while the newer take hid it: the stale answer re-queued it"),
             ]
+            breach = _Breach(
+                evidence, (holder.start, nxt.end), visibility_ns(holder) - (nxt.end - holder.start), True
+            )
+            (explained if breach.stepped(steps) else bad).extend(evidence)
             continue
         if queue is None or wf in queue or nxt is not None:
             continue
-        retry = [
-            b
-            for b in q.answers.get(wf, [])
-            if b.ok
-            and b.start > a.start
-            and b.invoke.get("receipt") == holder.got("receipt")
-            and b.invoke.get("at")
-        ]
+        # the current holder's last answer: a retry (a time) keeps the workflow queued
+        own = [b for b in q.answers.get(wf, []) if b.invoke.get("receipt") == holder.got("receipt")]
+        last = own[-1] if own else None
         removed = any(r.end > holder.start for r in q.removals.get(wf, []))
         woken = any(w.end > holder.start for w in q.wakeups.get(wf, []))
-        if retry and not removed and not woken:
+        if last is not None and last.ok and last.invoke.get("at") and not removed and not woken:
             bad += [
                 *brief,
-                retry[0].brief(
-                    "the current holder answered 'retry later', yet the workflow was never taken again "
+                last.brief(
+                    "the current holder answered 'retry at a time', yet the workflow was never taken again "
                     "and is not in the final queue: the stale answer removed it"
                 ),
             ]
+    if not bad and explained:
+        return _unjudged(
+            "stale-answer",
+            f"{len(explained) // 4} re-queued deliveries",
+            explained,
+            steps,
+            {"stale_answers": stale},
+        )
     return _verdict(bad, stale)
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from ..history import Op
 from ..rundir import FinalState
-from .core import Verdict, _Breach, _store_steps, _unjudged, checker, operations
-from .queue_calls import HIDDEN_SHARE, Queue, final_key, visibility_ns
+from .core import Verdict, _Breach, _unjudged, checker, operations
+from .queue_calls import HIDDEN_SHARE, Queue, final_key, queue_steps, visibility_ns
 
 
 @checker("take-exclusive")
@@ -21,7 +21,7 @@ def take_exclusive(ops: list[Op], final: FinalState) -> Verdict:
     says the transport itself hands a delivery out twice (``redelivers``: the simulator's wire)."""
     q = Queue.of(operations(ops))
     bad: list[dict[str, Any]] = []
-    steps = _store_steps(ops, final)
+    steps = queue_steps(ops, final)
     explained: list[dict[str, Any]] = []
     count = 0
     redelivers = bool(final_key(final, "redelivers"))

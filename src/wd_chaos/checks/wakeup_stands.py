@@ -6,8 +6,8 @@ from typing import Any
 
 from ..history import Op
 from ..rundir import FinalState
-from .core import UNKNOWN, Verdict, _store_steps, checker, operations
-from .queue_calls import PROBE, Queue, final_queue, wakeups_while_held
+from .core import UNKNOWN, Verdict, checker, operations
+from .queue_calls import PROBE, Queue, final_queue, queue_steps, wakeups_while_held
 
 
 @checker("wakeup-stands")
@@ -37,7 +37,7 @@ def wakeup_stands(ops: list[Op], final: FinalState) -> Verdict:
         else:
             probe = wf.startswith(PROBE)
             empty = next((t for t in q.empty_takes if t.start > answer.end and not probe), None)
-            if empty is None or _store_steps(ops, final):
+            if empty is None or queue_steps(ops, final):
                 unsure += 1
                 continue
             bad += [
