@@ -97,11 +97,16 @@ def test_take_exclusive_fails_two_takes_with_one_receipt_unless_the_transport_re
     assert run("take-exclusive", h, {"redelivers": True}).valid is True
 
 
-def test_take_exclusive_is_unknown_where_a_clock_step_fault_ended_the_visibility() -> None:
+def test_take_exclusive_excuses_a_step_the_scenario_made_and_cannot_judge_one_of_the_machine() -> None:
     h = retaken(None)
+    mono = h.lines[1]["mono"] + 1
     step = {"type": "fault", "fault": "wall-step", "phase": "start", "seconds": 30.0, "id": "wall-step-1"}
-    h.lines.insert(2, {**step, "process": "nemesis", "pid": 1, "mono": h.lines[1]["mono"] + 1, "wall": "x"})
-    verdict = run("take-exclusive", h, {"store_clock": "local"})
+    stepped = H()
+    stepped.lines = [*h.lines[:2], {**step, "process": "nemesis", "pid": 1, "mono": mono, "wall": "x"}, *h.lines[2:]]
+    verdict = run("take-exclusive", stepped, {"store_clock": "local"})
+    assert verdict.valid is True and verdict.counts["after an injected clock step"] == 1, verdict.summary
+    machine = {"seconds": 30.0, "wall": "x", "between": [mono - 1, mono]}
+    verdict = run("take-exclusive", h, {"store_clock": "local", "wall_clock_steps": [machine]})
     assert verdict.valid == checks.UNKNOWN, verdict.summary
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..history import Op
 from ..rundir import FinalState
-from .core import SLACK_NS, Operation, _store_steps
+from .core import SLACK_NS, Operation, _Breach, _store_steps
 
 HIDDEN_SHARE = 0.8
 """The share of a take's visibility during which a second take of its workflow is judged a breach."""
@@ -200,7 +200,20 @@ def queue_steps(ops: list[Op], final: FinalState) -> list[dict[str, Any]]:
         mono = int(line["mono"])
         if line.get("fault") == "clock-step":
             out.append({"seconds": float(line["seconds"]), "wall": line.get("wall"),
-                        "between": [int(line.get("before_mono") or mono), mono]})  # fmt: skip
+                        "between": [int(line.get("before_mono") or mono), mono], "injected": True})  # fmt: skip
         elif line.get("fault") == "wall-step":  # the offset file moved just before its line
-            out.append({"seconds": float(line["seconds"]), "wall": line.get("wall"), "between": [mono - SLACK_NS, mono]})
+            out.append(
+                {"seconds": float(line["seconds"]), "wall": line.get("wall"), "between": [mono - SLACK_NS, mono],
+                 "injected": True}
+            )  # fmt: skip
     return out
+
+
+def sort_breach(breach: _Breach, steps: list[dict[str, Any]]) -> str:
+    """Where a time-bound breach of the queue belongs: ``"excused"`` when a step the scenario made
+    on purpose (``injected``: a clock-step or wall-step fault) accounts for it, since a queue timed
+    by the store's clock rightly ends a visibility its clock jumped past; ``"explained"`` when only a
+    step of this machine's clock does (the run cannot judge it); else ``"bad"``."""
+    if breach.stepped([s for s in steps if s.get("injected")]):
+        return "excused"
+    return "explained" if breach.stepped(steps) else "bad"

@@ -7,7 +7,15 @@ from typing import Any
 from ..history import Op
 from ..rundir import FinalState
 from .core import Verdict, _Breach, _unjudged, checker, operations
-from .queue_calls import Queue, final_queue, hidden_until, queue_steps, stale_answers, visibility_ns
+from .queue_calls import (
+    Queue,
+    final_queue,
+    hidden_until,
+    queue_steps,
+    sort_breach,
+    stale_answers,
+    visibility_ns,
+)
 
 
 @checker("stale-answer")
@@ -54,7 +62,9 @@ def stale_answer(ops: list[Op], final: FinalState) -> Verdict:
             breach = _Breach(
                 evidence, (holder.start, nxt.end), visibility_ns(holder) - (nxt.end - holder.start), True
             )
-            (explained if breach.stepped(steps) else bad).extend(evidence)
+            where = sort_breach(breach, steps)
+            if where != "excused":
+                (explained if where == "explained" else bad).extend(evidence)
             continue
         if queue is None or wf in queue or nxt is not None:
             continue

@@ -8,7 +8,7 @@ from typing import Any
 from ..history import Op
 from ..rundir import FinalState
 from .core import Verdict, _Breach, _unjudged, checker, operations
-from .queue_calls import HIDDEN_SHARE, Queue, final_key, queue_steps, visibility_ns
+from .queue_calls import HIDDEN_SHARE, Queue, final_key, queue_steps, sort_breach, visibility_ns
 
 
 @checker("take-exclusive")
@@ -18,12 +18,14 @@ def take_exclusive(ops: list[Op], final: FinalState) -> Verdict:
     no answer carrying the first take's receipt in between, is a double delivery. A stale answer
     (another take's receipt) reopens nothing, so it excuses nothing. Two takes handed the same
     receipt are a double delivery too (a receipt identifies one take), except where the final state
-    says the transport itself hands a delivery out twice (``redelivers``: the simulator's wire)."""
+    says the transport itself hands a delivery out twice (``redelivers``: the simulator's wire). A
+    re-take that a clock step the scenario made accounts for is excused (the queue's clock jumped
+    past the visibility); one that only a step of this machine's clock accounts for is unknown."""
     q = Queue.of(operations(ops))
     bad: list[dict[str, Any]] = []
     steps = queue_steps(ops, final)
     explained: list[dict[str, Any]] = []
-    count = 0
+    count = excused = 0
     redelivers = bool(final_key(final, "redelivers"))
     for wf, group in q.takes.items():
         count += len(group)
@@ -43,12 +45,17 @@ def take_exclusive(ops: list[Op], final: FinalState) -> Verdict:
                 visibility - (b.end - a.start),  # the widest the gap can have been
                 ahead=True,
             )
-            (explained if breach.stepped(steps) else bad).extend(breach.evidence)
-    counts = {"takes": count}
+            where = sort_breach(breach, steps)
+            if where == "excused":
+                excused += 1
+            else:
+                (explained if where == "explained" else bad).extend(breach.evidence)
+    counts = {"takes": count, "after an injected clock step": excused}
     if bad:
         return Verdict("take-exclusive", False, f"{len(bad) // 2} double deliveries", bad, counts)
     if explained:
         return _unjudged(
             "take-exclusive", f"{len(explained) // 2} double deliveries", explained, steps, counts
         )
-    return Verdict("take-exclusive", True, f"{count} takes, none doubled", [], counts)
+    also = f" ({excused} taken again after a clock step the scenario made ended a visibility)" if excused else ""
+    return Verdict("take-exclusive", True, f"{count} takes, none doubled{also}", [], counts)
