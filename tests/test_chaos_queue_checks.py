@@ -247,3 +247,11 @@ def test_the_scheduler_windows_count_what_they_name() -> None:
     assert hits(woken(None, "retake", "arrive"), "wakeup-while-held", "schedule-while-held") == {
         "wakeup-while-held": 1, "schedule-while-held": 0,
     }  # fmt: skip
+
+
+def test_the_final_queue_speaks_only_for_the_runs_own_workflows() -> None:
+    # a probe's or a careless client's workflow lives in a namespace the final read does not cover
+    final = {"queue": {}, "expected_workflows": ["another"]}
+    assert run("wakeup-stands", woken(None, "none"), final).valid == checks.UNKNOWN
+    assert run("stale-answer", stale(None, "answer"), final).valid is True
+    assert run("wakeup-stands", woken(None, "none"), {**final, "expected_workflows": [WF]}).valid is False

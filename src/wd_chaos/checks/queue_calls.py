@@ -145,6 +145,17 @@ def final_queue(final: FinalState) -> dict[str, int] | None:
     return {str(k): int(v) for k, v in got.items()}
 
 
+def in_final_queue(final: FinalState, workflow: str) -> bool | None:
+    """Whether ``workflow`` is in the store's final queue; None where that cannot be told: the
+    queue was not read, or the workflow is not one the run started (a probe's or a careless
+    client's, queued in a namespace of its own that the final read does not cover)."""
+    queue = final_queue(final)
+    expected = final_key(final, "expected_workflows")
+    if queue is None or (isinstance(expected, list) and workflow not in expected):
+        return None
+    return workflow in queue
+
+
 def stale_answers(q: Queue) -> list[tuple[Operation, Operation, Operation]]:
     """Every stale answer with its take and the take that superseded it, as (answer, its take, the
     newer take): an answer whose receipt a later take of its workflow replaced before the answer

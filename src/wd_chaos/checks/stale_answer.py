@@ -9,8 +9,8 @@ from ..rundir import FinalState
 from .core import Verdict, _Breach, _unjudged, checker, operations
 from .queue_calls import (
     Queue,
-    final_queue,
     hidden_until,
+    in_final_queue,
     queue_steps,
     sort_breach,
     stale_answers,
@@ -34,7 +34,6 @@ def stale_answer(ops: list[Op], final: FinalState) -> Verdict:
     Answers whose receipt the history does not record are not judged."""
     all_ops = operations(ops)
     q = Queue.of(all_ops)
-    queue = final_queue(final)
     bad: list[dict[str, Any]] = []
     explained: list[dict[str, Any]] = []  # a step of the queue's clock ended the newer take's visibility
     steps = queue_steps(ops, final)
@@ -66,7 +65,7 @@ def stale_answer(ops: list[Op], final: FinalState) -> Verdict:
             if where != "excused":
                 (explained if where == "explained" else bad).extend(evidence)
             continue
-        if queue is None or wf in queue or nxt is not None:
+        if nxt is not None or in_final_queue(final, wf) is not False:
             continue
         # the current holder's last answer: a retry (a time) keeps the workflow queued
         own = [b for b in q.answers.get(wf, []) if b.invoke.get("receipt") == holder.got("receipt")]

@@ -7,7 +7,7 @@ from typing import Any
 from ..history import Op
 from ..rundir import FinalState
 from .core import UNKNOWN, Verdict, checker, operations
-from .queue_calls import PROBE, Queue, final_queue, queue_steps, wakeups_while_held
+from .queue_calls import PROBE, Queue, final_queue, in_final_queue, queue_steps, wakeups_while_held
 
 
 @checker("wakeup-stands")
@@ -20,7 +20,6 @@ def wakeup_stands(ops: list[Op], final: FinalState) -> Verdict:
     lost only when a take of the same queue found nothing due after the answer."""
     all_ops = operations(ops)
     q = Queue.of(all_ops)
-    queue = final_queue(final)
     bad: list[dict[str, Any]] = []
     held = 0
     unsure = 0
@@ -31,12 +30,13 @@ def wakeup_stands(ops: list[Op], final: FinalState) -> Verdict:
             continue  # taken again: the wakeup stood
         if any(r.end > w.start for r in q.removals.get(wf, [])):
             continue
-        if queue is not None:
-            if wf in queue:
-                continue
-        else:
-            probe = wf.startswith(PROBE)
-            empty = next((t for t in q.empty_takes if t.start > answer.end and not probe), None)
+        queued = in_final_queue(final, wf)
+        if queued:
+            continue
+        if queued is None:
+            # without the final queue, only a take of the run's own queue that found nothing due tells
+            other = wf.startswith(PROBE) or final_queue(final) is not None  # another namespace's
+            empty = next((t for t in q.empty_takes if t.start > answer.end and not other), None)
             if empty is None or queue_steps(ops, final):
                 unsure += 1
                 continue
