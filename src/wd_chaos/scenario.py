@@ -280,8 +280,8 @@ class Scenario(_Strict):
     workload: Workload = Workload()
     faults: list[Fault] = Field(default_factory=list)
     storm: Storm | None = None
-    # the file's checkers, then every core one it leaves out (wd_chaos.checks.CORE): none is dropped
     checks: Annotated[list[CheckName], AfterValidator(with_core)] = Field(default_factory=_default_checks, min_length=1)
+    """The checkers to run, then every core one they leave out (``wd_chaos.checks.CORE``, never dropped)."""
     bite: BiteName = "none"
     coverage: list[WindowName] = Field(default_factory=list)
     """The dangerous windows this scenario means to reach; a run that reached one 0 times is
