@@ -100,7 +100,7 @@ def test_take_exclusive_fails_two_takes_with_one_receipt_unless_the_transport_re
 def test_take_exclusive_excuses_a_step_the_scenario_made_and_cannot_judge_one_of_the_machine() -> None:
     h = retaken(None)
     mono = h.lines[1]["mono"] + 1
-    step = {"type": "fault", "fault": "wall-step", "phase": "start", "seconds": 30.0, "id": "wall-step-1"}
+    step = {"type": "fault", "fault": "x-step", "phase": "start", "seconds": 30.0, "store_clock_step": True}
     stepped = H()
     stepped.lines = [*h.lines[:2], {**step, "process": "nemesis", "pid": 1, "mono": mono, "wall": "x"}, *h.lines[2:]]
     verdict = run("take-exclusive", stepped, {"store_clock": "local"})

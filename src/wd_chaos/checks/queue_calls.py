@@ -201,22 +201,17 @@ def wakeups_while_held(q: Queue) -> list[tuple[Operation, Operation, Operation]]
 
 def queue_steps(ops: list[Op], final: FinalState) -> list[dict[str, Any]]:
     """The steps of the clock the store's queue runs on, in ``wallclock.steps``' form: this
-    machine's wall-clock steps where the store decides by it, plus every step a ``clock-step`` or
-    ``wall-step`` fault made (a queue times visibility by the store's wall clock, so a step ahead
-    ends every hidden delivery's visibility at once; the harness's own stamps never see them)."""
+    machine's wall-clock steps where the store decides by it, plus every step a fault made of the
+    store's own clock (its fault line says ``store_clock_step``, with ``seconds`` and, where known,
+    ``before_mono``): a queue times visibility by the store's clock, so a step ahead ends every
+    hidden delivery's visibility at once, and the harness's own stamps never see it."""
     out = list(_store_steps(ops, final))
     for line in ops:
-        if line.get("type") != "fault" or line.get("phase") != "start" or line.get("seconds") is None:
+        if line.get("type") != "fault" or not line.get("store_clock_step") or line.get("seconds") is None:
             continue
-        mono = int(line["mono"])
-        if line.get("fault") == "clock-step":
-            out.append({"seconds": float(line["seconds"]), "wall": line.get("wall"),
-                        "between": [int(line.get("before_mono") or mono), mono], "injected": True})  # fmt: skip
-        elif line.get("fault") == "wall-step":  # the offset file moved just before its line
-            out.append(
-                {"seconds": float(line["seconds"]), "wall": line.get("wall"), "between": [mono - SLACK_NS, mono],
-                 "injected": True}
-            )  # fmt: skip
+        mono = int(line["mono"])  # the clock moved just before its line was written
+        lo = int(line.get("before_mono") or mono - SLACK_NS)
+        out.append({"seconds": float(line["seconds"]), "wall": line.get("wall"), "between": [lo, mono], "injected": True})
     return out
 
 
