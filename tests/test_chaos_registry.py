@@ -44,7 +44,7 @@ def test_the_built_in_checkers_are_all_found() -> None:
         "nothing-lost", "arrivals", "attempt-limit", "lifecycle-liveness", "tokens-rise",
         "lease-lapses", "cancel-sticks", "own-receipt", "answer-then-take", "misuse", "written-at",
         "stale-landing", "tokens-unique", "errors-classified", "cancelled-calls", "no-hung-pass",
-        "half-open-gives-up",
+        "half-open-gives-up", "stale-answer", "wakeup-stands", "queue-bounded",
     }  # fmt: skip
     assert {"stall-fenced", "kill-between", "partition-refused", "restart-survived", "storm"} <= set(
         registry.bites()
@@ -60,7 +60,7 @@ def test_a_new_checker_is_one_new_module(dropped_in: Path) -> None:
         parse(text, "x.toml")  # not yet there: refused, naming what is
     (dropped_in / "toy.py").write_text(TOY)
     registry._found.cache_clear()
-    assert parse(text, "x.toml").checks == ["fencing", "toy-count"]
+    assert parse(text, "x.toml").checks == ["fencing", "toy-count", *registry.CORE]
     two = [
         {"type": "invoke", "op": f"w:1:{n}", "f": "load", "process": "w", "pid": 1, "mono": n} for n in (1, 2)
     ]

@@ -48,3 +48,12 @@ def test_show_unknown_name_is_a_usage_error_naming_the_known_ones() -> None:
     result = CliRunner().invoke(main, ["show", "no-such-scenario"])
     assert result.exit_code == 64, f"expected exit 64, got {result.exit_code}"
     assert "lease-stall" in result.output, f"expected the built-in names, got {result.output!r}"
+
+
+def test_show_names_the_core_checkers() -> None:
+    from wd_chaos.checks import CORE
+
+    result = CliRunner().invoke(main, ["show", "append-storm"], standalone_mode=False)
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("# core checkers:") and all(name in last for name in CORE), last
+    assert set(CORE) <= set(parse(result.output, "append-storm").checks)

@@ -231,7 +231,7 @@ def _doc(obj: object) -> str:
 def faults_and_checkers() -> str:
     """Every fault kind, checker, bite check and coverage window, each with its docstring."""
     from wd_chaos.checks.coverage import windows
-    from wd_chaos.checks.registry import bites, checkers
+    from wd_chaos.checks.registry import CORE, bites, checkers
     from wd_chaos.faults import kinds
 
     out = ["## Fault kinds", ""]
@@ -239,8 +239,10 @@ def faults_and_checkers() -> str:
         module = kind.spec.__module__
         out += [f"### `{name}`", "", _doc(kind.spec), "", f'??? info "`{module}`"', ""]
         out += ["    " + _doc(importlib.import_module(module)), ""]
-    out += ["## Checkers", "", "What a scenario's `checks` may list.", ""]
-    out += [_table([(f"`{n}`", _doc(c)) for n, c in sorted(checkers().items())], ("checker", "what it judges"))]
+    out += ["## Checkers", "", "What a scenario's `checks` may list. The **core** checkers run in every scenario,", ""]
+    out[-2] += " whatever its `checks` says (a scenario may add checkers, never drop a core one)."
+    rows = [(f"`{n}`" + (" (core)" if n in CORE else ""), _doc(c)) for n, c in sorted(checkers().items())]
+    out += [_table(rows, ("checker", "what it judges"))]
     out += ["", "## Bite checks", "", "What a scenario's `bite` may be.", ""]
     out += [_table([(f"`{n}`", _doc(c)) for n, c in sorted(bites().items())], ("bite", "what it asks"))]
     out += ["", "## Coverage windows", "", "What a scenario's `coverage` may list.", ""]

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import checks, rundir, wallclock
 from .checks.coverage import hits_of
+from .checks.queue_calls import final_queue
 from .history import Op
 from .report import write_report
 from .rundir import DamagedRun, FinalState, FinalUnread
@@ -142,6 +143,8 @@ def analyze(run_dir: Path) -> Outcome:
         "coverage": hits_of(verdicts),
         "counts": dict(sorted(counts.items())),
         "faults": [o for o in ops if o["type"] == "fault"],
+        # entries per workflow in the store's final queue, where its kit reads it (queue-bounded)
+        "queue": final_queue(final),
         "store_clock": final.get("store_clock", "unrecorded"),
         "lease_clock": final.get("lease_clock", "unrecorded"),
         "wall_clock_steps": steps,

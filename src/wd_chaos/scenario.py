@@ -35,7 +35,7 @@ from pydantic import (
 
 from without_durability.testing.kit import Capability, KitError, resolve_or_missing
 
-from .checks import bites, checkers
+from .checks import bites, checkers, with_core
 from .checks.coverage import windows
 from .faults import EventSpec, FaultSpec, kind, kinds
 from .fleet import Fleet
@@ -82,7 +82,7 @@ BiteName = Annotated[str, AfterValidator(_known_bite)]
 
 
 def _default_checks() -> list[CheckName]:
-    return [
+    return with_core([
         "fencing",
         "first-writer-wins",
         "order",
@@ -90,7 +90,7 @@ def _default_checks() -> list[CheckName]:
         "at-least-once",
         "liveness",
         "monotonic-loads",
-    ]
+    ])
 
 
 BUILT_IN: Traversable = files("wd_chaos").joinpath("scenarios")
@@ -281,7 +281,8 @@ class Scenario(_Strict):
     workload: Workload = Workload()
     faults: list[Fault] = Field(default_factory=list)
     storm: Storm | None = None
-    checks: list[CheckName] = Field(default_factory=_default_checks, min_length=1)
+    checks: Annotated[list[CheckName], AfterValidator(with_core)] = Field(default_factory=_default_checks, min_length=1)
+    """The checkers to run, then every core one they leave out (``wd_chaos.checks.CORE``, never dropped)."""
     bite: BiteName = "none"
     coverage: list[WindowName] = Field(default_factory=list)
     """Dangerous windows the run must reach; one reached 0 times makes it unknown (checks.coverage)."""

@@ -89,7 +89,7 @@ def _op_rows(o: Operation, t0: int) -> list[tuple[str, str]]:
     """What a hover shows: the call (function and arguments), the result, who made it and when."""
     call = ", ".join(
         f"{k}={_fmt(o.invoke[k])}"
-        for k in ("workflow", "key", "value", "token", "at")
+        for k in ("workflow", "key", "value", "token", "at", "visibility", "receipt")
         if o.invoke.get(k) is not None
     )
     rows = [
@@ -99,8 +99,8 @@ def _op_rows(o: Operation, t0: int) -> list[tuple[str, str]]:
     if o.complete is not None:
         got = [
             f"{k}={_fmt(o.complete[k])}"
-            for k in ("value", "won", "key", "token")
-            if o.complete.get(k) is not None
+            for k in ("value", "won", "key", "token", "workflow", "receipt")
+            if o.complete.get(k) is not None and (k != "workflow" or o.invoke.get(k) is None)
         ]
         if got:
             rows.append(("returned", ", ".join(got)))

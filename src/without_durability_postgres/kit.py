@@ -382,6 +382,14 @@ def chaos_opened(
                 for r, w, k, t in await cur.fetchall()
             ]
 
+    async def read_queue() -> dict[str, int]:
+        async with pool.connection() as c:
+            cur = await c.execute(
+                "SELECT workflow, count(*) FROM workflow_queue WHERE namespace = %s GROUP BY workflow",
+                (durable.scheduler.namespace,),
+            )
+            return {str(w): int(n) for w, n in await cur.fetchall()}
+
     async def sweep_older(older_than: timedelta) -> int:
         return int(await sweep_older_than(pool, older_than))
 
@@ -392,6 +400,7 @@ def chaos_opened(
         read_ledger,
         sweep=sweep_older if sweep else None,
         holds=holds_opener(url, schema),
+        read_queue=read_queue if sweep else None,  # our queue table: only with our scheduler
     )
     opened.pool_size = pool.max_size
     return opened

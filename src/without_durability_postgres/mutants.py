@@ -640,6 +640,28 @@ class PlainClaimKeepsOwner(PostgresCheckpointer):
     CLAIM = CLAIM.replace(",\n        owner = NULL\n", "\n")
 
 
+# -- the queue judged as hard as the records (issue 44) ---------------------------------------------
+
+
+class AnswerIgnoresReceipt(PostgresScheduler):
+    """wake_at acts on the workflow's row whatever its visibility (its receipt): a superseded
+    holder's late answer deletes or moves the delivery a newer take holds."""
+
+    FINISH = _FINISH.replace(" AND visibility = %(receipt)s", "")
+    WAKE_AT = _WAKE_AT.replace(" AND visibility = %(receipt)s", "")
+
+
+class WakeupWhileHeldDropped(PostgresScheduler):
+    """schedule leaves a queued row as it is, so a wakeup that lands while a delivery is held is
+    dropped and the holder's answer removes the workflow's only entry."""
+
+    SCHEDULE = """
+INSERT INTO workflow_queue AS q (namespace, workflow, visibility)
+VALUES (%(namespace)s, %(workflow)s, COALESCE(%(at)s::timestamptz, now()))
+ON CONFLICT (namespace, workflow) DO NOTHING
+"""
+
+
 MUTANTS += [
     Mutant(
         "postgres-plain-claim-keeps-owner",
@@ -651,5 +673,25 @@ MUTANTS += [
             "chaos:mixed-fleet:fencing",
         ),
         swap("checkpointer", PlainClaimKeepsOwner),
+    ),
+    Mutant(
+        "postgres-answer-ignores-receipt",
+        "postgres",
+        "wake-at-acts-on-its-own-receipt",
+        "wake_at acts by workflow, without checking that its receipt is still current",
+        (
+            "test_stale_delivery_cannot_answer_for_a_newer_take",
+            "chaos:lease-stall:stale-answer",
+            "chaos:lease-stall:wakeup-stands",
+        ),
+        swap("scheduler", AnswerIgnoresReceipt),
+    ),
+    Mutant(
+        "postgres-wakeup-while-held-dropped",
+        "postgres",
+        "wakeup-since-the-take-stands",
+        "schedule of a queued (or held) workflow changes nothing, so a wakeup while held is lost",
+        ("test_a_wakeup_while_held_survives_each_answer_kind", "chaos:lease-stall:wakeup-stands"),
+        swap("scheduler", WakeupWhileHeldDropped),
     ),
 ]

@@ -199,10 +199,25 @@ async def open_redis_worker(spec: Spec, *, scheduler: str, cluster: bool) -> Ope
                 rows.append({"row": i, "workflow": wf, "key": entry["key"], "token": int(entry["token"])})
         return rows
 
+    def name(raw: object) -> str:
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+    async def read_queue() -> dict[str, int]:
+        if scheduler != "stream":  # the sorted set: one member per workflow
+            return {name(m): 1 for m in await client.zrange(sched.key, 0, -1)}
+        # the stream: its entries per workflow (field w), or 1 for a workflow with only a timer
+        counts: dict[str, int] = {}
+        for _id, fields in await client.xrange(sched.stream_key, "-", "+"):
+            wf = name(fields.get(b"w", fields.get("w")))
+            counts[wf] = counts.get(wf, 0) + 1
+        for m in await client.zrange(sched.timers_key, 0, -1):
+            counts.setdefault(name(m), 1)
+        return counts
+
     async def close() -> None:
         await client.aclose()
 
-    return Opened(durable, close, ledger_effect, read_ledger)
+    return Opened(durable, close, ledger_effect, read_ledger, read_queue=read_queue)
 
 
 REDIS_MUTATE_PLAN = MutatePlan(

@@ -12,7 +12,7 @@ from typing import Any
 
 from without_durability._values import Pass
 from without_durability.testing.mutants import Mutant, Swap, Wrap, swap
-from without_durability_redis import RedisCheckpointer, RedisStreamScheduler
+from without_durability_redis import RedisCheckpointer, RedisSetScheduler, RedisStreamScheduler
 from without_durability_redis._keys import check_id
 from without_durability_redis._scripts import DRIVER_ERRORS, Scripts, script_source, text, translated
 
@@ -294,3 +294,56 @@ MUTANTS.append(
         swap("checkpointer", AppendFsyncEverySec),
     )
 )
+
+
+# -- the queue judged as hard as the records (issue 44) ---------------------------------------------
+
+
+class SetAnswerIgnoresReceipt(RedisSetScheduler):
+    """The sorted set's wake_at answers for whatever score the member has: a superseded holder's
+    late answer removes or moves the delivery a newer take holds, and removes a wakeup since."""
+
+    script_overrides = {  # noqa: RUF012
+        "set_wake": _edit(
+            script_source("set_wake"),
+            "if not score or tonumber(score) ~= tonumber(ARGV[2]) then",
+            "if not score then",
+        )
+    }
+
+
+class SetWakeupWhileHeldDropped(RedisSetScheduler):
+    """schedule adds a member only when it is missing (ZADD NX), so a wakeup that lands while a
+    delivery is held is dropped and the holder's answer removes the workflow's only entry."""
+
+    script_overrides = {  # noqa: RUF012
+        "set_schedule": _edit(
+            script_source("set_schedule"),
+            "redis.call('ZADD', KEYS[1], 'LT', at, ARGV[1])",
+            "redis.call('ZADD', KEYS[1], 'NX', at, ARGV[1])",
+        )
+    }
+
+
+MUTANTS += [
+    Mutant(
+        "redis-set-answer-ignores-receipt",
+        "redis-set",
+        "wake-at-acts-on-its-own-receipt",
+        "the sorted set's wake_at acts on the member whatever its score (its receipt)",
+        (
+            "test_stale_delivery_cannot_answer_for_a_newer_take",
+            "chaos:lease-stall:stale-answer",
+            "chaos:lease-stall:wakeup-stands",
+        ),
+        swap_scripts("scheduler", SetAnswerIgnoresReceipt),
+    ),
+    Mutant(
+        "redis-set-wakeup-while-held-dropped",
+        "redis-set",
+        "wakeup-since-the-take-stands",
+        "schedule of a queued (or held) workflow changes nothing, so a wakeup while held is lost",
+        ("test_a_wakeup_while_held_survives_each_answer_kind", "chaos:lease-stall:wakeup-stands"),
+        swap_scripts("scheduler", SetWakeupWhileHeldDropped),
+    ),
+]

@@ -40,9 +40,10 @@ from .core import (
     overall,
 )
 from .judge import check, run_checker
-from .registry import bite, bites, checkers
+from .registry import CORE, bite, bites, checkers, with_core
 
 __all__ = [
+    "CORE",
     "NOT_TESTED",
     "UNKNOWN",
     "Check",
@@ -62,4 +63,5 @@ __all__ = [
     "operations",
     "overall",
     "run_checker",
+    "with_core",
 ]

@@ -105,12 +105,12 @@ class Operation:
     def brief(self, why: str = "") -> dict[str, Any]:
         out = {
             k: self.invoke.get(k)
-            for k in ("op", "f", "process", "pid", "workflow", "key", "token", "value")
+            for k in ("op", "f", "process", "pid", "workflow", "key", "token", "value", "at", "receipt")
             if self.invoke.get(k) is not None
         }
         out["outcome"] = self.outcome
         if self.complete is not None:
-            for k in ("value", "won", "key", "token", "error"):
+            for k in ("value", "won", "key", "token", "workflow", "receipt", "error"):
                 if self.complete.get(k) is not None and k not in ("op",):
                     out["got_" + k] = self.complete[k]
         out["invoke_mono"] = self.start

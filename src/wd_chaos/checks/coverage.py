@@ -19,6 +19,7 @@ from typing import Any
 
 from ..history import Op
 from .core import FENCED_WRITES, UNKNOWN, Operation, Verdict, operations
+from .queue_calls import Queue, stale_answers, wakeups_while_held
 from .registry import checkers
 
 WindowFn = Callable[[list[Operation], list[Op]], int]
@@ -117,6 +118,27 @@ def claim_ahead_after_retention(ops: list[Operation], lines: list[Op]) -> int:
         quiet_ms = (o.start - max(before, default=o.start)) / 1e6
         hits += quiet_ms > float(o.invoke.get("retention_ms") or 0)
     return hits
+
+
+@window("stale-answer-after-retake")
+def stale_answer_after_retake(ops: list[Operation], lines: list[Op]) -> int:
+    """An answer made with a receipt that a later take of its workflow had superseded: a stale answer."""
+    del lines
+    return len(stale_answers(Queue.of(ops)))
+
+
+@window("wakeup-while-held")
+def wakeup_while_held(ops: list[Operation], lines: list[Op]) -> int:
+    """A schedule, arrive or deliver that landed while a take held its workflow, and the holder answered after it."""
+    del lines
+    return len(wakeups_while_held(Queue.of(ops)))
+
+
+@window("schedule-while-held")
+def schedule_while_held(ops: list[Operation], lines: list[Op]) -> int:
+    """A plain schedule (due now) of a workflow that landed while a take held it, answered by the holder after it."""
+    del lines
+    return sum(1 for w, _, _ in wakeups_while_held(Queue.of(ops)) if w.f == "schedule")
 
 
 def coverage(ops: list[Op], names: Iterable[str]) -> Verdict:

@@ -9,6 +9,10 @@ import pkgutil
 
 from .core import Check, Checker
 
+CORE = ("take-exclusive", "stale-answer", "wakeup-stands", "queue-bounded")
+"""The core checkers: every scenario runs them, whatever its ``checks`` list says (a scenario may add
+checkers, never drop one of these). They judge the scheduler, which every run uses."""
+
 PACKAGES = ("wd_chaos.checks", "wd_chaos.faults")
 """The packages whose modules hold checks: the checkers, and each fault kind's bite checks."""
 
@@ -37,6 +41,11 @@ def _found() -> tuple[dict[str, Check], dict[str, Check]]:
 def checkers() -> dict[str, Check]:
     """Every checker by name (what a scenario's ``checks`` may list). The same dict each call."""
     return _found()[0]
+
+
+def with_core(names: list[str]) -> list[str]:
+    """``names`` followed by every ``CORE`` checker it leaves out, in ``CORE``'s order."""
+    return [*names, *(name for name in CORE if name not in names)]
 
 
 def bites() -> dict[str, Check]:

@@ -32,7 +32,7 @@ from typing import Any
 from without_durability import AnswersAndTakes, Contended, Delivery, Fenced
 
 from .landing import HoldsOpener, landing
-from .recorder import Recorder, classify
+from .recorder import Recorder, classify, receipt_text
 
 SHORT = timedelta(seconds=0.3)
 """A pass meant to lapse quickly."""
@@ -114,16 +114,16 @@ class Probe:
     async def _take(self, visibility: timedelta) -> Delivery | None:
         return await self.rec._call(
             "take",
-            {"visibility": visibility.total_seconds()},
+            {"visibility": visibility.total_seconds(), "probe": True},  # the probe's own queue
             lambda: self.rec.sch.take(visibility),
-            lambda d: {"workflow": d and d.workflow, "receipt": d and repr(d.receipt)},
+            lambda d: {"workflow": d and d.workflow, "receipt": d and receipt_text(d.receipt)},
         )
 
     async def _wake(self, d: Delivery, due_now: bool) -> None:
         at = await self.rec.now() if due_now else None
         await self.rec._call(
             "wake_at",
-            {"workflow": d.workflow, "at": at and at.isoformat(), "receipt": repr(d.receipt)},
+            {"workflow": d.workflow, "at": at and at.isoformat(), "receipt": receipt_text(d.receipt)},
             lambda: self.rec.sch.wake_at(d, at),
             lambda _: {},
         )
@@ -158,9 +158,9 @@ class Probe:
         call = f"{self.name}:{self.calls}"
         tag = {"via": "answer_and_take", "call": call}
         answer = hist.invoke(
-            "wake_at", workflow=d.workflow, at=at and at.isoformat(), receipt=repr(d.receipt), **tag
+            "wake_at", workflow=d.workflow, at=at and at.isoformat(), receipt=receipt_text(d.receipt), **tag
         )
-        take = hist.invoke("take", visibility=HIDE.total_seconds(), answered=d.workflow, **tag)
+        take = hist.invoke("take", visibility=HIDE.total_seconds(), answered=d.workflow, probe=True, **tag)
         try:
             got: Delivery | None = await sch.answer_and_take(d, at, HIDE)
         except BaseException as exc:
@@ -169,7 +169,7 @@ class Probe:
             hist.complete(take, "take", classify(exc, "take"), error=error)
             raise
         hist.complete(answer, "wake_at", "ok")
-        hist.complete(take, "take", "ok", workflow=got and got.workflow, receipt=got and repr(got.receipt))
+        hist.complete(take, "take", "ok", workflow=got and got.workflow, receipt=got and receipt_text(got.receipt))
         return got
 
     async def answer(self, wf: str) -> None:

@@ -40,6 +40,17 @@ def error_fields(exc: BaseException) -> dict[str, Any]:
     return {"error": f"{type(exc).__name__}: {exc}"[:300], "error_types": types}
 
 
+def receipt_text(receipt: object) -> str | None:
+    """A receipt as the history records it: a string that is the same for equal receipts in every
+    process (its ``repr``: the stores' receipts are frozen dataclasses), so a checker matches an
+    answer to the take that handed its receipt out. None for a receipt whose ``repr`` is Python's
+    default (an address, different for equal receipts): such answers are not matched to takes."""
+    text = repr(receipt)
+    if text.startswith("<") and " at 0x" in text:
+        return None
+    return text
+
+
 class Recorder:
     """Wraps a Durable: every call is an invoke line, the call, and a complete line."""
 
@@ -177,13 +188,14 @@ class Recorder:
             "take",
             {"visibility": visibility.total_seconds()},
             lambda: self.sch.take(visibility),
-            lambda d: {"workflow": d and d.workflow},
+            lambda d: {"workflow": d.workflow, "receipt": receipt_text(d.receipt)} if d else {"workflow": None},
         )
 
-    async def wake_at(self, d: Delivery, at: datetime | None) -> None:
+    async def wake_at(self, d: Delivery, at: datetime | None, **mark: Any) -> None:
+        """Answer ``d``: recorded with the receipt it answers with (``receipt_text``) and ``at``."""
         await self._call(
             "wake_at",
-            {"workflow": d.workflow, "at": at and at.isoformat()},
+            {"workflow": d.workflow, "at": at and at.isoformat(), "receipt": receipt_text(d.receipt), **mark},
             lambda: self.sch.wake_at(d, at),
             lambda _: {},
         )
@@ -337,7 +349,7 @@ class _RecordingTakingDurable(RecordingDurable):
             return None
         delivery, pass_, records = taken
         wf = delivery.workflow
-        hist.complete(take, "take", "ok", workflow=wf, receipt=repr(delivery.receipt))
+        hist.complete(take, "take", "ok", workflow=wf, receipt=receipt_text(delivery.receipt))
         if pass_ is None:
             if busy is False:  # where the claim would raise Contended
                 hist.complete(claim, "claim", "contended", workflow=wf, error="Contended: via take_and_claim")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import pickle
 import random
 import signal
 import time
@@ -30,7 +31,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
-from without_durability import Contended, Fenced, InvalidInput, Pass
+from without_durability import Contended, Delivery, Fenced, InvalidInput, Pass
 from without_durability import Worker as LibraryWorker
 
 from ..config import LifecycleConfig, RunConfig
@@ -347,6 +348,7 @@ class Worker:
             return False
         if d is None:
             return False
+        self.holding(d)
         try:
             p = await self.rec.claim(d.workflow, self.alive, self.budget)
         except Contended:
@@ -358,7 +360,10 @@ class Worker:
         try:
             wake = await self.run_pass(p)
         except Fenced:
-            return True  # a newer pass holds it: stop at once, touch nothing
+            # a newer pass holds it, so a newer take does: the answer below is stale and must act
+            # on nothing (stale-answer), whichever kind it is
+            await self.stale_answer(d, p)
+            return True
         except Exception as exc:
             self.hist.event(
                 "info",
@@ -373,10 +378,51 @@ class Worker:
             await self.rec.release(p)
         return True
 
+    async def stale_answer(self, d: Delivery, p: Pass) -> None:
+        """Answer ``d`` after this pass was fenced, as a careless worker does: done, retry now or
+        retry later, the kind fixed by the seed, the workflow and the token. The store must ignore
+        it (a later take superseded ``d``'s receipt)."""
+        kind = random.Random(f"{self.cfg.seed}:stale:{p.workflow}:{p.token}").choice(["done", "now", "later"])
+        with contextlib.suppress(Exception):
+            now = await self.rec.now()
+            at = {"done": None, "now": now, "later": now + self.alive}[kind]
+            await self.rec.wake_at(d, at, fenced=True)
+
+    def _held_file(self) -> Path:
+        return self.cfg.run_dir / "held" / f"{self.name}.pickle"
+
+    def holding(self, d: Delivery) -> None:
+        """Keep the delivery this worker holds in a file of its own, so that if it is killed its
+        restarted self can answer it late (``answer_orphan``). A receipt that does not pickle is
+        not kept."""
+        path = self._held_file()
+        with contextlib.suppress(Exception):
+            path.parent.mkdir(exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(pickle.dumps(d))
+            os.replace(tmp, path)
+
+    async def answer_orphan(self) -> None:
+        """A restarted worker answers the delivery its killed self held, due now, once that
+        delivery's visibility has run out (so another worker has likely taken it again): a late
+        answer from a killed holder, which must act on nothing if it is stale (``stale-answer``),
+        and is harmless (due now) if it is not."""
+        path = self._held_file()
+        try:
+            d = pickle.loads(path.read_bytes())
+        except Exception:
+            return
+        path.unlink(missing_ok=True)
+        await asyncio.sleep(self.visibility.total_seconds() + 0.5)
+        with contextlib.suppress(Exception):
+            await self.rec.wake_at(d, await self.rec.now(), orphan=True)
+
     async def run(self) -> None:
+        orphan = asyncio.create_task(self.answer_orphan())  # beside the loop: it waits a visibility
         while not self.stopping:
             if not await self.one():
                 await asyncio.sleep(self.poll)
+        orphan.cancel()
 
 
 class LibraryClient:

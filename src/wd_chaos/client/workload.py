@@ -118,6 +118,10 @@ async def write_outside(cfg: RunConfig, index: int, rec: Recorder) -> None:
                     await rec.arrive(wf, f"approval-{index}", {"by": index})
                 else:  # straight to the checkpointer: the value is there, no wakeup is needed
                     await rec.supply(wf, f"approval-{index}", {"by": index, "again": True})
+                    if cfg.lifecycle is None:  # a retention run would start a swept id afresh
+                        # ... and the client nudges the queue anyway, often while a worker holds
+                        # the workflow: that wakeup must stand (wakeup-stands, schedule-while-held)
+                        await rec.schedule(wf)
                 with contextlib.suppress(Exception):  # read your writes: the checker wants it shown
                     await rec.read(wf, via="writer")
                 break

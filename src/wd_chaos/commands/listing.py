@@ -112,7 +112,8 @@ def _relative(message: str) -> str:
 def show_cmd(name: str) -> None:
     """Print built-in scenario NAME as TOML, comments included, to start a scenario of your own
     from: save it as MY.toml, set its name to MY (a file's name must be its name), edit, then
-    wd-chaos run MY.toml. An unknown NAME exits 64 naming the built-in ones."""
+    wd-chaos run MY.toml. A closing comment names the core checkers, which every scenario runs. An
+    unknown NAME exits 64 naming the built-in ones."""
     from ..scenario import BUILT_IN, close_to
 
     built_in = {p.name.removesuffix(".toml"): p for p in BUILT_IN.iterdir() if p.name.endswith(".toml")}
@@ -122,3 +123,10 @@ def show_cmd(name: str) -> None:
         )
     # the file as shipped, not a re-dump of the model: its comments say why each value is what it is
     click.echo(built_in[name].read_text(encoding="utf-8"), nl=False)
+    from ..checks import CORE
+
+    # the core checkers run whatever the file's checks say: a comment, so the output stays the file
+    click.echo(
+        "\n# core checkers: every scenario runs them, whatever `checks` says (a file may add checkers, "
+        f"never drop one of these): {', '.join(CORE)}"
+    )

@@ -118,10 +118,18 @@ async def read_final(
                 # asked for it, on a kit whose spec knows the setting
                 "fast_failover": "fast_failover" in spec
                 and any(bool(s.get("fast_failover")) for s in (spec, *(fleet or []))),
+                **(await _queue(opened)),
             }
         )
     finally:
         await opened.close()
+
+
+async def _queue(opened: Any) -> dict[str, Any]:
+    """The queue's entries per workflow where the kit reads them (``queue-bounded``), else nothing."""
+    if opened.read_queue is None:
+        return {}
+    return {"queue": await opened.read_queue(), "queue_entries_per_workflow": opened.queue_entries_per_workflow}
 
 
 def _versions() -> dict[str, str]:

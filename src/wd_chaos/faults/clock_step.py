@@ -235,7 +235,8 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float, wait: float = TA
     offset, before = _move(nemesis, float(ev["seconds"]))
     state.steps += 1
     clock = "server" if state.server else "worker wall"
-    nemesis.line(ev, "start", offset=offset, before_mono=before, clock=clock)
+    # store_clock_step: the queue's clock moved too (wd_chaos.checks.queue_calls.queue_steps)
+    nemesis.line(ev, "start", offset=offset, before_mono=before, clock=clock, store_clock_step=True)
     return True
 
 
@@ -257,6 +258,7 @@ def heal(nemesis: Nemesis) -> None:
         before_mono=before,
         target="store",
         healing=True,
+        store_clock_step=True,
     )
 
 

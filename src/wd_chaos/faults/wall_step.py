@@ -137,7 +137,8 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
             steps.spared_workers -= names
 
         nemesis.active.append(Active(time.monotonic() + SPARE_SECONDS, ev, unspare))
-    nemesis.line(ev, "start", offset=offset)
+    # store_clock_step: the queue's clock moved too (wd_chaos.checks.queue_calls.queue_steps)
+    nemesis.line(ev, "start", offset=offset, store_clock_step=True)
     return True
 
 

@@ -480,6 +480,7 @@ class Sim:
             "expected_workflows": list(self.workflows),
             "store_clock": "local",
             "lease_clock": "monotonic",
+            "redelivers": True,  # the wire hands one delivery out twice now and then (take-exclusive)
         }
 
     def run(self) -> Result:

@@ -159,7 +159,16 @@ async def open_sqlite_worker(spec: Spec) -> Opened:
         wanted = set(workflows)
         return [r for r in await conn.read(job) if r["workflow"] in wanted]
 
-    return Opened(durable, durable.close, ledger_effect, read_ledger)
+    async def read_queue() -> dict[str, int]:
+        namespace = durable.scheduler.namespace
+
+        def job(cur: sqlite3.Cursor) -> dict[str, int]:
+            rows = cur.execute("SELECT workflow, count(*) FROM queue WHERE namespace = ? GROUP BY workflow", (namespace,))
+            return {str(w): int(n) for w, n in rows}
+
+        return await conn.read(job)
+
+    return Opened(durable, durable.close, ledger_effect, read_ledger, read_queue=read_queue)
 
 
 class SqliteKit(StoreKit):

@@ -396,3 +396,65 @@ MUTANTS.append(
         CommitWithoutFsync(),
     )
 )
+
+
+# -- the queue judged as hard as the records (issue 44) ---------------------------------------------
+
+
+class AnswerIgnoresReceipt(SqliteScheduler):
+    """wake_at acts on the workflow's row whatever its receipt: a superseded holder's late answer
+    deletes or moves the delivery a newer take holds, and an answer removes a wakeup since."""
+
+    async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
+        params = {"namespace": self.namespace, "workflow": delivery.workflow}
+
+        def job(cur: sqlite3.Cursor) -> None:
+            if at is None:
+                cur.execute(store.CANCEL, params)
+            else:
+                cur.execute(
+                    "UPDATE queue SET visibility = :at WHERE namespace = :namespace AND workflow = :workflow",
+                    {**params, "at": _micros(at)},
+                )
+
+        await self.conn.write(job)
+
+
+class WakeupWhileHeldDropped(SqliteScheduler):
+    """schedule leaves a queued row as it is, so a wakeup that lands while a delivery is held is
+    dropped, and the holder's answer (done) then removes the workflow's only entry."""
+
+    def _schedule_in(self, cur: sqlite3.Cursor, workflow: str, at: datetime | None) -> None:
+        when = _micros(at if at is not None else self.clock())
+        cur.execute(
+            "INSERT INTO queue (namespace, workflow, visibility) VALUES (:namespace, :workflow, :at)"
+            " ON CONFLICT (namespace, workflow) DO NOTHING",
+            {"namespace": self.namespace, "workflow": workflow, "at": when},
+        )
+
+
+MUTANTS += [
+    Mutant(
+        "sqlite-answer-ignores-receipt",
+        "sqlite",
+        "wake-at-acts-on-its-own-receipt",
+        "wake_at acts by workflow, without checking that its receipt is still current",
+        (
+            "test_stale_delivery_cannot_answer_for_a_newer_take",
+            "chaos:lease-stall:stale-answer",
+            "chaos:lease-stall:wakeup-stands",
+        ),
+        swap("scheduler", AnswerIgnoresReceipt),
+    ),
+    Mutant(
+        "sqlite-wakeup-while-held-dropped",
+        "sqlite",
+        "wakeup-since-the-take-stands",
+        "schedule of a queued (or held) workflow changes nothing, so a wakeup while held is lost",
+        (
+            "test_a_wakeup_while_held_survives_each_answer_kind",
+            "chaos:lease-stall:wakeup-stands",
+        ),
+        swap("scheduler", WakeupWhileHeldDropped),
+    ),
+]

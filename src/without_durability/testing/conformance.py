@@ -709,18 +709,133 @@ async def test_wake_at_does_not_overwrite_a_later_wakeup_since_the_take(wd_store
     assert again is not None and again.workflow == w, "wake_at removed a later wakeup that arrived since"
 
 
-async def test_stale_delivery_cannot_answer_for_a_newer_take(wd_store: Store) -> None:
-    u, w = unit(wd_store), wf("stale")
-    await wd_store.scheduler.schedule(w)
-    first = await wd_store.scheduler.take(u)
-    assert first is not None
-    await wd_store.clock.advance(1.5 * u)
-    second = await wd_store.scheduler.take(LONG)
-    assert second is not None and second.workflow == w
-    await wd_store.scheduler.wake_at(first, None)  # the first taker answers late
-    await wd_store.scheduler.wake_at(second, await wd_store.now())
-    third = await wd_store.scheduler.take(LONG)
-    assert third is not None and third.workflow == w, "a stale delivery's answer removed a newer one"
+class Takes:
+    """What a scheduler test did, for its failure messages: each take (what it got, when on the
+    test's clock, with which visibility) and each answer, so a failure names the call that went
+    wrong rather than the last one made."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.started = time.monotonic()
+        self.moved = 0.0
+        self.lines: list[str] = []
+
+    def _at(self) -> str:
+        return f"t={time.monotonic() - self.started + (0 if self.store.clock.real else self.moved):.2f}s"
+
+    async def advance(self, by: timedelta) -> None:
+        """Move the store's clock, and say so in the log."""
+        await self.store.clock.advance(by)
+        self.moved += by.total_seconds()
+        self.lines.append(f"{self._at()}: the clock moved {by.total_seconds():g}s")
+
+    async def take(self, label: str, visibility: timedelta) -> Delivery | None:
+        """``take(visibility)``, logged as ``label``."""
+        got = await self.store.scheduler.take(visibility)
+        what = "nothing" if got is None else f"{got.workflow} (receipt {got.receipt!r})"
+        self.lines.append(f"{self._at()}: {label} = take(visibility={visibility.total_seconds():g}s) gave {what}")
+        return got
+
+    async def answer(self, label: str, d: Delivery, kind: str) -> None:
+        """Answer ``d`` as ``kind``: ``done`` (None), ``now`` or ``later`` (an hour on)."""
+        now = await self.store.now()
+        at = {"done": None, "now": now, "later": now + LONG}[kind]
+        await self.store.scheduler.wake_at(d, at)
+        self.lines.append(f"{self._at()}: wake_at({label}, {kind}: {at and at.isoformat()})")
+
+    async def schedule(self, w: str) -> None:
+        """``schedule(w)`` due now, logged."""
+        await self.store.scheduler.schedule(w)
+        self.lines.append(f"{self._at()}: schedule({w})")
+
+    def __str__(self) -> str:
+        return "; what was done: " + "; ".join(self.lines)
+
+
+@pytest.mark.parametrize("kind", ["done", "later", "now"])
+async def test_stale_delivery_cannot_answer_for_a_newer_take(wd_store: Store, kind: str) -> None:
+    u, w = unit(wd_store), wf(f"stale-{kind}")
+    log = Takes(wd_store)
+    await log.schedule(w)
+    first = await log.take("first", u)
+    assert first is not None and first.workflow == w, f"the scheduled workflow was not taken{log}"
+    await log.advance(1.5 * u)
+    second = await log.take("second", LONG)
+    assert second is not None and second.workflow == w, (
+        f"a delivery whose visibility ran out was not taken again{log}"
+    )
+    assert second.receipt != first.receipt, f"two takes of one workflow got equal receipts{log}"
+    hidden = await log.take("check", LONG)
+    assert hidden is None, (
+        "the second take did not hide the workflow for its own visibility (before any answer: the cause is "
+        f"the take, not an answer){log}"
+    )
+    await log.answer("first", first, kind)  # the first taker answers late: stale
+    stray = await log.take("after the stale answer", LONG)
+    assert stray is None, f"a stale answer ({kind}) made the workflow the second take holds visible{log}"
+    await log.answer("second", second, "now")
+    third = await log.take("third", LONG)
+    assert third is not None and third.workflow == w, (
+        f"the newer holder's answer (due now) found nothing to act on: the stale answer ({kind}) removed or "
+        f"moved its delivery{log}"
+    )
+
+
+@pytest.mark.parametrize("kind", ["done", "later", "now"])
+async def test_a_stale_answer_after_a_retake_at_the_same_visibility_changes_nothing(
+    wd_store: Store, kind: str
+) -> None:
+    # the same visibility both times: a store whose receipt is the visibility alone, not the moment
+    # it was set, could take the stale receipt for the current one
+    u, w = unit(wd_store), wf(f"stale-same-{kind}")
+    log = Takes(wd_store)
+    await log.schedule(w)
+    first = await log.take("first", 2 * u)
+    assert first is not None and first.workflow == w, f"the scheduled workflow was not taken{log}"
+    await log.advance(2.5 * u)
+    second = await log.take("second", 2 * u)
+    assert second is not None and second.workflow == w, f"a delivery whose visibility ran out was not taken again{log}"
+    assert second.receipt != first.receipt, f"two takes of one workflow got equal receipts{log}"
+    await log.answer("first", first, kind)
+    stray = await log.take("after the stale answer", 2 * u)
+    assert stray is None, f"a stale answer ({kind}) made the workflow the second take holds visible{log}"
+    await log.answer("second", second, "later")
+    await log.advance(2.5 * u)
+    gone = await log.take("after the holder's 'later'", 2 * u)
+    assert gone is None, (
+        f"the newer holder's answer (an hour on) did not act: the stale answer ({kind}) left the workflow "
+        f"queued sooner{log}"
+    )
+    await wd_store.scheduler.cancel(w)
+
+
+async def test_schedule_twice_then_take_twice_gives_one_delivery(wd_store: Store) -> None:
+    w = wf("twice")
+    log = Takes(wd_store)
+    await log.schedule(w)
+    await log.schedule(w)
+    first = await log.take("first", LONG)
+    assert first is not None and first.workflow == w, f"the scheduled workflow was not taken{log}"
+    second = await log.take("second", LONG)
+    assert second is None, f"two schedules of one workflow queued two deliveries: one entry per workflow{log}"
+    await log.answer("first", first, "done")
+    assert await log.take("after done", LONG) is None, f"a second entry of the workflow was left behind{log}"
+
+
+@pytest.mark.parametrize("kind", ["done", "later", "now"])
+async def test_a_wakeup_while_held_survives_each_answer_kind(wd_store: Store, kind: str) -> None:
+    w = wf(f"held-{kind}")
+    log = Takes(wd_store)
+    await log.schedule(w)
+    got = await log.take("held", LONG)
+    assert got is not None and got.workflow == w, f"the scheduled workflow was not taken{log}"
+    await log.schedule(w)  # a wakeup while the delivery is held
+    await log.answer("held", got, kind)
+    again = await log.take("again", LONG)
+    assert again is not None and again.workflow == w, (
+        f"the holder's answer ({kind}) dropped a wakeup that arrived while it held the delivery{log}"
+    )
+    await wd_store.scheduler.wake_at(again, None)
 
 
 async def test_answering_one_delivery_leaves_one_taken_with_it_alone(wd_store: Store) -> None:

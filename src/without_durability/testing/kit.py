@@ -104,6 +104,12 @@ class Opened:
     """For a store whose fence is a row lock: sessions of the store's own that hold a workflow's
     claim, or an uncommitted write of one key, so a probe can order a claim and a record for
     certain (``wd_chaos.client.landing.Holds`` says what it yields; None: the probe is skipped)."""
+    read_queue: Callable[[], Awaitable[dict[str, int]]] | None = None
+    """The scheduler's queue as it stands: entries per workflow of this store's namespace, for the
+    final state that ``queue-bounded`` judges and ``summary.json`` reports (None: not read)."""
+    queue_entries_per_workflow: int = 1
+    """The most queue entries per workflow this store keeps by design; above 1, ``queue-bounded``
+    reports the counts rather than judging them."""
     pool_size: int | None = None
     """The most connections this process's store holds at once, when it pools them (a spec's
     ``pool_size`` asks for a size); None when unbounded or not pooled. With 1, and the ledger

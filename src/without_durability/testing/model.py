@@ -18,7 +18,13 @@ from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from .._values import Delivery, Pass, Recorded
 from ..errors import Contended, Fenced
@@ -231,6 +237,29 @@ class _Machine(RuleBasedStateMachine):
             at = self.run(self.sut.scheduler.now()) + self.half(delay)
             self.run(self.sut.scheduler.wake_at(real, at))
             self.ref.wake_at(real.workflow, receipt, self.ref.now + self.half(delay))
+
+    @precondition(lambda self: not self.real)  # it moves time by units: seconds on a server's clock
+    @rule(
+        w=st.sampled_from(WORKFLOWS),
+        visibility=st.sampled_from([3, 5]),
+        delay=st.sampled_from([None, 0, 1, 3]),
+        again=st.booleans(),
+    )
+    def stale_answer_after_retake(self, w: str, visibility: int, delay: int | None, again: bool) -> None:
+        """The sequence a queue that answers by id gets wrong, in one step: a workflow scheduled
+        (twice, or once), taken, taken again once that visibility ran out, the first take answered
+        late (done, due now, or later), then a take that must agree with the model."""
+        self.schedule(w, None)
+        if again:
+            self.schedule(w, None)
+        first = len(self.deliveries)
+        self.take(visibility)
+        if len(self.deliveries) == first:
+            return
+        self.move(self.half(visibility + 1))
+        self.take(visibility)
+        self.wake_at(first, delay)
+        self.take(visibility)
 
     @rule(w=st.sampled_from(WORKFLOWS))
     def cancel(self, w: str) -> None:

@@ -1,0 +1,99 @@
+"""stale-answer (core): an answer made with a receipt that a later take superseded changes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..history import Op
+from ..rundir import FinalState
+from .core import Verdict, _Breach, _unjudged, checker, operations
+from .queue_calls import (
+    Queue,
+    hidden_until,
+    in_final_queue,
+    queue_steps,
+    sort_breach,
+    stale_answers,
+    visibility_ns,
+)
+
+
+@checker("stale-answer")
+def stale_answer(ops: list[Op], final: FinalState) -> Verdict:
+    """An answer (``wake_at``) whose receipt a later take of its workflow superseded before the
+    answer was made acts on nothing. Two ways it shows:
+
+    - *re-queued*: the workflow is handed out again while the newer take still hid it (within 80%
+      of its visibility), with no wakeup and no answer carrying the newer receipt since: the stale
+      answer made it visible;
+    - *removed*: the newer holder answered "retry at a time" (before or after the stale answer;
+      either way the workflow must stay queued), yet the workflow was never taken again and is missing from the store's final queue
+      (read only where the kit reads its queue; a cancel or discard since excuses): the stale
+      answer deleted the delivery the newer take held.
+
+    Answers whose receipt the history does not record are not judged."""
+    all_ops = operations(ops)
+    q = Queue.of(all_ops)
+    bad: list[dict[str, Any]] = []
+    explained: list[dict[str, Any]] = []  # a step of the queue's clock ended the newer take's visibility
+    steps = queue_steps(ops, final)
+    stale = 0
+    for a, mine, holder in stale_answers(q):
+        wf = str(a.workflow)
+        stale += 1
+        brief = [
+            mine.brief("took it"),
+            holder.brief("took it again: the answer below is stale"),
+            a.brief("a stale answer: made with the first take's receipt"),
+        ]
+        later = [t for t in q.takes.get(wf, []) if t.end > holder.end]
+        nxt = later[0] if later else None
+        if (
+            nxt is not None
+            and nxt.end > a.start
+            and nxt.start < hidden_until(holder)
+            and q.reopened(wf, holder, holder.start, nxt.end) is None
+        ):
+            evidence = [
+                *brief,
+                nxt.brief("handed out while the newer take hid it: the stale answer re-queued it"),
+            ]
+            breach = _Breach(
+                evidence, (holder.start, nxt.end), visibility_ns(holder) - (nxt.end - holder.start), True
+            )
+            where = sort_breach(breach, steps)
+            if where != "excused":
+                (explained if where == "explained" else bad).extend(evidence)
+            continue
+        if nxt is not None or in_final_queue(final, wf) is not False:
+            continue
+        # the current holder's last answer: a retry (a time) keeps the workflow queued
+        own = [b for b in q.answers.get(wf, []) if b.invoke.get("receipt") == holder.got("receipt")]
+        last = own[-1] if own else None
+        removed = any(r.end > holder.start for r in q.removals.get(wf, []))
+        woken = any(w.end > holder.start for w in q.wakeups.get(wf, []))
+        if last is not None and last.ok and last.invoke.get("at") and not removed and not woken:
+            bad += [
+                *brief,
+                last.brief(
+                    "the current holder answered 'retry at a time', yet the workflow was never taken again "
+                    "and is not in the final queue: the stale answer removed it"
+                ),
+            ]
+    if not bad and explained:
+        return _unjudged(
+            "stale-answer",
+            f"{len(explained) // 4} re-queued deliveries",
+            explained,
+            steps,
+            {"stale_answers": stale},
+        )
+    return _verdict(bad, stale)
+
+
+def _verdict(bad: list[dict[str, Any]], stale: int) -> Verdict:
+    counts = {"stale_answers": stale}
+    if bad:
+        acted = sum(1 for e in bad if str(e.get("why", "")).startswith("a stale answer"))
+        return Verdict("stale-answer", False, f"{acted} stale answer(s) acted", bad, counts)
+    return Verdict("stale-answer", True, f"{stale} stale answers, none acted", [], counts)

@@ -1,0 +1,257 @@
+"""The core scheduler checkers (take-exclusive, stale-answer, wakeup-stands, queue-bounded) on
+hand-made histories: each says no on a history shaped like its bug, and yes on the correct one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from wd_chaos import checks
+from wd_chaos.checks import coverage as _coverage  # noqa: F401 - checks.coverage below
+from wd_chaos.history import Op
+
+WF = "wf-1"
+S = 1_000_000_000  # a second of the monotonic clock
+
+
+class H:
+    """A history whose clock moves only when told; ``call`` writes an invoke and its complete."""
+
+    def __init__(self) -> None:
+        self.lines: list[Op] = []
+        self.t = 0
+        self.n = 0
+
+    def wait(self, seconds: float) -> None:
+        self.t += int(seconds * S)
+
+    def call(self, f: str, who: str = "w1", outcome: str | None = "ok", res: Any = None, **inv: Any) -> None:
+        self.n += 1
+        base = {"op": f"{who}:1:{self.n}", "f": f, "process": who, "pid": hash(who) % 1000}
+        self.lines.append({"type": "invoke", "mono": self.t, **base, **inv})
+        self.wait(0.01)
+        if outcome is not None:
+            self.lines.append({"type": "complete", "outcome": outcome, "mono": self.t, **base, **(res or {})})
+
+    def take(
+        self, receipt: str | None, who: str = "w1", visibility: float = 5.0, wf: str | None = WF
+    ) -> None:
+        self.call("take", who, res={"workflow": wf, "receipt": receipt}, visibility=visibility)
+
+    def answer(self, receipt: str, at: str | None, who: str = "w1") -> None:
+        self.call("wake_at", who, workflow=WF, at=at, receipt=receipt)
+
+
+def run(name: str, h: H, final: dict[str, Any] | None = None) -> checks.Verdict:
+    return checks.run_checker(
+        name, checks.checkers()[name], h.lines, checks.core.FinalState.from_json(final or {})
+    )
+
+
+def test_the_scheduler_checkers_are_core() -> None:
+    assert set(checks.CORE) == {"take-exclusive", "stale-answer", "wakeup-stands", "queue-bounded"}
+    assert checks.with_core(["fencing", "stale-answer"])[:2] == ["fencing", "stale-answer"]
+    assert set(checks.with_core(["fencing"])) == {"fencing", *checks.CORE}
+
+
+# -- take-exclusive --------------------------------------------------------------------------------
+
+
+def retaken(between: str | None) -> H:
+    h = H()
+    h.take("r1", "w1")
+    h.wait(0.2)
+    if between == "own":
+        h.answer("r1", "2026-01-01T00:00:00+00:00", "w1")
+    elif between == "stale":
+        h.answer("r0", "2026-01-01T00:00:00+00:00", "w9")
+    elif between == "wakeup":
+        h.call("schedule", "writer", workflow=WF, at=None)
+    h.take("r2", "w2")
+    return h
+
+
+@pytest.mark.parametrize("between", ["own", "wakeup"])
+def test_take_exclusive_passes_a_retake_after_the_holders_answer_or_a_wakeup(between: str) -> None:
+    assert run("take-exclusive", retaken(between)).valid is True
+
+
+@pytest.mark.parametrize("between", [None, "stale"])
+def test_take_exclusive_fails_a_retake_while_hidden_a_stale_answer_excusing_nothing(
+    between: str | None,
+) -> None:
+    verdict = run("take-exclusive", retaken(between))
+    assert verdict.valid is False, verdict.summary
+    assert [e.get("got_receipt") for e in verdict.evidence] == ["r1", "r2"]
+
+
+def test_take_exclusive_fails_two_takes_with_one_receipt_unless_the_transport_redelivers() -> None:
+    h = H()
+    h.take("r1", "w1")
+    h.wait(6)  # past the visibility: only the equal receipt is wrong
+    h.take("r1", "w2", visibility=5.0)
+    h.lines[-2]["mono"] = h.lines[-4]["mono"] + int(0.5 * S)  # ... taken 0.5 s after the first
+    h.lines[-1]["mono"] = h.lines[-2]["mono"] + int(0.01 * S)
+    assert run("take-exclusive", h).valid is False
+    assert run("take-exclusive", h, {"redelivers": True}).valid is True
+
+
+def test_take_exclusive_excuses_a_step_the_scenario_made_and_cannot_judge_one_of_the_machine() -> None:
+    h = retaken(None)
+    mono = h.lines[1]["mono"] + 1
+    step = {"type": "fault", "fault": "x-step", "phase": "start", "seconds": 30.0, "store_clock_step": True}
+    stepped = H()
+    stepped.lines = [*h.lines[:2], {**step, "process": "nemesis", "pid": 1, "mono": mono, "wall": "x"}, *h.lines[2:]]
+    verdict = run("take-exclusive", stepped, {"store_clock": "local"})
+    assert verdict.valid is True and verdict.counts["after an injected clock step"] == 1, verdict.summary
+    machine = {"seconds": 30.0, "wall": "x", "between": [mono - 1, mono]}
+    verdict = run("take-exclusive", h, {"store_clock": "local", "wall_clock_steps": [machine]})
+    assert verdict.valid == checks.UNKNOWN, verdict.summary
+
+
+# -- stale-answer ----------------------------------------------------------------------------------
+
+
+def stale(kind: str | None, then: str) -> H:
+    """w1 takes (visibility 0.2 s), lets it run out; w2 takes again; w1 answers late with its old
+    receipt (``kind``: at None, later, now); then ``then``: w3 takes at once (``retake``), or w2
+    answers "retry later" and nobody takes it again (``answer``), or nothing."""
+    h = H()
+    h.take("r1", "w1", visibility=0.2)
+    h.wait(0.3)
+    h.take("r2", "w2", visibility=5.0)
+    h.wait(0.1)
+    at = {None: None, "later": "2026-01-01T00:01:00+00:00", "now": "2026-01-01T00:00:00+00:00"}[kind]
+    if then == "answer-first":  # the newer holder answers before the stale answer comes
+        h.answer("r2", "2026-01-01T00:02:00+00:00", "w2")
+    h.answer("r1", at, "w1")
+    if then == "retake":
+        h.take("r3", "w3")
+    elif then == "answer":
+        h.answer("r2", "2026-01-01T00:02:00+00:00", "w2")
+    return h
+
+
+@pytest.mark.parametrize("kind", [None, "later", "now"])
+def test_stale_answer_passes_a_stale_answer_that_acted_on_nothing(kind: str | None) -> None:
+    verdict = run("stale-answer", stale(kind, "answer"), {"queue": {WF: 1}})
+    assert verdict.valid is True, verdict.summary
+    assert verdict.counts["stale_answers"] == 1
+
+
+@pytest.mark.parametrize("kind", ["later", "now"])
+def test_stale_answer_fails_a_stale_answer_that_requeued_a_held_workflow(kind: str) -> None:
+    verdict = run("stale-answer", stale(kind, "retake"))
+    assert verdict.valid is False, verdict.summary
+    whys = [str(e.get("why")) for e in verdict.evidence]
+    assert whys[2].startswith("a stale answer") and "re-queued" in whys[3], whys
+    assert [e.get("process") for e in verdict.evidence] == ["w1", "w2", "w1", "w3"]
+
+
+@pytest.mark.parametrize("then", ["answer", "answer-first"])
+def test_stale_answer_fails_a_stale_done_that_removed_the_newer_holders_delivery(then: str) -> None:
+    verdict = run("stale-answer", stale(None, then), {"queue": {}})
+    assert verdict.valid is False, verdict.summary
+    assert "removed it" in str(verdict.evidence[-1]["why"])
+    assert run("stale-answer", stale(None, then), {"queue": {WF: 1}}).valid is True
+
+
+def test_stale_answer_does_not_judge_a_removal_where_the_queue_was_not_read() -> None:
+    assert run("stale-answer", stale(None, "answer")).valid is True
+
+
+# -- wakeup-stands ---------------------------------------------------------------------------------
+
+
+def woken(answer_at: str | None, then: str, wakeup: str = "schedule") -> H:
+    """w1 takes; a wakeup lands while it holds it; w1 answers ``answer_at``; then ``then``: w2
+    takes it again (``retake``), a take finds nothing due (``empty``), or nothing."""
+    h = H()
+    h.take("r1", "w1")
+    h.wait(0.1)
+    if wakeup == "schedule":
+        h.call("schedule", "writer", workflow=WF, at=None)
+    elif wakeup == "arrive":
+        h.call("supply", "writer", workflow=WF, key="approval-0", value={}, via="arrive", res={"won": True})
+    else:
+        h.call("append", "writer", workflow=WF, value={}, via="deliver", res={"key": "inbox/1"})
+    h.wait(0.1)
+    h.answer("r1", answer_at, "w1")
+    h.wait(0.1)
+    if then == "retake":
+        h.take("r2", "w2")
+    elif then == "empty":
+        h.take(None, "w2", wf=None)
+    return h
+
+
+ANSWERS = [None, "2026-01-01T00:01:00+00:00", "2026-01-01T00:00:00+00:00"]
+
+
+@pytest.mark.parametrize("answer_at", ANSWERS)
+@pytest.mark.parametrize("wakeup", ["schedule", "arrive", "deliver"])
+def test_wakeup_stands_passes_a_wakeup_taken_again(answer_at: str | None, wakeup: str) -> None:
+    verdict = run("wakeup-stands", woken(answer_at, "retake", wakeup))
+    assert verdict.valid is True, verdict.summary
+    assert verdict.counts["wakeups_while_held"] == 1
+
+
+@pytest.mark.parametrize("answer_at", ANSWERS)
+def test_wakeup_stands_fails_a_wakeup_the_answer_removed(answer_at: str | None) -> None:
+    verdict = run("wakeup-stands", woken(answer_at, "none"), {"queue": {}})
+    assert verdict.valid is False, verdict.summary
+    assert [e.get("why") for e in verdict.evidence][:3] == [
+        "took it", "a wakeup while it was held", "the holder answered; the wakeup must stand",
+    ]  # fmt: skip
+    assert run("wakeup-stands", woken(answer_at, "none"), {"queue": {WF: 1}}).valid is True
+
+
+def test_wakeup_stands_without_the_queue_needs_a_take_that_found_nothing() -> None:
+    assert run("wakeup-stands", woken(None, "empty")).valid is False
+    assert run("wakeup-stands", woken(None, "none")).valid == checks.UNKNOWN
+
+
+# -- queue-bounded ---------------------------------------------------------------------------------
+
+
+def test_queue_bounded_fails_a_second_entry_per_workflow() -> None:
+    verdict = run("queue-bounded", H(), {"queue": {"a": 1, "b": 2}, "queue_entries_per_workflow": 1})
+    assert verdict.valid is False
+    assert verdict.evidence == [
+        {"workflow": "b", "entries": 2, "why": "more than one queue entry at the end"}
+    ]
+
+
+def test_queue_bounded_passes_one_entry_each_and_reports_a_declared_many() -> None:
+    assert run("queue-bounded", H(), {"queue": {"a": 1, "b": 0}}).valid is True
+    declared = run("queue-bounded", H(), {"queue": {"a": 5}, "queue_entries_per_workflow": 8})
+    assert declared.valid is True and "reported, not judged" in declared.summary
+    assert declared.counts["most_per_workflow"] == 5
+    assert "not judged" in run("queue-bounded", H()).summary
+
+
+# -- coverage windows ------------------------------------------------------------------------------
+
+
+def hits(h: H, *names: str) -> dict[str, int]:
+    return dict(checks.coverage.coverage(h.lines, names).counts)
+
+
+def test_the_scheduler_windows_count_what_they_name() -> None:
+    assert hits(stale("now", "answer"), "stale-answer-after-retake") == {"stale-answer-after-retake": 1}
+    assert hits(retaken("own"), "stale-answer-after-retake") == {"stale-answer-after-retake": 0}
+    assert hits(woken(None, "retake"), "wakeup-while-held", "schedule-while-held") == {
+        "wakeup-while-held": 1, "schedule-while-held": 1,
+    }  # fmt: skip
+    assert hits(woken(None, "retake", "arrive"), "wakeup-while-held", "schedule-while-held") == {
+        "wakeup-while-held": 1, "schedule-while-held": 0,
+    }  # fmt: skip
+
+
+def test_the_final_queue_speaks_only_for_the_runs_own_workflows() -> None:
+    # a probe's or a careless client's workflow lives in a namespace the final read does not cover
+    final = {"queue": {}, "expected_workflows": ["another"]}
+    assert run("wakeup-stands", woken(None, "none"), final).valid == checks.UNKNOWN
+    assert run("stale-answer", stale(None, "answer"), final).valid is True
+    assert run("wakeup-stands", woken(None, "none"), {**final, "expected_workflows": [WF]}).valid is False
