@@ -41,8 +41,7 @@ from .faults import EventSpec, FaultSpec, kind, kinds
 from .fleet import Fleet
 
 StoreName = str
-"""A store kit's name (or an alias of one): whatever is installed under the entry-point group
-``without_durability.stores``, checked when a scenario is read."""
+"""A store kit's name or alias, installed under the entry points ``without_durability.stores``."""
 
 
 def _known_check(name: str) -> str:
