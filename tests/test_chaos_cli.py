@@ -229,10 +229,11 @@ def test_a_run_whose_fault_cannot_bite_is_unknown_and_suggests_no_shrink(tmp_pat
     (bite,) = [v for v in summary["verdicts"] if str(v["name"]).startswith("bite")]
     assert bite["valid"] == "unknown" and bite["counts"] == {"faults": 0, "bit": 0}, bite
     (covered,) = [v for v in summary["verdicts"] if v["name"] == "coverage"]
-    assert covered["valid"] == "unknown" and summary["coverage"] == {
-        "takeover-during-stall": 0,
-        "stale-write-refused": 0,
-    }, covered  # nothing stalled, so no window was reached either
+    # nothing stalled, so neither of the stall's windows was reached (the scheduler's windows may
+    # be: a lease that lapses on its own and a held workflow scheduled again need no fault)
+    assert covered["valid"] == "unknown", covered
+    assert summary["coverage"]["takeover-during-stall"] == 0, summary["coverage"]
+    assert summary["coverage"]["stale-write-refused"] == 0, summary["coverage"]
     rest = [v for v in summary["verdicts"] if v is not bite and v is not covered]
     assert all(v["valid"] is True for v in rest), summary["verdicts"]
     report = (run_dir / "report.html").read_text()

@@ -110,6 +110,29 @@ def test_take_exclusive_excuses_a_step_the_scenario_made_and_cannot_judge_one_of
     assert verdict.valid == checks.UNKNOWN, verdict.summary
 
 
+def test_take_exclusive_excuses_a_fast_failover_takeover_only_after_its_holder_was_struck() -> None:
+    """With fast failover a re-take while hidden is the design once a fault struck the first taker
+    (its pid) or ended the server's sessions inside the window; with no such fault, or with fast
+    failover off, it is still a double delivery."""
+    h = retaken(None)
+    pid = h.lines[0]["pid"]
+    mono = h.lines[1]["mono"] + 1
+    kill = {"type": "fault", "fault": "kill", "phase": "start", "process": "controller", "pid": 1, "mono": mono}
+    struck = H()
+    struck.lines = [*h.lines[:2], {**kill, "target_pid": pid}, *h.lines[2:]]
+    verdict = run("take-exclusive", struck, {"fast_failover": True})
+    assert verdict.valid is True and "taken over from a faulted holder" in verdict.summary, verdict.summary
+    assert run("take-exclusive", struck, {"fast_failover": False}).valid is False
+    other = H()
+    other.lines = [*h.lines[:2], {**kill, "target_pid": pid + 1}, *h.lines[2:]]
+    assert run("take-exclusive", other, {"fast_failover": True}).valid is False
+    ended = H()
+    restart = {**kill, "fault": "restart", "target_pid": 99999, "ends_sessions": True}
+    ended.lines = [*h.lines[:2], restart, *h.lines[2:]]
+    assert run("take-exclusive", ended, {"fast_failover": True}).valid is True
+    assert run("take-exclusive", h, {"fast_failover": True}).valid is False
+
+
 # -- stale-answer ----------------------------------------------------------------------------------
 
 
@@ -155,6 +178,20 @@ def test_stale_answer_fails_a_stale_done_that_removed_the_newer_holders_delivery
     assert verdict.valid is False, verdict.summary
     assert "removed it" in str(verdict.evidence[-1]["why"])
     assert run("stale-answer", stale(None, then), {"queue": {WF: 1}}).valid is True
+
+
+def test_stale_answer_judges_the_newer_holders_first_answer_not_a_repeat_of_it() -> None:
+    """The newer holder answers "done" (the workflow leaves the queue); later a restarted worker
+    answers that same receipt again, "retry at a time", and the stale answer comes too. The repeat
+    finds its delivery answered, so the empty final queue is the store being right; a checker
+    that took the repeat for the holder's answer would blame the stale one."""
+    h = stale(None, "none")
+    h.lines = h.lines[:-2]  # without the stale answer for now
+    h.answer("r2", None, "w2")
+    h.answer("r1", "2026-01-01T00:00:00+00:00", "w1")
+    h.answer("r2", "2026-01-01T00:01:00+00:00", "w2")
+    verdict = run("stale-answer", h, {"queue": {}})
+    assert verdict.valid is True and verdict.counts["stale_answers"] == 1, verdict.summary
 
 
 def test_stale_answer_does_not_judge_a_removal_where_the_queue_was_not_read() -> None:

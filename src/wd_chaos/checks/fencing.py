@@ -10,7 +10,7 @@ from typing import Any
 from ..faults.clock_step import lease_steps
 from ..faults.reboot import reboots_by_pid
 from ..history import Op
-from ..rundir import FinalState, FinalUnread
+from ..rundir import FinalState
 from .core import (
     FENCED_WRITES,
     RENEWING,
@@ -25,6 +25,7 @@ from .core import (
     checker,
     operations,
 )
+from .takeover import Takeovers
 
 
 @checker("fencing")
@@ -96,12 +97,7 @@ def fencing(ops: list[Op], final: FinalState) -> Verdict:
     # session), a claim inside a holder's window is the design when a fault struck the holder's
     # process first (a kill, a partition) or ended the server's sessions inside that window (a
     # restart, a failover, a power cut); one with no such fault is still a breach.
-    try:
-        fast_failover = bool(final.get("fast_failover"))
-    except FinalUnread:  # a partial analysis never read it: takeovers are judged strictly
-        fast_failover = False
-    faulted = _faulted(ops) if fast_failover else {}
-    sessions_ended = _sessions_ended(ops) if fast_failover else []
+    takeovers = Takeovers.of(ops, final)
     taken_over: list[_Breach] = []
     exclusive: list[_Breach] = []
     # A reboot ends every process and restarts the clock leases run on, so the real-time windows
@@ -121,10 +117,7 @@ def fencing(ops: list[Op], final: FinalState) -> Verdict:
         if reboot_ended(breach.window, holder_pid):
             ended += 1
             continue
-        struck = faulted.get(holder_pid, float("inf")) if holder_pid is not None else float("inf")
-        lo, hi = breach.window
-        ended_its_session = any(lo <= at <= hi for at in sessions_ended)
-        (taken_over if struck <= hi or ended_its_session else exclusive).append(breach)
+        (taken_over if takeovers.excuses(holder_pid, *breach.window) else exclusive).append(breach)
     budget_ends = []
     for breach in _budget_ends(operations_, claims, maybe_claims):
         if reboot_ended(breach.window, breach.evidence[1].get("pid")):
@@ -158,30 +151,6 @@ def fencing(ops: list[Op], final: FinalState) -> Verdict:
     if ended:
         stepped += f"; {ended} claim(s) taken from, or refused by, a pass a reboot ended"
     return Verdict("fencing", True, f"{refused} stale write(s) refused, none accepted{stepped}", [], counts)
-
-
-def _faulted(ops: list[Op]) -> dict[int, float]:
-    """Each worker process's first fault: a kill or partition aimed at it (``target_pid``), or a
-    failpoint at which it killed itself (its own fault line), by pid, as a monotonic time."""
-    first: dict[int, float] = {}
-    for o in ops:
-        if o.get("type") != "fault" or o.get("phase") != "start":
-            continue
-        pid = o.get("target_pid", o.get("pid") if o.get("process") != "controller" else None)
-        if isinstance(pid, int):
-            first[pid] = min(first.get(pid, float("inf")), float(o["mono"]))
-    return first
-
-
-def _sessions_ended(ops: list[Op]) -> list[float]:
-    """When a fault ended every session the store server had (a restart, the primary killed or
-    isolated in a failover, a power cut: its line says ``ends_sessions``), as monotonic times. Fast
-    failover reads a session the server ended as its holder gone, so a live claim taken over
-    after one, inside its holder's window, is the documented trade, as after a kill of the holder;
-    its old pass is fenced, which the rules above still judge."""
-    return [
-        float(o["mono"]) for o in ops if o.get("type") == "fault" and o.get("ends_sessions") is True
-    ]
 
 
 def _exclusive(

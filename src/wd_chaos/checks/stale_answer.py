@@ -26,7 +26,7 @@ def stale_answer(ops: list[Op], final: FinalState) -> Verdict:
     - *re-queued*: the workflow is handed out again while the newer take still hid it (within 80%
       of its visibility), with no wakeup and no answer carrying the newer receipt since: the stale
       answer made it visible;
-    - *removed*: the newer holder answered "retry at a time" (before or after the stale answer;
+    - *removed*: the newer holder's first answer was "retry at a time" (before or after the stale answer;
       either way the workflow must stay queued), yet the workflow was never taken again and is missing from the store's final queue
       (read only where the kit reads its queue; a cancel or discard since excuses): the stale
       answer deleted the delivery the newer take held.
@@ -67,9 +67,11 @@ def stale_answer(ops: list[Op], final: FinalState) -> Verdict:
             continue
         if nxt is not None or in_final_queue(final, wf) is not False:
             continue
-        # the current holder's last answer: a retry (a time) keeps the workflow queued
+        # the current holder's answer, the first with its receipt to land: a retry (a time) keeps
+        # the workflow queued. A later answer with the same receipt (a restarted worker answering
+        # again what it had answered) finds its delivery already answered, so it decides nothing
         own = [b for b in q.answers.get(wf, []) if b.invoke.get("receipt") == holder.got("receipt")]
-        last = own[-1] if own else None
+        last = next((b for b in own if b.ok), None)
         removed = any(r.end > holder.start for r in q.removals.get(wf, []))
         woken = any(w.end > holder.start for w in q.wakeups.get(wf, []))
         if last is not None and last.ok and last.invoke.get("at") and not removed and not woken:

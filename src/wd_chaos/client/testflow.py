@@ -354,6 +354,7 @@ class Worker:
         except Contended:
             with contextlib.suppress(Exception):
                 await self.rec.wake_at(d, await self.rec.now() + self.alive)
+            self.answered()
             return True
         except Exception:
             return True  # the delivery reappears after its visibility
@@ -363,6 +364,7 @@ class Worker:
             # a newer pass holds it, so a newer take does: the answer below is stale and must act
             # on nothing (stale-answer), whichever kind it is
             await self.stale_answer(d, p)
+            self.answered()
             return True
         except Exception as exc:
             self.hist.event(
@@ -375,6 +377,7 @@ class Worker:
             return True
         with contextlib.suppress(Exception):
             await self.rec.wake_at(d, None if wake in (None, "finished") else wake)  # type: ignore[arg-type]
+            self.answered()
             await self.rec.release(p)
         return True
 
@@ -401,6 +404,11 @@ class Worker:
             tmp = path.with_suffix(".tmp")
             tmp.write_bytes(pickle.dumps(d))
             os.replace(tmp, path)
+
+    def answered(self) -> None:
+        """Forget the kept delivery once this worker has answered it: only a delivery its holder
+        never answered (killed first) is answered again by its restarted self."""
+        self._held_file().unlink(missing_ok=True)
 
     async def answer_orphan(self) -> None:
         """A restarted worker answers the delivery its killed self held, due now, once that
