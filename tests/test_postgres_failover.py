@@ -288,3 +288,18 @@ async def test_a_plain_claim_does_not_inherit_the_last_fast_failover_holders_own
         assert await b.checkpointer.load(workflow) == {"a": 1, "b": 2} | (
             {f"due-{workflow}": 1} if how == "take_and_claim" else {}
         )
+
+
+async def test_a_reaping_take_leaves_a_plain_workers_live_claim_alone(wd_store: StoreUnderTest[Any]) -> None:
+    """A claim with no owner is a plain worker's: its lease, not a presence, says whether it is
+    alive. B (no fast failover) takes a delivery and claims it for an hour; C's takes reap (fast
+    failover). C's take must hand nothing out and B must write on: a reap that read "no owner" as
+    "owner gone" would lapse every plain worker's live pass in a mixed fleet."""
+    workflow = "mixed-ownerless"
+    async with worker_side(wd_store) as (c, c_wakeup), worker_side(wd_store, presence=False) as (b, _):
+        assert c_wakeup.owner is not None
+        held = await _plain_claim(b, workflow, "take_and_claim")
+        assert await c.scheduler.take(LONG) is None, "C's reaping take handed out B's live delivery"
+        with pytest.raises(Contended):
+            await c.checkpointer.claim(workflow, alive=LONG, budget=LONG)
+        await b.checkpointer.record(held, "b", 1)  # not Fenced: B's pass is the live one

@@ -74,6 +74,7 @@ CarelessRound = Literal[
     "starved",
     "ticking-pass",
     "claim-burst",
+    "plain-claims",
 ]
 """A careless client's round (``wd_chaos.client.clients.ROUNDS`` says what each does)."""
 BiteName = Annotated[str, AfterValidator(_known_bite)]

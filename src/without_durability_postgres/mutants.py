@@ -640,6 +640,18 @@ class PlainClaimKeepsOwner(PostgresCheckpointer):
     CLAIM = CLAIM.replace(",\n        owner = NULL\n", "\n")
 
 
+class ReapTakesOwnerlessClaims(PostgresScheduler):
+    """A reaping take reads a live claim with no owner as one whose owner is gone: in a fleet with
+    fast failover alone nearly every claim has an owner, but beside plain workers (whose claims
+    carry none) each reaping take lapses their live passes and hands their deliveries out."""
+
+    REAP = PostgresScheduler.REAP.replace(
+        "WHERE held.owner IS NOT NULL AND held.alive_until > now() AND ",
+        "WHERE held.alive_until > now() AND held.owner IS NULL OR ",
+    )
+    assert REAP != PostgresScheduler.REAP, "REAP changed: the mutant no longer applies"
+
+
 # -- the queue judged as hard as the records (issue 44) ---------------------------------------------
 
 
@@ -671,8 +683,21 @@ MUTANTS += [
         (
             "tests/test_postgres_failover.py::test_a_plain_claim_does_not_inherit_the_last_fast_failover_holders_owner",
             "chaos:mixed-fleet:fencing",
+            "chaos:mixed-fleet:take-exclusive",
         ),
         swap("checkpointer", PlainClaimKeepsOwner),
+    ),
+    Mutant(
+        "postgres-reap-takes-ownerless-claims",
+        "postgres",
+        "mixed-fleet",
+        "a reaping take reads a claim with no owner (a plain worker's) as one whose owner is gone: it lapses live plain passes",
+        (
+            "tests/test_postgres_failover.py::test_a_reaping_take_leaves_a_plain_workers_live_claim_alone",
+            "chaos:mixed-fleet:fencing",
+            "chaos:mixed-fleet:take-exclusive",
+        ),
+        swap("scheduler", ReapTakesOwnerlessClaims),
     ),
     Mutant(
         "postgres-answer-ignores-receipt",
