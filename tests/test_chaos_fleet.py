@@ -132,6 +132,9 @@ def test_a_deploy_must_change_something_and_names_a_bad_lease_setting() -> None:
     with pytest.raises(ScenarioError, match=r"lease\.alive: expected a number of seconds > 0"):
         parse(base + "lease = { alive = 0 }\n", "x.toml")
     parse(base + "to = { fast_failover = true }\n", "x.toml")
+    with pytest.raises(ScenarioError, match=r"workflow_version: expected one of \(1, 2\), got 3"):
+        parse(base + "to = { workflow_version = 3 }\n", "x.toml")
+    parse(base + "to = { workflow_version = 2 }\n", "x.toml")
 
 
 def test_a_deployed_worker_restarts_with_its_release_laid_over_what_it_ran(tmp_path: Path) -> None:
@@ -160,6 +163,52 @@ def test_the_stock_rolling_deploy_rolls_out_and_half_back() -> None:
     assert out.count == scenario.workload.workers and 0 < back.count < scenario.workload.workers
     assert out.to.get("fast_failover") is True and back.to.get("fast_failover") is False
     assert out.lease and back.lease, "the release changes the lease, so every store sees two settings"
+    assert out.to.get("workflow_version") == 2 and back.to.get("workflow_version") == 1
+
+
+class _Steps:
+    """The test workflow's steps, written down in order (``Steps``)."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+    async def step(self, key: str, **extra: Any) -> None:
+        self.ran.append(key)
+
+    async def ledger(self) -> None:
+        self.ran.append("ledger")
+
+    async def approvals(self) -> None:
+        self.ran.append("approvals")
+
+    async def nap(self) -> None:
+        self.ran.append("nap")
+
+    def inbox(self) -> list[str]:
+        return []
+
+    async def done(self) -> None:
+        self.ran.append("done")
+
+    def fail_on_purpose(self) -> None:
+        raise AssertionError("not a failing workflow")
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_a_release_runs_its_version_of_the_workflow(version: int) -> None:
+    """Version 2 adds one step, ``audit``, after ``seen`` and before ``done`` (a compatible change:
+    a workflow either version started, the other finishes); a worker's variant names the version
+    it runs, and its start line says so."""
+    from wd_chaos import fleet
+    from wd_chaos.client.testflow import test_workflow
+
+    steps = _Steps()
+    await test_workflow(steps, False, version)
+    audit = ["audit"] if version == 2 else []
+    assert steps.ran == ["charge", "ledger", "approvals", "nap", "seen", *audit, "done"]
+    assert fleet.workflow_version({"workflow_version": version}) == version
+    assert fleet.workflow_version({}) == 1
+    assert fleet.effective({"workflow_version": 2}, {"store": "sqlite"}) == ({}, {}), "not a store setting"
 
 
 class _Nemesis:

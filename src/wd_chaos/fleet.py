@@ -5,7 +5,9 @@ worker finds the settings it restarts with.
 A variant is a dict: keys of the store kit's worker spec laid over the run's store spec (e.g.
 Postgres's ``fast_failover``; keys the kit's spec does not have are dropped, so one scenario runs
 on every store), and optionally ``lease``, a dict of ``alive``, ``budget``, ``visibility`` and
-``poll_interval`` seconds laid over the run's ``[lease]``."""
+``poll_interval`` seconds laid over the run's ``[lease]``, and ``workflow_version``: which version of
+the test workflow the worker runs (1, the default; 2 adds a step, ``audit``, after ``seen``, a
+compatible change: either version finishes a workflow the other started)."""
 
 from __future__ import annotations
 
@@ -20,12 +22,18 @@ FleetValue = bool | int | float | str
 Variant = dict[str, FleetValue | dict[str, float]]
 
 LEASE_KEYS = ("alive", "budget", "visibility", "poll_interval")
+WORKFLOW_VERSIONS = (1, 2)
+"""The versions of the test workflow a variant may name (``workflow_version``)."""
 DEPLOYED = "deployed"
 """The run folder's subfolder where a deploy leaves each restarted worker's new variant."""
 
 
 def check_variant(variant: Variant) -> Variant:
-    """``variant`` itself, or ValueError naming what is wrong with its ``lease``."""
+    """``variant`` itself, or ValueError naming what is wrong with its ``lease`` or
+    ``workflow_version``."""
+    version = variant.get("workflow_version", 1)
+    if isinstance(version, bool) or version not in WORKFLOW_VERSIONS:
+        raise ValueError(f"workflow_version: expected one of {WORKFLOW_VERSIONS}, got {version!r}")
     lease = variant.get("lease")
     if lease is None:
         return variant
@@ -108,6 +116,12 @@ def current(run_dir: Path, name: str, configured: Variant) -> Variant:
         found: Variant = json.loads(path.read_text())
         return found
     return configured
+
+
+def workflow_version(variant: Variant) -> int:
+    """The test workflow's version ``variant`` runs (1 unless it says ``workflow_version``)."""
+    version = variant.get("workflow_version", 1)
+    return version if isinstance(version, int) and not isinstance(version, bool) else 1
 
 
 def effective(variant: Variant, store: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:

@@ -73,10 +73,11 @@ class Steps(Protocol):
         ...
 
 
-async def test_workflow(steps: Steps, failing: bool) -> None:
+async def test_workflow(steps: Steps, failing: bool, version: int = 1) -> None:
     """The test workflow (the module docstring); ``failing``: it fails every attempt after its
     steps and arrivals (so no arrive comes after it failed and was swept, which would start the id
-    afresh)."""
+    afresh). ``version`` 2 (a deploy's new release, ``workflow_version``) adds one step, ``audit``,
+    after ``seen``: a compatible change, so either version finishes what the other started."""
     await steps.step("charge")
     await steps.ledger()
     await steps.approvals()
@@ -84,6 +85,8 @@ async def test_workflow(steps: Steps, failing: bool) -> None:
         steps.fail_on_purpose()
     await steps.nap()
     await steps.step("seen", inbox=steps.inbox())
+    if version >= 2:
+        await steps.step("audit")
     await steps.done()
 
 
@@ -266,6 +269,8 @@ class Worker:
         self.poll = lease.poll_interval
         self.work = cfg.workload
         self.failing = set(cfg.failing)
+        self.version = 1
+        """The test workflow's version this worker runs (its variant's ``workflow_version``)."""
         self.stopping = False
         self.nonce = 0
         if self.work.transact_seconds > 0:
@@ -334,7 +339,7 @@ class Worker:
         only an outside event wakes it; ``"finished"``)."""
         recs = await self.retrying(lambda: self.rec.load(p))
         try:
-            await test_workflow(HarnessSteps(self, p, recs), p.workflow in self.failing)
+            await test_workflow(HarnessSteps(self, p, recs), p.workflow in self.failing, self.version)
         except Wait as wait:
             return wait.until
         return "finished"
@@ -447,7 +452,7 @@ class LibraryClient:
             # the body as one operation, so no-hung-pass can tell when the pass outlived it
             op = w.hist.invoke("body", workflow=run.workflow, token=run.pass_.token)
             try:
-                await test_workflow(LibrarySteps(w, run), run.workflow in w.failing)
+                await test_workflow(LibrarySteps(w, run), run.workflow in w.failing, w.version)
             except BaseException as exc:  # a wait (Suspended), Fenced, a failure: the body ended
                 w.hist.complete(op, "body", "ok", token=run.pass_.token, ended=type(exc).__name__)
                 raise

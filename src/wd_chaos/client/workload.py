@@ -158,14 +158,18 @@ async def _main(role: str, cfg: RunConfig, name: str) -> None:
     run_dir = cfg.run_dir
     hist = HistoryWriter(run_dir / "procs" / f"{name}.{os.getpid()}.jsonl", name)
     spec = dict(cfg.store)
+    version = 1  # the test workflow's version (a worker's variant may name another)
     if role == "worker":
         # a mixed fleet's settings, or those a deploy restarted this worker with; named in the
         # start line, as they took effect, so checkers can tell whose pass ran on which
-        changes, lease = fleet.effective(fleet.current(run_dir, name, cfg.worker_specs.get(name, {})), spec)
+        variant = fleet.current(run_dir, name, cfg.worker_specs.get(name, {}))
+        changes, lease = fleet.effective(variant, spec)
+        version = fleet.workflow_version(variant)
         spec.update(changes)
         if lease:
             cfg = cfg.model_copy(update={"lease": cfg.lease.model_copy(update=lease)})
-        hist.event("info", what="start", role=role, variant={**changes, **({"lease": lease} if lease else {})})
+        took = {**changes, **({"lease": lease} if lease else {}), **({"workflow_version": version} if version != 1 else {})}
+        hist.event("info", what="start", role=role, variant=took)
     else:
         hist.event("info", what="start", role=role)
     if role == "worker" and cfg.worker_urls:
@@ -186,6 +190,7 @@ async def _main(role: str, cfg: RunConfig, name: str) -> None:
             await sweep_in_background(cfg, opened, hist)
         elif role == "worker":
             worker = Worker(cfg, name, opened, hist)
+            worker.version = version
             if cfg.workload.client == "worker":
                 await LibraryClient(worker).run()
             else:

@@ -29,7 +29,8 @@ class DeployFault(FaultSpec):
 
     kind: Literal["deploy"]
     to: dict[str, FleetValue] = Field(default_factory=dict)
-    """Store settings of the release (keys of the kit's worker spec; others are dropped)."""
+    """Store settings of the release (keys of the kit's worker spec; others are dropped), and
+    ``workflow_version`` (1 or 2: the release runs that version of the test workflow)."""
     lease: dict[str, float] = Field(default_factory=dict)
     """Lease settings of the release (``alive``, ``budget``, ``visibility``, ``poll_interval``)."""
     targets: list[Annotated[str, Field(pattern=r"^worker-[0-9]+$")]] = Field(default_factory=list)
@@ -41,6 +42,12 @@ class DeployFault(FaultSpec):
     def _lease(cls, lease: dict[str, float]) -> dict[str, float]:
         check_variant({"lease": lease})
         return lease
+
+    @field_validator("to")
+    @classmethod
+    def _to(cls, to: dict[str, FleetValue]) -> dict[str, FleetValue]:
+        check_variant(dict(to))
+        return to
 
     @model_validator(mode="after")
     def _changes_something(self) -> DeployFault:
