@@ -26,6 +26,9 @@ WORKFLOW_VERSIONS = (1, 2)
 """The versions of the test workflow a variant may name (``workflow_version``)."""
 DEPLOYED = "deployed"
 """The run folder's subfolder where a deploy leaves each restarted worker's new variant."""
+REPLACE_MARKER = ".replace"
+"""The suffix of the marker (``deployed/worker-N.replace``) a ``replace`` fault leaves to ask the
+run for a replacement of a worker it stopped, started beside it under its name."""
 
 
 def check_variant(variant: Variant) -> Variant:

@@ -185,6 +185,12 @@ class Workload(_Strict):
     forged_keys: bool = False
     """Each outside writer also tries to supply a reserved ``wd/`` key to every workflow; the
     ``misuse`` checker judges that each was refused and nothing stored."""
+    identity: Literal["own", "name"] = "own"
+    """What a worker process takes for its identity where its store has one to name (a Redis
+    stream's consumer name): ``own``, the store's default (a fresh one per process, host and pid);
+    ``name``, its process name (``worker-N``), so a restarted or replacing process reuses its
+    predecessor's, as a fixed pod or host name does. Postgres's presence id is not named: a live
+    one cannot be taken twice (``docs/guides/harness.md``)."""
     careless_clients: Annotated[int, Field(ge=0, le=8)] = 0
     """Processes of careless clients beside the workers (``wd_chaos.client.clients``): refused input beside
     valid calls, cancelled calls, a pass with a renewal ticker, claim storms, sweeps beside

@@ -178,8 +178,8 @@ async def open_redis_worker(spec: Spec, *, scheduler: str, cluster: bool) -> Ope
         options["warn_persistence"] = False
     checkpointer = RedisCheckpointer(client, **options)
     sched: Any
-    if scheduler == "stream":
-        sched = RedisStreamScheduler(client, prefix=prefix, namespace=namespace)
+    if scheduler == "stream":  # consumer: the worker's identity, where the scenario names it
+        sched = RedisStreamScheduler(client, prefix=prefix, namespace=namespace, consumer=spec.get("consumer"))
     else:
         sched = RedisSetScheduler(client, prefix=prefix, namespace=namespace)
     durable: SplitDurable[Any] = SplitDurable(checkpointer, sched)
@@ -327,6 +327,8 @@ class RedisKit(StoreKit):
         """The server's URL and the run's own key prefix; for a replicated deployment, its
         Sentinels and service too, so every connection asks where the primary is."""
         spec: Spec = {"url": server.url, "prefix": f"{tag}:"}
+        if self.scheduler == "stream":  # the consumer name: host and pid unless a run names it
+            spec["consumer"] = None
         # a server this run started itself (not a user's, named by a URL variable): no warning
         # that its writes may not survive a crash, which the run chose (issue 30)
         spec["own_server"] = getattr(server, "source", "replicated") != "env"

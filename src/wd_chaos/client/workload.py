@@ -172,6 +172,8 @@ async def _main(role: str, cfg: RunConfig, name: str) -> None:
         hist.event("info", what="start", role=role, variant=took)
     else:
         hist.event("info", what="start", role=role)
+    if role == "worker" and cfg.workload.identity == "name" and "consumer" in spec:
+        spec["consumer"] = name  # a replacement or a restart takes its predecessor's identity
     if role == "worker" and cfg.worker_urls:
         spec["url"] = cfg.worker_urls[name]  # through this worker's own toxiproxy proxy
     if role == "careless":

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..faults import Nemesis, launching
-from ..fleet import DEPLOYED
+from ..fleet import DEPLOYED, REPLACE_MARKER
 from ..history import HistoryWriter, Tail
 from ..stores import Spec, open_store
 from .lifeline import die_with_parent
@@ -80,7 +80,26 @@ class Cluster:
         return {n: p.pid for n, p in self.procs.items()}
 
     def supervise(self) -> None:
-        """Restart a worker that died (a failpoint kill); writers that finished stay finished."""
+        """Restart a worker that died (a failpoint kill); writers that finished stay finished. A
+        worker a ``replace`` fault stopped gets its replacement under its name, beside it."""
+        for marker in sorted((self.run_dir / DEPLOYED).glob(f"*{REPLACE_MARKER}")):
+            name = marker.name.removesuffix(REPLACE_MARKER)
+            marker.unlink()
+            if self.stopping or name not in self.procs:
+                continue
+            stalled = self.procs.pop(name)
+            # the stopped predecessor stays in the table (stopped with the rest at the end) under
+            # a name no fault targets and nothing restarts
+            self.procs[f"stalled-{name}-{stalled.pid}"] = stalled
+            self.start("worker", name)
+            self.hist.event(
+                "fault",
+                fault="replace",
+                phase="replaced",
+                target=name,
+                target_pid=stalled.pid,
+                restarted_pid=self.procs[name].pid,
+            )
         for name, proc in list(self.procs.items()):
             code = proc.poll()
             if code is None or self.stopping or not name.startswith("worker"):
