@@ -27,8 +27,9 @@ from ..checks.core import Verdict, _bit, _windows, bite_check, operations
 from ..fleet import DEPLOYED, REPLACE_MARKER
 from ..history import Op
 from ..rundir import FinalState
-from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec, Marker
+from .base import EventSpec, FaultKind, FaultSpec, Marker
 from .nemesis import Active, KindState, Nemesis
+from .stall import in_effect
 
 Seconds = Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False, description="a number of seconds > 0")]
 
@@ -72,16 +73,12 @@ def setup(nemesis: Nemesis) -> Replaced:
 
 def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     """SIGSTOP a worker inside a step's effect and leave the marker that has the cluster start its
-    replacement; skip the event when no worker has been inside one for ``TARGET_WAIT`` seconds."""
+    replacement; skip the event when no worker has been inside one for ``TARGET_WAIT`` seconds
+    (``stall.in_effect``)."""
     replaced = nemesis.state("replace", setup)
-    candidates = sorted(nemesis.busy("step") - nemesis.stopped - nemesis.spared)
-    if not candidates:
-        if elapsed - float(ev["at"]) > TARGET_WAIT:
-            nemesis.skipped += 1
-            nemesis.line(ev, "skipped", why="no worker was inside an effect")
-            return True
-        return False
-    name = ev["target"] if ev["target"] in candidates else nemesis.rng.choice(candidates)
+    name = in_effect(nemesis, ev, elapsed)
+    if isinstance(name, bool):
+        return name
     pid = nemesis.pids()[name]
     os.kill(pid, signal.SIGSTOP)
     replaced.workers.add(name)

@@ -90,18 +90,28 @@ def setup(nemesis: Nemesis) -> Stalled:
     return Stalled()
 
 
-def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
-    """Stop a worker inside an effect (the event's target if it is one); skip the event when none
-    has been for ``TARGET_WAIT`` seconds past its time."""
-    stalled = nemesis.state("stall", setup)
-    candidates = sorted(nemesis.busy(ev.get("inside", "step")) - nemesis.stopped - nemesis.spared)
+def in_effect(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> str | bool:
+    """The worker event ``ev`` stops: one inside an effect (``ev["inside"]``, a step's by default)
+    that no fault holds stopped or spares, the event's target if it is one. When there is none:
+    False (wait), or, ``TARGET_WAIT`` seconds past the event's time, True (the event is done: it
+    is logged as skipped and counted)."""
+    candidates = sorted(nemesis.busy(ev.get("inside") or "step") - nemesis.stopped - nemesis.spared)
     if not candidates:
         if elapsed - float(ev["at"]) > TARGET_WAIT:
             nemesis.skipped += 1
             nemesis.line(ev, "skipped", why="no worker was inside an effect")
             return True
         return False
-    name = ev["target"] if ev["target"] in candidates else nemesis.rng.choice(candidates)
+    return str(ev["target"]) if ev["target"] in candidates else nemesis.rng.choice(candidates)
+
+
+def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
+    """Stop a worker inside an effect (the event's target if it is one); skip the event when none
+    has been for ``TARGET_WAIT`` seconds past its time."""
+    stalled = nemesis.state("stall", setup)
+    name = in_effect(nemesis, ev, elapsed)
+    if isinstance(name, bool):
+        return name
     pid = nemesis.pids()[name]
     os.kill(pid, signal.SIGSTOP)
     stalled.workers.add(name)
