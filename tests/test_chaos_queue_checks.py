@@ -110,6 +110,28 @@ def test_take_exclusive_excuses_a_step_the_scenario_made_and_cannot_judge_one_of
     assert verdict.valid == checks.UNKNOWN, verdict.summary
 
 
+def test_take_exclusive_orders_overlapping_takes_either_way() -> None:
+    """w0's take is invoked first and completes last; a wakeup lands during its call, before w2's
+    take begins. The two may have run w0, wakeup, w2: no proof of a double delivery. Without the
+    wakeup, the two still hold the workflow at once."""
+
+    def history(wakeup: bool) -> H:
+        h = H()
+        slow = {"type": "invoke", "mono": 0, "op": "w0:1:1", "f": "take", "process": "w0", "pid": 1, "visibility": 5.0}
+        h.lines.append(slow)
+        h.wait(0.01)
+        if wakeup:
+            h.call("schedule", "writer", workflow=WF, at=None)
+        h.take("r2", "w2")
+        h.wait(0.01)
+        h.lines.append({"type": "complete", "mono": h.t, "op": "w0:1:1", "f": "take", "outcome": "ok",
+                        "process": "w0", "pid": 1, "workflow": WF, "receipt": "r1"})  # fmt: skip
+        return h
+
+    assert run("take-exclusive", history(True)).valid is True
+    assert run("take-exclusive", history(False)).valid is False
+
+
 def test_take_exclusive_excuses_a_fast_failover_takeover_only_after_its_holder_was_struck() -> None:
     """With fast failover a re-take while hidden is the design once a fault struck the first taker
     (its pid) or ended the server's sessions inside the window; with no such fault, or with fast

@@ -67,15 +67,9 @@ WindowName = Annotated[str, AfterValidator(_known_window)]
 CheckName = Annotated[str, AfterValidator(_known_check)]
 """A checker's name: any a module of ``wd_chaos.checks`` defines (see ``wd_chaos.checks.registry``)."""
 CarelessRound = Literal[
-    "refused-burst",
-    "sweeps-beside-overruns",
-    "claim-storm",
-    "cancellations",
-    "starved",
-    "ticking-pass",
-    "claim-burst",
-    "plain-claims",
-]
+    "refused-burst", "sweeps-beside-overruns", "claim-storm", "cancellations", "starved", "ticking-pass",
+    "claim-burst", "plain-claims",
+]  # fmt: skip
 """A careless client's round (``wd_chaos.client.clients.ROUNDS`` says what each does)."""
 BiteName = Annotated[str, AfterValidator(_known_bite)]
 """A bite check's name, found the same way."""
@@ -186,11 +180,9 @@ class Workload(_Strict):
     """Each outside writer also tries to supply a reserved ``wd/`` key to every workflow; the
     ``misuse`` checker judges that each was refused and nothing stored."""
     identity: Literal["own", "name"] = "own"
-    """What a worker process takes for its identity where its store has one to name (a Redis
-    stream's consumer name): ``own``, the store's default (a fresh one per process, host and pid);
-    ``name``, its process name (``worker-N``), so a restarted or replacing process reuses its
-    predecessor's, as a fixed pod or host name does. Postgres's presence id is not named: a live
-    one cannot be taken twice (``docs/guides/harness.md``)."""
+    """A worker's identity where its store lets one be named (a Redis stream's consumer name):
+    ``own``, the store's default per process; ``name``, its process name (``worker-N``), so a
+    restart or a replacement reuses its predecessor's, as a fixed pod name does."""
     careless_clients: Annotated[int, Field(ge=0, le=8)] = 0
     """Processes of careless clients beside the workers (``wd_chaos.client.clients``): refused input beside
     valid calls, cancelled calls, a pass with a renewal ticker, claim storms, sweeps beside

@@ -15,8 +15,10 @@ from .takeover import Takeovers
 @checker("take-exclusive")
 def take_exclusive(ops: list[Op], final: FinalState) -> Verdict:
     """Two takes never hand out the same workflow while it is hidden: a second take of a workflow
-    within 80% of the visibility of the first, with no wakeup (schedule, arrive, deliver) of it and
-    no answer carrying the first take's receipt in between, is a double delivery. A stale answer
+    that completed within 80% of the visibility of the first (measured from the first's
+    completion), with no wakeup (schedule, arrive, deliver) of it and no answer carrying the first
+    take's receipt in between (from the earlier of the two calls' starts: calls that overlap may
+    have run in either order), is a double delivery. A stale answer
     (another take's receipt) reopens nothing, so it excuses nothing. Two takes handed the same
     receipt are a double delivery too (a receipt identifies one take), except where the final state
     says the transport itself hands a delivery out twice (``redelivers``: the simulator's wire). A
@@ -38,9 +40,13 @@ def take_exclusive(ops: list[Op], final: FinalState) -> Verdict:
             if same and redelivers:
                 continue
             visibility = visibility_ns(a)
-            if b.start - a.end >= HIDDEN_SHARE * visibility:
+            # judged from the second take's end: a take that ran long (across a restart, on a
+            # loaded machine) may have read the queue at any moment of its call
+            if b.end - a.end >= HIDDEN_SHARE * visibility:
                 continue
-            if q.reopened(wf, a, a.start, b.end) is not None:
+            # two takes whose calls overlap may have run in either order, so a wakeup from the
+            # first one's start on may have come between them
+            if q.reopened(wf, a, min(a.start, b.start), b.end) is not None:
                 continue
             if takeovers.excuses(a.invoke.get("pid"), a.start, b.end):
                 taken_over += 1

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..history import Op
 from ..rundir import FinalState
-from .core import UNKNOWN, Verdict, checker, operations
+from .core import SLACK_NS, UNKNOWN, Verdict, checker, operations
 from .queue_calls import PROBE, Queue, final_queue, in_final_queue, queue_steps, wakeups_while_held
 
 
@@ -15,7 +15,10 @@ def wakeup_stands(ops: list[Op], final: FinalState) -> Verdict:
     """A wakeup (``schedule`` due now, ``arrive``, ``deliver``) of a workflow that completed while a
     take held it (after that take completed, before its holder's answer with that take's receipt
     was made) survives the answer, whatever the answer was (done, retry later, retry now): the
-    workflow is taken again afterwards, or is still in the store's final queue. A cancel or discard
+    workflow is taken again afterwards, or is still in the store's final queue; and it is visible
+    from the answer on, so a take of the queue that found nothing due after the answer (and after
+    the wakeup), before the workflow was taken again, shows the wakeup lost even where a later call
+    brought the workflow back. A cancel or discard
     since excuses it. Where the kit does not read its queue, a wakeup with no later take counts as
     lost only when a take of the same queue found nothing due after the answer."""
     all_ops = operations(ops)
@@ -26,8 +29,24 @@ def wakeup_stands(ops: list[Op], final: FinalState) -> Verdict:
     for w, holder, answer in wakeups_while_held(q):
         wf = str(w.workflow)
         held += 1
-        if any(t.end > w.start for t in q.takes.get(wf, [])):
-            continue  # taken again: the wakeup stood
+        later = [t for t in q.takes.get(wf, []) if t.end > w.start]
+        if later:
+            # taken again; but if a take of the queue found nothing due after the answer and
+            # before that take began, the workflow was not visible then: the wakeup was lost, and
+            # only a later call (another wakeup, a lapse) brought the workflow back
+            since = max(answer.end, w.end) + SLACK_NS
+            empty = next((t for t in q.empty_takes if t.start > since and t.end < later[0].start), None)
+            removed = any(r.end > w.start and r.start < later[0].start for r in q.removals.get(wf, []))
+            if empty is None or removed or wf.startswith(PROBE) or queue_steps(ops, final):
+                continue  # taken again: the wakeup stood
+            bad += [
+                holder.brief("took it"),
+                w.brief("a wakeup while it was held"),
+                answer.brief("the holder answered; the wakeup must stand"),
+                empty.brief("found nothing due afterwards: the wakeup was lost"),
+                later[0].brief("taken again only after this, by a later call's doing"),
+            ]
+            continue
         if any(r.end > w.start for r in q.removals.get(wf, [])):
             continue
         queued = in_final_queue(final, wf)

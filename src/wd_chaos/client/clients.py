@@ -32,9 +32,8 @@ store whose records live for a time), and until the run stops repeats rounds of:
   process (``Opened.sweep``): a pass whose renewals come later than its lease, a rival claiming
   the same id, and sweeps with a cutoff shorter than the overrun, each recorded as a ``sweep``.
 
-- **plain claims** (``fencing``; only when a scenario's ``careless_rounds`` names it): on the run's
-  own store, opened without fast failover, claims of the scenario's own workflows, each renewed
-  twice and released, as an admin script or a service beside a fleet makes them.
+- **plain claims** (``fencing``; opt-in): an outside client's claims of the scenario's own
+  workflows on the run's own store (``wd_chaos.client.outside``).
 
 Each round's workflows but the plain claims' are its own (``careless-...``), outside the scenario's
 workflows, and never queued, so no worker takes them. Every call and its result is in the history.
@@ -56,7 +55,8 @@ from without_durability import Contended, Fenced, Pass
 
 from ..config import RunConfig
 from ..history import HistoryWriter
-from ..stores import Opened, Spec, open_store
+from ..stores import Opened, Spec
+from .outside import OutsideClient
 from .recorder import Recorder, classify, error_fields
 
 BIG = 3000
@@ -137,7 +137,7 @@ class Careless:
         self.stopping = False
         self.stopped_at = 0.0
         self.stopped = asyncio.Event()
-        self.outside: Opened | None = None
+        self.outside: OutsideClient | None = None
         """The run's own store, opened plainly, for ``plain_claims`` (opened on first use)."""
         self.holding = 0
         """The number of the hold of this process's only connection under way (0: none)."""
@@ -500,37 +500,10 @@ class Careless:
             await self.release(p)
 
     async def plain_claims(self) -> None:
-        """An outside client beside the fleet, as an admin script or a service is: on the run's own
-        store (not the careless clients' one), opened plainly (no fast failover, whatever the
-        workers run with), it claims three of the scenario's workflows in turn with the scenario's
-        lease, renews each twice within its alive and releases it. A claim made while a worker's
-        pass is alive must be ``Contended``; once granted, this live pass must not be taken over
-        (``fencing``): by a fast-failover claim or a reaping take that reads a previous holder's
-        presence on the row. Only in a scenario that names this round."""
+        """An outside client's plain claims of the scenario's own workflows (``outside``)."""
         if self.outside is None:
-            spec = {**self.cfg.store, "pool_size": 1}
-            if "fast_failover" in spec:
-                spec["fast_failover"] = False
-            self.outside = await open_store(spec)
-        rec = Recorder(self.outside.durable, self.hist)
-        lease = self.cfg.lease
-        alive, budget = timedelta(seconds=lease.alive), timedelta(seconds=lease.budget)
-        for _ in range(3):
-            if self.stopping:
-                return
-            try:
-                p = await rec.claim(self.rng.choice(self.cfg.workflows), alive, budget)
-            except (Exception, Contended):  # a worker's pass is alive, or the store restarting
-                continue
-            try:
-                for _ in range(2):
-                    await asyncio.sleep(lease.alive / 3)
-                    await rec.renew(p)
-            except (Exception, Fenced):  # taken over: fencing judges whether it could be
-                pass
-            finally:
-                with contextlib.suppress(Exception, Fenced):
-                    await rec.release(p)
+            self.outside = await OutsideClient.open(self.cfg, self.hist, self.rng)
+        await self.outside.round(lambda: self.stopping)
 
     async def clock_ms(self) -> float:
         """The store's clock (``Scheduler.now``), in milliseconds since the epoch."""
@@ -621,8 +594,7 @@ async def run_careless(cfg: RunConfig, name: str, opened: Opened, hist: HistoryW
         await client.run()
     finally:
         if client.outside is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(client.outside.close(), 5)
+            await client.outside.close()
 
 
 __all__ = ["BIG", "DEEP", "Careless", "careless_spec", "run_careless"]
