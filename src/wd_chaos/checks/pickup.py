@@ -81,6 +81,9 @@ class Pickups:
     """Judged deliveries with their pickup in ms."""
     lost: list[list[dict[str, Any]]] = field(default_factory=list)
     """One evidence list per delivery that a take found nothing beside."""
+    missed: list[tuple[Due, float]] = field(default_factory=list)
+    """The lost deliveries with their wait in ms (to the pickup, or to the last take that found
+    nothing when never taken)."""
     late: int = 0
     """How many of the lost deliveries were also picked up later than the bound."""
     unjudged: dict[str, int] = field(default_factory=dict)
@@ -291,6 +294,7 @@ def _judge(
     if blind:
         late = taker is not None and wait_ms > pk.bound_ms
         pk.late += late
+        pk.missed.append((d, wait_ms if taker is not None else (blind[-1].end - d.due) / 1e6))
         why = (
             f"picked up {wait_ms:.0f} ms after it was due, past the bound of {pk.bound_ms:.0f} ms"
             if late
