@@ -483,9 +483,7 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
                 prov.report.phase = "checking"
                 prov.report()
                 final = asyncio.run(
-                    read_final(
-                        svc.spec, p.workflows, p.judged_lifecycle, p.failing, _variants(p), _poll(p)
-                    )
+                    read_final(svc.spec, p.workflows, p.judged_lifecycle, p.failing, _variants(p), _poll(p))
                 )
             finally:  # what the run created on a user's server goes, whatever happened (or says why not)
                 cleaned = clean_up(svc)
