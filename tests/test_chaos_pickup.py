@@ -112,6 +112,20 @@ def test_a_take_running_beside_the_pickup_found_nothing_rightly() -> None:
     assert verdict.valid is True and verdict.counts["judged"] == 1, verdict.summary
 
 
+def test_a_late_pickup_with_only_a_take_beside_it_finding_nothing_is_not_judged() -> None:
+    """Due for 3 s before any worker took at all, then two takes at once: one gets it, the other
+    finds nothing beside it. No worker polled through the wait, so it says nothing of the queue."""
+    h = H()
+    h.call("schedule", "writer", workflow=WF, at=None)
+    h.wait(3.0)
+    h.call("take", IDLE, outcome=None, visibility=5.0)
+    empty = h.lines[-1]
+    h.take("r1", "w1")
+    h.lines.append({**empty, "type": "complete", "outcome": "ok", "mono": h.t, "workflow": None})
+    verdict = run(h)
+    assert verdict.valid is True and verdict.counts["judged"] == 0, verdict.summary
+
+
 def test_a_busy_fleet_is_not_judged() -> None:
     """No worker found nothing while the workflow waited 3 s: the fleet was busy, not the queue
     at fault."""

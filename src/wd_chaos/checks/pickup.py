@@ -21,8 +21,9 @@ What fails, on evidence that cannot be capacity: a take that completed ok with n
 completed before any take of that workflow began: the queue hid a visible delivery (a lost wakeup),
 whatever the timing. A take that ran beside the pickup take found nothing rightly (the other took
 it first). A pickup later than the bound (poll interval plus ``MARGIN_S``) is named as late when it
-comes with such evidence; without it (no worker found nothing while it waited: the fleet was busy)
-it is not judged.
+comes with such evidence; without it (no worker polled throughout the wait, or it would have found
+nothing in it: the fleet was busy, or had no worker yet) it is not judged, so the judged figures
+are those of pickups within the bound.
 
 A delivery is not judged when, between its wakeup and its pickup, a fault was active (a fault's
 start to its stop; one without a stop until the next heal), a clock the queue runs on stepped, a
@@ -289,8 +290,9 @@ def _judge(
         pk.skip("a take of unknown outcome while it waited")
         return
     wait_ms = max(0.0, hi - d.due) / 1e6
-    empty = [e for e in q.empty_takes if e.start >= d.due + IDLE_SLACK_NS and e.start < hi]
-    blind = [e for e in empty if e.end < hi]
+    # a take that found nothing while it was due, and ended before the pickup began (one running
+    # beside the pickup found nothing rightly: the other may have taken it first)
+    blind = [e for e in q.empty_takes if e.start >= d.due + IDLE_SLACK_NS and e.end < hi]
     if blind:
         late = taker is not None and wait_ms > pk.bound_ms
         pk.late += late
@@ -318,9 +320,9 @@ def _judge(
         return
     if taker is None:
         pk.skip("never taken (the run ended first)")
-    elif wait_ms <= pk.bound_ms or empty:
+    elif wait_ms <= pk.bound_ms:
         pk.judged.append((d, wait_ms))
-    else:
+    else:  # no worker polled throughout the wait (none found nothing in it): capacity, not the queue
         pk.skip("late with no idle worker (a busy fleet)")
 
 
