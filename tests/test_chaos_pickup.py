@@ -261,3 +261,16 @@ def test_a_schedule_at_a_time_is_due_then_where_the_store_runs_on_this_machines_
     assert run(history(True), local).valid is False
     remote = run(history(True), {"store_clock": "remote"})
     assert remote.valid is True and remote.counts["judged"] == 0, remote.summary
+
+
+def test_summary_and_report_carry_the_figures() -> None:
+    """``summary.json``'s ``pickup`` is the verdict's counts; the report plots the pickups (and
+    draws nothing for a run with no due delivery)."""
+    from wd_chaos.analyze import pickup_of
+    from wd_chaos.report import pickup_plot
+
+    final = checks.core.FinalState.from_json({"poll_interval": 0.05})
+    verdict = run(healthy(), {"poll_interval": 0.05})
+    assert pickup_of([verdict]) == verdict.counts and pickup_of([]) == {}
+    assert pickup_plot(healthy().lines, final)
+    assert pickup_plot(H().lines, final) == ""
