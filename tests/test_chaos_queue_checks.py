@@ -50,7 +50,7 @@ def run(name: str, h: H, final: dict[str, Any] | None = None) -> checks.Verdict:
 
 
 def test_the_scheduler_checkers_are_core() -> None:
-    assert set(checks.CORE) == {"take-exclusive", "stale-answer", "wakeup-stands", "queue-bounded"}
+    assert set(checks.CORE) == {"take-exclusive", "stale-answer", "wakeup-stands", "queue-bounded", "pickup"}
     assert checks.with_core(["fencing", "stale-answer"])[:2] == ["fencing", "stale-answer"]
     assert set(checks.with_core(["fencing"])) == {"fencing", *checks.CORE}
 

@@ -145,6 +145,8 @@ def analyze(run_dir: Path) -> Outcome:
         "faults": [o for o in ops if o["type"] == "fault"],
         # entries per workflow in the store's final queue, where its kit reads it (queue-bounded)
         "queue": final_queue(final),
+        # due deliveries judged and their pickup figures in ms (the pickup checker's counts)
+        "pickup": pickup_of(verdicts),
         "store_clock": final.get("store_clock", "unrecorded"),
         "lease_clock": final.get("lease_clock", "unrecorded"),
         "wall_clock_steps": steps,
@@ -153,6 +155,12 @@ def analyze(run_dir: Path) -> Outcome:
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     write_report(run_dir, summary, ops, final)
     return Outcome(run_dir, verdicts, valid, summary, expected)
+
+
+def pickup_of(verdicts: list[checks.Verdict]) -> dict[str, int]:
+    """The ``pickup`` verdict's counts among ``verdicts`` (judged, not judged, p50/p90/p99/max and
+    bound in ms), or {} where it did not run."""
+    return next((dict(v.counts) for v in verdicts if v.name == "pickup"), {})
 
 
 def _read_partial(run_dir: Path) -> tuple[Scenario, dict[str, Any], list[Op]]:
@@ -198,6 +206,7 @@ def analyze_partial(run_dir: Path) -> Outcome:
         "exit_code": checks.exit_code(valid),
         "verdicts": [v.as_dict() for v in verdicts],
         "coverage": hits_of(verdicts),
+        "pickup": pickup_of(verdicts),
         "counts": dict(sorted(counts.items())),
         "faults": [o for o in ops if o.get("type") == "fault"],
         "wall_clock_steps": steps,

@@ -3,7 +3,8 @@
 One self-contained HTML file that needs no network: the verdict table with its evidence as tables,
 the command that reproduces the run, the fault schedule, an interactive timeline of every
 operation per workflow (``timeline.py``: inline SVG, hover and filters), latency and throughput
-plots (matplotlib, embedded as PNG), and links to the run's ``history.jsonl`` and ``summary.json``.
+plots and the pickup of each due delivery over the run with its fault windows (matplotlib, embedded
+as PNG), and links to the run's ``history.jsonl`` and ``summary.json``.
 """
 
 from __future__ import annotations
@@ -146,6 +147,37 @@ def _op_counts(counts: dict[str, int]) -> str:
     )
 
 
+def pickup_plot(ops: list[Op], final: FinalState) -> str:
+    """Each due delivery's pickup (``checks.pickup``) over the run, in ms on a log scale: judged
+    ones, and lost ones (a take found nothing while it was due) in red; the bound as a dashed line
+    and every fault window shaded. Empty when the run had no due delivery to show."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .checks.pickup import fault_windows, measure
+
+    pk = measure(ops, final)
+    if not ops or not (pk.judged or pk.missed):
+        return ""
+    t0, end = float(ops[0]["mono"]), float(ops[-1]["mono"])
+    fig, ax = plt.subplots(figsize=(12, 3.2))
+    for lo, hi in fault_windows(ops):
+        ax.axvspan((max(lo, t0) - t0) / 1e9, (min(hi, end) - t0) / 1e9, color="orange", alpha=0.15, lw=0)
+    for rows, colour, label in ((pk.judged, "tab:blue", "judged"), (pk.missed, "tab:red", "lost")):
+        if rows:
+            xs = [(d.due - t0) / 1e9 for d, _ in rows]
+            ax.scatter(xs, [max(ms, 0.1) for _, ms in rows], s=9, color=colour, label=label)
+    ax.axhline(pk.bound_ms, color="grey", ls="--", lw=1, label=f"bound {pk.bound_ms:.0f} ms")
+    ax.set_yscale("log")
+    ax.set_xlabel("seconds since start (faults shaded)")
+    ax.set_ylabel("pickup (ms)")
+    ax.set_title("pickup: due to taken")
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
 def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: FinalState) -> Path:
     """Write ``report.html`` for a run; returns its path."""
     esc = html.escape
@@ -212,6 +244,11 @@ def write_report(run_dir: Path, summary: dict[str, Any], ops: list[Op], final: F
         plots = f'<img alt="latency and throughput" src="data:image/png;base64,{lt}">' if lt else ""
     except Exception as exc:
         plots = f"<p>plots failed: {esc(repr(exc))}</p>"
+    try:
+        picked = pickup_plot(ops, final)
+        plots += f'<img alt="pickup over the run" src="data:image/png;base64,{picked}">' if picked else ""
+    except Exception as exc:  # like the timeline: a drawing failure must not lose the verdict
+        plots += f"<p>pickup plot failed: {esc(repr(exc))}</p>"
     mutant = f", mutant {esc(str(summary['mutant']))}" if summary.get("mutant") else ""
     source = str(summary.get("schedule_from", "seed"))
     replayed = (
@@ -269,7 +306,7 @@ code.cmd{{background:#f3f3f3;padding:2px 6px;user-select:all}}img{{max-width:100
 <h2>Fault schedule (as it happened)</h2><table><tr><th>t (s)</th><th>fault</th><th>phase</th>
 <th>target</th><th>detail</th></tr>{faults}</table>
 <h2>Timeline</h2>{drawn}
-<h2>Latency and throughput</h2>{plots}
+<h2>Latency, throughput and pickup</h2>{plots}
 <h2>Operation counts</h2>{_op_counts(summary["counts"])}
 <h2>Versions</h2>{versions}
 </body></html>"""

@@ -92,10 +92,12 @@ async def read_final(
     lifecycle: dict[str, Any] | None = None,
     failing: list[str] | None = None,
     fleet: list[dict[str, Any]] | None = None,
+    poll_interval: float | None = None,
 ) -> FinalState:
     """The store's final state: every workflow's history (key, value, written_at) and load
     order, the ledger rows, and which clocks the store ran on (``stores.store_clocks``); a
-    lifecycle run's ``lifecycle`` and ``failing`` (what its checkers judge against) with it."""
+    lifecycle run's ``lifecycle`` and ``failing`` (what its checkers judge against) with it;
+    ``poll_interval``, the longest any worker polled at (``pickup``'s bound), when given."""
     opened = await open_store(spec)
     try:
         cp = opened.durable.checkpointer
@@ -119,6 +121,7 @@ async def read_final(
                 "fast_failover": "fast_failover" in spec
                 and any(bool(s.get("fast_failover")) for s in (spec, *(fleet or []))),
                 **(await _queue(opened)),
+                **({"poll_interval": poll_interval} if poll_interval is not None else {}),
             }
         )
     finally:
@@ -328,6 +331,14 @@ def _variants(p: RunPlan) -> list[dict[str, Any]]:
     return out + [dict(e["to"]) for e in p.events if isinstance(e.get("to"), dict)]
 
 
+def _poll(p: RunPlan) -> float:
+    """The longest poll interval a worker of the run may have had: the run's ``[lease]``'s, or a
+    variant's (a mixed fleet's, a deploy's) where longer."""
+    lease = [v.get("lease") for v in _variants(p)]
+    polls = [float(x["poll_interval"]) for x in lease if isinstance(x, dict) and "poll_interval" in x]
+    return max([p.scenario.lease.poll_interval, *polls])
+
+
 def _configure(p: RunPlan, svc: Any, prov: Provisioned) -> Path:
     """With the servers up: prepare the store, schedule the workflows, and write the config.json
     every process reads (refused here, not in a worker, when malformed)."""
@@ -472,7 +483,7 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
                 prov.report.phase = "checking"
                 prov.report()
                 final = asyncio.run(
-                    read_final(svc.spec, p.workflows, p.judged_lifecycle, p.failing, _variants(p))
+                    read_final(svc.spec, p.workflows, p.judged_lifecycle, p.failing, _variants(p), _poll(p))
                 )
             finally:  # what the run created on a user's server goes, whatever happened (or says why not)
                 cleaned = clean_up(svc)
