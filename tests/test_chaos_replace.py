@@ -1,4 +1,4 @@
-"""The ``replace`` fault (``identity-reuse``): a stuck worker's replacement starts beside it under
+"""The ``replace-stuck`` fault (``identity-reuse``): a stuck worker's replacement starts beside it under
 its name. The nemesis's half stops a real process and asks for the replacement; the bite says yes
 only when the replacement took work while its predecessor was stopped."""
 
@@ -62,12 +62,12 @@ def test_a_replace_stops_the_worker_asks_for_its_replacement_and_ends_as_told(tm
     proc = subprocess.Popen(["sleep", "30"])
     try:
         nemesis = _Nemesis(tmp_path, {"worker-0": proc.pid})
-        ev = {"fault": "replace", "id": "replace-0", "at": 0.0, "target": "worker-0", "duration": 1.0, "then": then}
+        ev = {"fault": "replace-stuck", "id": "replace-stuck-0", "at": 0.0, "target": "worker-0", "duration": 1.0, "then": then}
         assert replace.start(nemesis, ev, 0.0)  # type: ignore[arg-type]
         assert _state(proc.pid, "T") == "T", "the worker is not stopped"
         marker = tmp_path / DEPLOYED / f"worker-0{REPLACE_MARKER}"
-        assert marker.read_text() == str(proc.pid), "no marker asks the cluster for a replacement"
-        assert nemesis.spared == set() and nemesis.states["replace"].spared() == {"worker-0"}
+        assert marker.read_text() == "replace-stuck", "no marker asks the cluster for a replacement"
+        assert nemesis.spared == set() and nemesis.states["replace-stuck"].spared() == {"worker-0"}
         (act,) = nemesis.active
         act.undo()
         if then == "kill":
@@ -75,7 +75,7 @@ def test_a_replace_stops_the_worker_asks_for_its_replacement_and_ends_as_told(tm
         else:
             assert _state(proc.pid, "SR") in ("S", "R"), "the stopped worker was not woken"
         assert [phase for phase, _ in nemesis.lines] == ["start", "stop"]
-        assert nemesis.states["replace"].spared() == set()
+        assert nemesis.states["replace-stuck"].spared() == set()
     finally:
         proc.kill()
         proc.wait()
@@ -89,11 +89,11 @@ def _history(took_while_stopped: bool) -> list[Op]:
     s = 1_000_000_000
     at = 2 * s if took_while_stopped else 5 * s
     return [
-        _line(0, type="fault", fault="replace", phase="start", id="replace-0", target="worker-0", target_pid=10, process="controller", pid=1),
-        _line(s // 10, type="fault", fault="replace", phase="replaced", target="worker-0", target_pid=10, restarted_pid=20, process="controller", pid=1),
+        _line(0, type="fault", fault="replace-stuck", phase="start", id="replace-stuck-0", target="worker-0", target_pid=10, process="controller", pid=1),
+        _line(s // 10, type="fault", fault="replace-stuck", phase="replaced", target="worker-0", target_pid=10, restarted_pid=20, process="controller", pid=1),
         _line(at, type="invoke", op="worker-0:20:1", f="take", process="worker-0", pid=20, visibility=1.5),
         _line(at + 1, type="complete", op="worker-0:20:1", f="take", outcome="ok", process="worker-0", pid=20, workflow="wf"),
-        _line(3 * s, type="fault", fault="replace", phase="stop", id="replace-0", target="worker-0", target_pid=10, process="controller", pid=1),
+        _line(3 * s, type="fault", fault="replace-stuck", phase="stop", id="replace-stuck-0", target="worker-0", target_pid=10, process="controller", pid=1),
     ]  # fmt: skip
 
 
@@ -106,8 +106,8 @@ def test_the_replaced_bite_needs_the_replacement_to_take_work_while_its_predeces
 def test_identity_reuse_names_its_workers_by_process_and_checks_its_fields() -> None:
     scenario = find("identity-reuse")
     assert scenario.workload.identity == "name" and scenario.bite == "replaced"
-    assert {f.then for f in scenario.faults if f.kind == "replace"} == {"kill", "resume"}  # type: ignore[attr-defined]
+    assert {f.then for f in scenario.faults if f.kind == "replace-stuck"} == {"kill", "resume"}  # type: ignore[attr-defined]
     with pytest.raises(ScenarioError, match="then"):
-        parse('name = "x"\n[[faults]]\nkind = "replace"\nat = 1.0\nthen = "pause"\n', "x.toml")
+        parse('name = "x"\n[[faults]]\nkind = "replace-stuck"\nat = 1.0\nthen = "pause"\n', "x.toml")
     with pytest.raises(ScenarioError, match="identity"):
         parse('name = "x"\n[workload]\nidentity = "pid"\n', "x.toml")

@@ -81,9 +81,10 @@ class Cluster:
 
     def supervise(self) -> None:
         """Restart a worker that died (a failpoint kill); writers that finished stay finished. A
-        worker a ``replace`` fault stopped gets its replacement under its name, beside it."""
+        worker a ``replace-stuck`` fault stopped gets its replacement under its name, beside it."""
         for marker in sorted((self.run_dir / DEPLOYED).glob(f"*{REPLACE_MARKER}")):
             name = marker.name.removesuffix(REPLACE_MARKER)
+            fault = marker.read_text().strip()  # the kind that asked, for its line
             marker.unlink()
             if self.stopping or name not in self.procs:
                 continue
@@ -94,7 +95,7 @@ class Cluster:
             self.start("worker", name)
             self.hist.event(
                 "fault",
-                fault="replace",
+                fault=fault,
                 phase="replaced",
                 target=name,
                 target_pid=stalled.pid,

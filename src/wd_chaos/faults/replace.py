@@ -1,4 +1,4 @@
-"""The ``replace`` fault: a worker's replacement starts while the worker is stalled. The nemesis
+"""The ``replace-stuck`` fault: a worker's replacement starts while the worker is stalled. The nemesis
 SIGSTOPs a worker inside a step's effect (as a stall does) and asks the run to start a new process
 under the same name beside it, as an orchestrator does once a health check gives up on a stuck
 instance that still holds its connections. Where the scenario's ``[workload] identity = "name"``
@@ -31,6 +31,8 @@ from .base import EventSpec, FaultKind, FaultSpec, Marker
 from .nemesis import Active, KindState, Nemesis
 from .stall import in_effect
 
+NAME = "replace-stuck"
+
 Seconds = Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False, description="a number of seconds > 0")]
 
 
@@ -38,7 +40,7 @@ class ReplaceFault(FaultSpec):
     """Stall a worker inside a step's effect and start its replacement beside it; after
     ``duration``, SIGKILL the stalled one (``then = "kill"``) or SIGCONT it (``"resume"``)."""
 
-    kind: Literal["replace"]
+    kind: Literal["replace-stuck"]
     duration: Seconds = 3.0
     then: Literal["kill", "resume"] = "kill"
 
@@ -46,7 +48,7 @@ class ReplaceFault(FaultSpec):
 class ReplaceEvent(EventSpec):
     """A scheduled replacement: how long the predecessor stays stopped beside it, and its end."""
 
-    fault: Literal["replace"]
+    fault: Literal["replace-stuck"]
     duration: Seconds | None = None
     then: Literal["kill", "resume"] | None = None
 
@@ -75,7 +77,7 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     """SIGSTOP a worker inside a step's effect and leave the marker that has the cluster start its
     replacement; skip the event when no worker has been inside one for ``TARGET_WAIT`` seconds
     (``stall.in_effect``)."""
-    replaced = nemesis.state("replace", setup)
+    replaced = nemesis.state(NAME, setup)
     name = in_effect(nemesis, ev, elapsed)
     if isinstance(name, bool):
         return name
@@ -84,7 +86,7 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     replaced.workers.add(name)
     folder = nemesis.run_dir / DEPLOYED
     folder.mkdir(exist_ok=True)
-    (folder / f"{name}{REPLACE_MARKER}").write_text(str(pid))
+    (folder / f"{name}{REPLACE_MARKER}").write_text(NAME)  # the cluster's line names the kind
     nemesis.line({**ev, "target": name}, "start", target_pid=pid)
 
     def end(name: str = name, pid: int = pid, ev: dict[str, Any] = ev) -> None:
@@ -109,10 +111,10 @@ def replaced_bite(ops: list[Op], final: FinalState) -> Verdict:
     started = {
         int(line["target_pid"]): int(line["restarted_pid"])
         for line in ops
-        if line["type"] == "fault" and line.get("fault") == "replace" and line.get("phase") == "replaced"
+        if line["type"] == "fault" and line.get("fault") == NAME and line.get("phase") == "replaced"
     }
     all_ops = operations(ops)
-    windows = _windows(ops, "replace")
+    windows = _windows(ops, NAME)
     hits = []
     for begin, stop in windows:
         new = started.get(int(begin.get("target_pid") or 0))
@@ -133,7 +135,7 @@ def replaced_bite(ops: list[Op], final: FinalState) -> Verdict:
 
 
 REPLACE = FaultKind(
-    "replace",
+    NAME,
     ReplaceFault,
     ReplaceEvent,
     plan,
