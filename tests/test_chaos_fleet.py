@@ -273,3 +273,42 @@ def fleet_current(run_dir: Path, name: str) -> Any:
     from wd_chaos import fleet
 
     return fleet.current(run_dir, name, {})
+
+
+def test_a_deploy_presses_a_worker_that_does_not_stop_then_kills_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that does not exit after the deploy's SIGTERM (a signal met mid-start, a hung
+    shutdown) would hold the roll up for the rest of the run: it is sent SIGTERM again after
+    ``RESEND`` s and SIGKILLed after ``GRACE`` s, each in a line of its own; one that exited is
+    left alone while the run restarts it."""
+    import subprocess
+    import sys
+    import time
+
+    from wd_chaos.faults import deploy
+
+    monkeypatch.setattr(deploy, "RESEND", 0.2)
+    monkeypatch.setattr(deploy, "GRACE", 0.6)
+    deaf = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert deaf.stdout is not None and deaf.stdout.readline()  # its handler is set
+        nem = _Nemesis(tmp_path, 1)
+        nem.procs["worker-0"] = deaf.pid
+        ev = {"fault": "deploy", "index": 0, "id": "deploy-0", "to": {"fast_failover": True}, "lease": {}, "targets": []}
+        assert deploy.start(nem, {**ev, "at": 1.0}, 1.0) is True
+        phases = lambda: [(p, line.get("signal")) for p, line in nem.lines]  # noqa: E731
+        deadline = time.monotonic() + 5
+        while deaf.poll() is None and time.monotonic() < deadline:
+            assert deploy.start(nem, {**ev, "at": 2.0}, 2.0) is False  # waits on the restart
+            time.sleep(0.05)
+        assert deaf.poll() == -9, "the deaf worker was never killed"
+        assert phases() == [("start", None), ("escalated", "SIGTERM"), ("escalated", "SIGKILL")]
+        deploy.start(nem, {**ev, "at": 2.0}, 2.0)  # exited, not yet restarted: nothing more
+        assert len(nem.lines) == 3
+    finally:
+        deaf.kill()
+        deaf.wait()

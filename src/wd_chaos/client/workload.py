@@ -179,11 +179,19 @@ async def _main(role: str, cfg: RunConfig, name: str) -> None:
     if role == "careless":
         spec = careless_spec(cfg)
     # A worker or reader asked to stop (the run ending, a deploy) while it still opens the store
-    # exits as asked, with its exit line, instead of dying mid-start: its own handler, set with
-    # no await after the check below, takes over once it runs.
+    # exits as asked, with its exit line, instead of dying mid-start. The handler set here stays
+    # the harness worker's: it also stops the worker once there is one, so a SIGTERM is heard
+    # whenever it comes (a second handler set later could miss one met in between).
     asked_to_stop = asyncio.Event()
+    worker: Worker | None = None
+
+    def on_term() -> None:
+        asked_to_stop.set()
+        if worker is not None:
+            worker.stopping = True
+
     if role in ("worker", "reader"):
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asked_to_stop.set)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_term)
     opened = await open_store(spec)
     try:
         if asked_to_stop.is_set():
@@ -194,10 +202,8 @@ async def _main(role: str, cfg: RunConfig, name: str) -> None:
             worker = Worker(cfg, name, opened, hist)
             worker.version = version
             if cfg.workload.client == "worker":
-                await LibraryClient(worker).run()
+                await LibraryClient(worker).run()  # the library Worker's own stop on SIGTERM
             else:
-                loop = asyncio.get_running_loop()
-                loop.add_signal_handler(signal.SIGTERM, lambda: setattr(worker, "stopping", True))
                 await worker.run()
         elif role == "careless":
             await run_careless(cfg, name, opened, hist)

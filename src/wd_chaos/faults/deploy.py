@@ -13,8 +13,10 @@ import contextlib
 import json
 import os
 import signal
+import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -77,6 +79,47 @@ class Rolled:
     done: dict[int, Counter[str]] = field(default_factory=dict)
     last: dict[int, tuple[float, float]] = field(default_factory=dict)
     """Each entry's last restart: (its event's ``at``, the elapsed seconds it happened at)."""
+    stopping: tuple[dict[str, Any], str, int, float, int] | None = None
+    """The restart under way: (its event, the worker, its pid, when SIGTERM was sent (monotonic
+    s), how many times the stop was pressed since: 0, then 1 after a second SIGTERM, 2 after
+    SIGKILL)."""
+
+
+RESEND = 2.0
+"""Seconds after which a worker still running is sent SIGTERM again (a signal that met it
+starting may have gone unheard; a deploy tool repeats its stop)."""
+GRACE = 8.0
+"""Seconds after the first SIGTERM after which a worker still running is SIGKILLed, as an
+orchestrator's grace period ends (past a pass's whole budget, so a pass that ends as asked does)."""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a process that still runs (not gone, not a zombie waiting to be reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _pressed(nemesis: Nemesis, rolled: Rolled) -> None:
+    """While the last restarted worker has not exited: SIGTERM it again after ``RESEND`` s, and
+    SIGKILL it after ``GRACE`` s, each once and in a line of its own (phase ``escalated``)."""
+    if rolled.stopping is None:
+        return
+    ev, name, pid, sent, pressed = rolled.stopping
+    waited = time.monotonic() - sent
+    step = 2 if waited > GRACE else 1 if waited > RESEND else 0
+    if step <= pressed:
+        return
+    if not _running(pid):
+        return  # it exited; the run has not restarted it yet
+    sig = signal.SIGKILL if step == 2 else signal.SIGTERM
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+    rolled.stopping = (ev, name, pid, sent, step)
+    why = f"still running {waited:.1f} s after SIGTERM"
+    nemesis.line({**ev, "target": name}, "escalated", target_pid=pid, signal=sig.name, why=why)
 
 
 def setup(nemesis: Nemesis) -> Rolled:
@@ -89,11 +132,13 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     deploy waits for each new instance before it stops the next, an event waits while the last
     restarted worker is not running again, and (up to ``TARGET_WAIT``) for a worker inside a step,
     so the release lands on a fleet at work rather than on workers still starting."""
+    rolled = nemesis.state("deploy", setup)
     if any((nemesis.run_dir / DEPLOYED).glob("*.restart")):
+        _pressed(nemesis, rolled)
         return False
+    rolled.stopping = None
     if not nemesis.busy("step") and elapsed < float(ev["at"]) + TARGET_WAIT:
         return False
-    rolled = nemesis.state("deploy", setup)
     entry = int(ev.get("index", 0))
     # an event delayed by the waits above keeps its schedule's spacing from the one before it, so
     # a delay never bunches restarts together (each new instance gets its time to work)
@@ -116,6 +161,7 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     done[name] += 1
     rolled.last[entry] = (float(ev["at"]), elapsed)
     nemesis.line({**ev, "target": name}, "start", target_pid=pids[name], variant=variant)
+    rolled.stopping = (ev, name, pids[name], time.monotonic(), 0)
     with contextlib.suppress(ProcessLookupError):  # it died a moment ago: it restarts anyway
         os.kill(pids[name], signal.SIGTERM)
     return True
