@@ -97,6 +97,21 @@ def test_take_exclusive_fails_two_takes_with_one_receipt_unless_the_transport_re
     assert run("take-exclusive", h, {"redelivers": True}).valid is True
 
 
+def test_take_exclusive_drops_the_wires_copy_of_a_take_where_the_transport_redelivers() -> None:
+    """The simulator's wire hands a take's reply out twice: the copy (its receipt seen before) is
+    not a take of the store's, so it hides nothing. w1 takes and answers "retry soon"; the wire
+    repeats w1's take; w2 takes once the answer's time came. Judged from the copy, w2's take would
+    fall inside a visibility that never was."""
+    h = H()
+    h.take("r1", "w1", visibility=5.0)
+    h.answer("r1", "2026-01-01T00:00:00+00:00", "w1")
+    h.take("r1", "w1", visibility=5.0)  # the wire's copy of the first reply
+    h.wait(0.5)
+    h.take("r2", "w2", visibility=5.0)
+    assert run("take-exclusive", h, {"redelivers": True}).valid is True
+    assert run("take-exclusive", h).valid is False  # without a wire that redelivers, two takes of one receipt
+
+
 def test_take_exclusive_excuses_a_step_the_scenario_made_and_cannot_judge_one_of_the_machine() -> None:
     h = retaken(None)
     mono = h.lines[1]["mono"] + 1

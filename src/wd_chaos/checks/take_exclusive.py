@@ -35,6 +35,9 @@ def take_exclusive(ops: list[Op], final: FinalState) -> Verdict:
     redelivers = bool(final_key(final, "redelivers"))
     for wf, group in q.takes.items():
         count += len(group)
+        if redelivers:  # a receipt seen before is the wire's copy of that take: the store took nothing
+            seen: set[object] = set()
+            group = [t for t in group if t.got("receipt") is None or _first(seen, t.got("receipt"))]
         for a, b in itertools.pairwise(group):
             same = a.got("receipt") is not None and a.got("receipt") == b.got("receipt")
             if same and redelivers:
@@ -78,3 +81,11 @@ def take_exclusive(ops: list[Op], final: FinalState) -> Verdict:
     if taken_over:
         also += f"; {taken_over} taken over from a faulted holder (fast failover)"
     return Verdict("take-exclusive", True, f"{count} takes, none doubled{also}", [], counts)
+
+
+def _first(seen: set[object], receipt: object) -> bool:
+    """Whether ``receipt`` is new to ``seen`` (and note it)."""
+    if receipt in seen:
+        return False
+    seen.add(receipt)
+    return True
