@@ -91,5 +91,5 @@ def test_a_queue_that_drops_a_wakeup_while_held_is_invalid_naming_the_lost_wakeu
     24 s is INVALID, seed 2 VALID.)"""
     verdicts = _run(tmp_path, "kill-between-effect-and-record", "keyed-jobs", seeds=3)
     assert verdicts["wakeup-stands"]["valid"] is False, {n: v["summary"] for n, v in verdicts.items()}
-    calls = {e.get("f") for e in verdicts["wakeup-stands"]["evidence"]}
-    assert {"take", "wake_at"} <= calls and calls & {"schedule", "arrive", "deliver"}, verdicts["wakeup-stands"]["evidence"]
+    calls = {e.get("f") for e in verdicts["wakeup-stands"]["evidence"]}  # arrive and deliver record as supply and append
+    assert {"take", "wake_at"} <= calls and calls & {"schedule", "supply", "append"}, verdicts["wakeup-stands"]["evidence"]
