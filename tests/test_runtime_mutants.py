@@ -18,13 +18,13 @@ FOUND_AT = {
     "runtime-sleep-restarts-each-pass": 0,
     "runtime-worker-answers-a-sleep-as-blocked": 0,
     "runtime-step-runs-its-effect-before-the-lookup": 0,
-    "runtime-worker-drops-a-contended-delivery": 7,
+    "runtime-worker-drops-a-contended-delivery": 6,
     "runtime-wait-loses-its-deadline": 0,
 }
-"""A seed at which the simulator finds each one it kills (``wd-chaos sim lease-stall --store memory
---mutant NAME --seeds 24``: the contended drop on 11 of them, the others on all 24). The
-RetryPolicy and failure-numbering slips are killed by a wd-chaos run of long-wait (its
-attempt-limit checker), which the mutant gate runs."""
+"""A seed at which the simulator finds each one it kills (``wd-chaos sim lease-stall --store sqlite
+--mutant NAME --seeds 24``: the contended drop on 11 of them, the others on all 24; the same counts
+on memory). Their wd-chaos killers (long-wait, budget-overrun: library Workers on SQLite) and the
+RetryPolicy and failure-numbering slips' (long-wait's attempt-limit) run in the mutant gate."""
 
 
 def test_every_runtime_mutant_is_in_the_catalogue_with_harness_killers_only() -> None:
@@ -54,9 +54,10 @@ def test_a_slip_puts_its_method_on_the_class_once_and_hands_the_durable_back() -
 
 @pytest.mark.parametrize("mutant", sorted(FOUND_AT))
 def test_the_simulator_finds_each_runtime_mutant(mutant: str) -> None:
-    (killer,) = [k for k in next(m for m in MUTANTS if m.name == mutant).killers if k.startswith("sim:")]
+    m = next(m for m in MUTANTS if m.name == mutant)
+    (killer,) = [k for k in m.killers if k.startswith("sim:")]
     _, scenario, checker = killer.split(":")
-    command = [sys.executable, "-m", "wd_chaos.cli", "sim", scenario, "--store", "memory"]
+    command = [sys.executable, "-m", "wd_chaos.cli", "sim", scenario, "--store", m.store]
     command += ["--mutant", mutant, "--seed", str(FOUND_AT[mutant]), "--seeds", "1", "--json"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]

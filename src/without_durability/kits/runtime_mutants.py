@@ -1,7 +1,8 @@
 """Mutants of the runtime (``Worker``, ``Run``, ``RetryPolicy``): each a plausible slip in the
 library's own code that breaks a promise its docstring makes, judged where the library's own Worker
-runs: on the Memory store by the simulator, on SQLite by a wd-chaos run whose workers are library
-Workers (long-wait). The Memory kit names this module in ``mutant_modules``.
+runs: by the simulator, and by wd-chaos runs whose workers are library Workers (long-wait,
+budget-overrun), both on SQLite, a store the harness can share between processes. The Memory kit
+names this module in ``mutant_modules``; a mutant's ``store`` is where its killers run it.
 
 A store mutant swaps one part of a durable; the runtime is no part of one, so a runtime mutant's
 ``wrap`` (``RuntimeSlip``) puts its broken method on the runtime class itself, in the process that
@@ -182,34 +183,34 @@ _failed_slip = RuntimeSlip(Worker, "_failed", _failure_counted_as_the_last)
 MUTANTS = [
     Mutant(
         "runtime-sleep-restarts-each-pass",
-        "memory",
+        "sqlite",
         "sleep-until-the-recorded-deadline",
         "Run.sleep waits for a deadline measured from each pass's now, not the one it recorded first",
-        ("sim:lease-stall:liveness",),
+        ("sim:lease-stall:liveness", "chaos:long-wait:lifecycle-liveness"),
         _sleep_slip,
     ),
     Mutant(
         "runtime-worker-answers-a-sleep-as-blocked",
-        "memory",
+        "sqlite",
         "a-sleeping-pass-wakes-at-its-deadline",
         "Worker answers a Sleeping pass with no wakeup time, as a Blocked one: its delivery is removed",
-        ("sim:lease-stall:liveness",),
+        ("sim:lease-stall:liveness", "chaos:long-wait:lifecycle-liveness"),
         _ended_slip,
     ),
     Mutant(
         "runtime-step-runs-its-effect-before-the-lookup",
-        "memory",
+        "sqlite",
         "a-recorded-step-is-not-run-again",
         "Run.step runs its effect before it looks for the key's record: every replay repeats it",
-        ("sim:lease-stall:at-least-once",),
+        ("sim:lease-stall:at-least-once", "chaos:long-wait:no-rerun"),
         _checkpoint_slip,
     ),
     Mutant(
         "runtime-worker-drops-a-contended-delivery",
-        "memory",
+        "sqlite",
         "a-contended-claim-is-answered-for-later",
         "Worker answers a Contended claim's delivery with nothing instead of retry_contended later",
-        ("sim:lease-stall:liveness",),
+        ("sim:lease-stall:liveness", "chaos:budget-overrun:liveness"),
         _step_slip,
     ),
     Mutant(
@@ -230,10 +231,10 @@ MUTANTS = [
     ),
     Mutant(
         "runtime-wait-loses-its-deadline",
-        "memory",
+        "sqlite",
         "a-sleeping-pass-wakes-at-its-deadline",
         "Run writes a wait onto itself without its deadline: a sleep ends its pass Blocked, not Sleeping",
-        ("sim:lease-stall:liveness",),
+        ("sim:lease-stall:liveness", "chaos:long-wait:lifecycle-liveness"),
         _wait_slip,
     ),
     Mutant(
