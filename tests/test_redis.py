@@ -627,6 +627,30 @@ async def test_stream_keeps_itself_short(wd_store: Store) -> None:
 
 
 @STREAMS
+async def test_stream_redelivery_and_a_wakeup_while_held_leave_one_entry(wd_store: Store) -> None:
+    """A redelivery (the take's visibility ran out) and a wakeup of a held workflow each make a
+    fresh entry: the older one must go, or the stream and its pending list grow by one entry per
+    redelivery for ever (a second queue entry per workflow)."""
+    sched, client, w = stream_of(wd_store), client_of(wd_store), wf("again")
+    await sched.schedule(w)
+    first = await sched.take(timedelta(milliseconds=50))
+    assert first is not None
+    await asyncio.sleep(0.1)
+    again = await sched.take(LONG)  # the first take's visibility ran out: redelivered
+    assert again is not None and again.workflow == w
+    await sched.schedule(w)  # a wakeup while the redelivery is held
+    await asyncio.sleep(0.01)
+    entries = await client.xrange(sched.stream_key, "-", "+")
+    assert len(entries) == 1, f"{len(entries)} stream entries for one workflow: {entries}"
+    third = await sched.take(LONG)  # the wakeup, visible at once
+    assert third is not None and third.workflow == w
+    await sched.wake_at(third, None)
+    assert await client.xlen(sched.stream_key) == 0, "a finished workflow left entries in the stream"
+    pending = await client.xpending(sched.stream_key, "wd")
+    assert pending["pending"] == 0, f"superseded deliveries stayed pending: {pending}"
+
+
+@STREAMS
 async def test_stream_cancel_drops_the_pending_entry(wd_store: Store) -> None:
     sched, client, w = stream_of(wd_store), client_of(wd_store), wf("cancel")
     await sched.schedule(w)

@@ -14,7 +14,7 @@ from without_durability._values import Pass
 from without_durability.testing.mutants import Mutant, Swap, Wrap, swap
 from without_durability_redis import RedisCheckpointer, RedisSetScheduler, RedisStreamScheduler
 from without_durability_redis._keys import check_id
-from without_durability_redis._scripts import DRIVER_ERRORS, Scripts, script_source, text, translated
+from without_durability_redis._scripts import DRIVER_ERRORS, SCRIPTS, Scripts, script_source, text, translated
 
 REDIS_TESTS = "tests/test_redis.py"
 
@@ -345,5 +345,42 @@ MUTANTS += [
         "schedule of a queued (or held) workflow changes nothing, so a wakeup while held is lost",
         ("test_a_wakeup_while_held_survives_each_answer_kind", "chaos:lease-stall:wakeup-stands"),
         swap_scripts("scheduler", SetWakeupWhileHeldDropped),
+    ),
+]
+
+
+_MAKE_READY = (
+    "  redis.call('ZREM', KEYS[2], workflow)\n  drop_entry(workflow)\n  local id = redis.call('XADD'"
+)
+
+
+class StreamMakeReadyKeepsOlderEntry(RedisStreamScheduler):
+    """The stream's make_ready adds a fresh entry without dropping the workflow's older one (the
+    ``drop_entry`` left out when the helper was written): every redelivery and every wakeup of a
+    held workflow leaves one more entry in the stream and its pending list, so the queue grows by
+    one entry per redelivery and never shrinks."""
+
+    script_overrides = {  # noqa: RUF012
+        name: _edit(
+            script_source(name),
+            _MAKE_READY,
+            "  redis.call('ZREM', KEYS[2], workflow)\n  local id = redis.call('XADD'",
+        )
+        for name, prelude in SCRIPTS.items()
+        if prelude == "stream"  # every stream script carries the helpers
+    }
+
+
+MUTANTS += [
+    Mutant(
+        "redis-stream-second-entry-per-workflow",
+        "redis-stream",
+        "one-queue-entry-per-workflow",
+        "the stream's make_ready adds a workflow's fresh entry and keeps its older one",
+        (
+            f"{REDIS_TESTS}::test_stream_redelivery_and_a_wakeup_while_held_leave_one_entry",
+            "chaos:lease-stall:queue-bounded",
+        ),
+        swap_scripts("scheduler", StreamMakeReadyKeepsOlderEntry),
     ),
 ]
