@@ -7,7 +7,10 @@ A workflow is a procrastinate job of task ``wd.workflow`` whose ``task_kwargs`` 
 waits (``todo``) and at most one runs (``doing``), and the waiting one is not fetched while the
 other runs. Every call is a documented ``JobManager`` method; the README lists where procrastinate's
 semantics differ from the protocol and how each is mapped. Two choices are the kit's own and are
-marked as such (``MAPPING:``) below; nothing here repairs what procrastinate does.
+marked as such (``MAPPING:``) below. One of them, point 5 of the README, steps around what
+procrastinate's issues #1446 and #1543 report (a retry refused by the queueing lock); with
+``literal=True`` (the ``procrastinate-recipe`` kit) the kit does as procrastinate's documented
+recipe does instead, so that wd-chaos shows what those reports describe.
 """
 
 from __future__ import annotations
@@ -56,13 +59,18 @@ def _driver_error(exc: BaseException) -> psycopg.Error | None:
 class ProcrastinateScheduler:
     """``Scheduler`` over procrastinate's ``procrastinate_jobs`` in one queue (``namespace``)."""
 
-    def __init__(self, app: App, pool: AsyncConnectionPool[Any], *, queue: str, worker_id: int) -> None:
+    def __init__(
+        self, app: App, pool: AsyncConnectionPool[Any], *, queue: str, worker_id: int, literal: bool = False
+    ) -> None:
         self.app = app
         self.jobs = app.job_manager
         self.pool = pool
         self.queue = queue
         self.namespace = queue
         self.worker_id = worker_id
+        self.literal = literal
+        """True: a retry the queueing lock refuses is left refused, as procrastinate's "Retry
+        stalled jobs" recipe and its worker leave it (the job stays ``doing``)."""
 
     # -- errors ------------------------------------------------------------------------------------
 
@@ -179,6 +187,8 @@ class ProcrastinateScheduler:
                 with self._boundary(f"retry stalled job {job.id}", refused_is_nothing=True):
                     await self.jobs.retry_job(job)
             except exceptions.UniqueViolation:
+                if self.literal:  # the recipe's retry_job raises here; the job stays doing
+                    continue
                 # MAPPING: a wakeup deferred the workflow's next job while this one was held, and
                 # procrastinate refuses to put a second job of one queueing lock back in todo; the
                 # waiting job is the workflow's reappearance, so the stalled one is ended as failed
@@ -204,7 +214,13 @@ class ProcrastinateScheduler:
         try:
             with self._boundary(f"retry job {receipt.job}", workflow, refused_is_nothing=True):
                 await self.jobs.retry_job_by_id_async(job_id=receipt.job, retry_at=at)
-        except exceptions.UniqueViolation:
+        except exceptions.UniqueViolation as exc:
+            if self.literal:  # as procrastinate's worker: the retry fails, the job stays doing
+                cause = _driver_error(exc)
+                assert cause is not None
+                raise classify(
+                    cause, f"retry job {receipt.job}", pool=self.pool, workflow=workflow
+                ) from cause
             # MAPPING: a wakeup deferred the workflow's next job while this one was held; this
             # job ends and ``at`` is scheduled beside the waiting one (the earlier stands)
             await self._end(receipt.job, Status.SUCCEEDED, f"finish job {receipt.job}", workflow)

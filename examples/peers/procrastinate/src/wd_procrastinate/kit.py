@@ -6,7 +6,7 @@ registered procrastinate worker per process, and the queue reader ``queue-bounde
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 
 from without_durability.testing.kit import Opened, Spec
 from without_durability_postgres.kit import PostgresKit, WorkerStore
@@ -22,7 +22,9 @@ SELECT args->>'workflow', count(*) FROM procrastinate_jobs
 
 
 @asynccontextmanager
-async def open_procrastinate(store: WorkerStore) -> AsyncIterator[ProcrastinateScheduler]:
+async def open_procrastinate(
+    store: WorkerStore, *, literal: bool = False
+) -> AsyncIterator[ProcrastinateScheduler]:
     """procrastinate on the pool the process opened: its schema applied first when asked, a
     worker registered (``register_worker``) for ``fetch_job`` to record, unregistered at close."""
     app = await open_app(store.pool)
@@ -30,11 +32,18 @@ async def open_procrastinate(store: WorkerStore) -> AsyncIterator[ProcrastinateS
         await apply_schema(app)
     worker_id = await app.job_manager.register_worker()
     try:
-        yield ProcrastinateScheduler(app, store.pool, queue=store.namespace, worker_id=worker_id)
+        yield ProcrastinateScheduler(
+            app, store.pool, queue=store.namespace, worker_id=worker_id, literal=literal
+        )
     finally:
         with suppress(Exception):  # the server may be gone at close; nothing to undo
             await app.job_manager.unregister_worker(worker_id)
         await app.close_async()  # the pool was set from outside: procrastinate leaves it open
+
+
+def open_procrastinate_recipe(store: WorkerStore) -> AbstractAsyncContextManager[ProcrastinateScheduler]:
+    """The same, with ``literal=True``: a retry the queueing lock refuses stays refused."""
+    return open_procrastinate(store, literal=True)
 
 
 class ProcrastinateKit(PostgresKit):
@@ -58,4 +67,10 @@ KIT = ProcrastinateKit(
     "procrastinate",
     scheduler=open_procrastinate,
     description="PostgresCheckpointer + procrastinate 3.x's job queue (examples/peers/procrastinate)",
+)
+
+RECIPE_KIT = ProcrastinateKit(
+    "procrastinate-recipe",
+    scheduler=open_procrastinate_recipe,
+    description="procrastinate as its 'Retry stalled jobs' recipe and worker leave a refused retry (issues #1446, #1543)",
 )
