@@ -44,8 +44,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenario")
     parser.add_argument("--report-dir", type=Path, default=ROOT / "reports" / "peers")
+    parser.add_argument(
+        "--page", type=Path, default=PAGE, help="the page to compare with (default: the docs page)"
+    )
     args = parser.parse_args()
-    seed, verdict, said_no, limit = published(args.scenario)
+    seed, verdict, said_no, limit = published(args.scenario, args.page)
     before = set(args.report_dir.glob("*/summary.json"))
     exe = Path(sys.executable).with_name("wd-chaos")
     command = [str(exe), "run", args.scenario, "--store", "procrastinate", "--seed", str(seed),
@@ -65,7 +68,7 @@ def main() -> int:
     if (got, got_no) != (verdict, said_no):
         print(
             f"FAILED: {args.scenario} on procrastinate (seed {seed}) was {got}, checkers saying no "
-            f"{sorted(got_no)}; docs/peers/procrastinate.md publishes {verdict}, {sorted(said_no)} "
+            f"{sorted(got_no)}; {args.page} publishes {verdict}, {sorted(said_no)} "
             f"(run folder {where}): rerun the page's runs and update it, or find what changed"
         )
         return 1
