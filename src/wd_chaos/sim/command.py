@@ -24,16 +24,12 @@ import click
 
 from ..faults import kinds
 from ..scenario import Scenario, ScenarioError, available, find, load_file
-from . import SIM_CHECKS, SIM_STORES
+from . import SIM_CHECKS, SIMULATED, simulated_stores, simulates
 from .progress import Progress
 from .shrink import parse_plan, plan_text
 
 DEFAULT_SCENARIOS = ("lease-stall",)
 """What ``wd-chaos sim`` runs when no scenario is named."""
-
-STORES = SIM_STORES
-"""The stores a simulated run can hold (one process, no server, a clock it is handed)."""
-
 
 def not_simulable(scenario: Scenario, store: str) -> str | None:
     """Why ``--all`` leaves ``scenario`` out on ``store`` (a storm, a lifecycle run, no workers,
@@ -133,7 +129,7 @@ def simulate(
     mutant: str | None,
     plan: frozenset[str] | None = None,
     *,
-    store: str = "memory",
+    store: str,
 ) -> Any:
     """One simulated run's ``Result`` (``wd_chaos.sim.world``) on ``store``, with the catalogue
     mutant named, injecting only the faults ``plan`` names (None: every fault the seed draws)."""
@@ -230,6 +226,22 @@ def _scenarios(names: tuple[str, ...]) -> list[Scenario]:
     return found
 
 
+def _store(name: str | None) -> str:
+    """The kit ``--store`` names (an alias reaches its kit), or the first that can be simulated;
+    a usage error naming those that can when it cannot."""
+    can = simulated_stores()
+    if name is None and can:
+        return can[0]
+    if name is not None and simulates(name):
+        from without_durability.testing.kit import resolve
+
+        return resolve(name)
+    raise click.UsageError(
+        f"wd-chaos sim runs a store whose kit provides {SIMULATED!r}: "
+        f"{', '.join(can) or 'none is installed'}{'' if name is None else f', not {name!r}'}"
+    )
+
+
 def write_run_folder(folder: Path, scenario: Scenario, result: Any, store: str, replay: str) -> None:
     """Write one simulated run as a run folder ``wd-chaos analyze`` judges: ``history.jsonl`` (the
     bytes a replay reproduces), ``final.json``, ``run.json`` and ``scenario.json``. The scenario
@@ -270,7 +282,11 @@ def write_run_folder(folder: Path, scenario: Scenario, result: Any, store: str, 
 @click.command("sim")
 @click.argument("scenarios", nargs=-1, metavar="[SCENARIO]...")
 @click.option(
-    "--store", type=click.Choice(STORES), default="memory", show_default=True, help="The store simulated."
+    "--store",
+    default=None,
+    metavar="KIT",
+    help=f"The store simulated: an installed kit that provides {SIMULATED!r} "
+    "(default: the first of them by name).",
 )
 @click.option(
     "--all",
@@ -338,7 +354,7 @@ def write_run_folder(folder: Path, scenario: Scenario, result: Any, store: str, 
 )
 def sim_command(
     scenarios: tuple[str, ...],
-    store: str,
+    store: str | None,
     run_all: bool,
     seeds: int,
     first: int,
@@ -359,6 +375,7 @@ def sim_command(
     Every failing seed prints the command that replays it. Exit 0 all valid, 1 any invalid."""
     if run_all and scenarios:
         raise click.UsageError("give scenario names or --all, not both")
+    store = _store(store)
     found = simulable(store) if run_all else _scenarios(scenarios)
     if mutant:
         from ..stores import find_mutant

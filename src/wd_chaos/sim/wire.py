@@ -353,13 +353,20 @@ class SimRecorder(Recorder):
     and now and then a reply lost after the store applied it."""
 
     def __init__(
-        self, world: World, durable: SimDurable, hist: HistoryWriter, *, faults: bool = True
+        self,
+        world: World,
+        durable: SimDurable,
+        hist: HistoryWriter,
+        peek: Callable[[str, str | None], tuple[int, bool]],
+        *,
+        faults: bool = True,
     ) -> None:
         super().__init__(durable, hist)
         self.world = world
         self.faults = faults
         """False for the simulator's own calls (seeding the workflows, the final reads): no fault."""
-        self.store: Any = durable.checkpointer  # the Memory store's (its state is read for the ledger)
+        self.peek = peek
+        """The store's ``SimulatedStore.peek``: its records looked at without a step."""
 
     def _mine(self, f: str, fields: dict[str, Any]) -> tuple[str, str | None] | None:
         """Where a landing call writes: (workflow, key, or None for an append)."""
@@ -367,14 +374,6 @@ class SimRecorder(Recorder):
         if f not in LANDING or not isinstance(workflow, str):
             return None
         return workflow, None if f == "append" else str(fields.get("key"))
-
-    def _mark(self, mine: tuple[str, str | None]) -> tuple[int, bool]:
-        """The store's records for ``mine`` right now, looked at without a step (no process
-        calls): how many the workflow holds, and whether the key is held. Unchanged since the
-        call began means nothing of it landed."""
-        workflow, key = mine
-        records = self.store._records.get(workflow, {})
-        return len(records), key is not None and key in records
 
     async def _call(
         self,
@@ -388,7 +387,7 @@ class SimRecorder(Recorder):
         task = asyncio.current_task()
         cancels = task.cancelling() if task is not None else 0
         mine = self._mine(f, fields)
-        before = self._mark(mine) if mine is not None else None
+        before = self.peek(*mine) if mine is not None else None
         stage = "request"
         try:
             await world.latency()
@@ -406,7 +405,7 @@ class SimRecorder(Recorder):
         except asyncio.CancelledError as exc:
             # unsent: cancelled on the way to the store, or inside it with nothing of it applied
             unsent = stage == "request" or (
-                stage == "store" and mine is not None and self._mark(mine) == before
+                stage == "store" and mine is not None and self.peek(*mine) == before
             )
             world.count("cancelled")
             self.hist.complete(op, f, "unknown", cancelled=True, unsent=unsent, **error_fields(exc))

@@ -44,6 +44,8 @@ from typing import Any
 from without_durability import Fenced, InvalidInput, RetryPolicy, Worker
 from without_durability.dag import Node, run_durably
 from without_durability.errors import Contended
+from without_durability.testing.kit import find_kit
+from without_durability.testing.simulated import SimulatedStore
 
 from .. import wallclock
 from ..checks import UNKNOWN, checkers, overall, run_checker
@@ -54,7 +56,6 @@ from ..client.workload import plan_writes, recording_durable
 from ..rundir import FinalState
 from ..scenario import Scenario
 from .loop import PROCESS, SimLoop
-from .stores import open_sim_store
 from .wire import (
     POLL_FLOOR,
     READ_BACK,
@@ -62,10 +63,19 @@ from .wire import (
     SIM_CHECKS,
     Rates,
     Result,
+    SimDurable,
     SimHistory,
     SimRecorder,
     World,
 )
+
+
+def open_simulated(store: str, world: World, mutant: Any) -> SimulatedStore:
+    """The store ``store`` for one simulated run on ``world``'s clocks, from its kit (one that
+    provides ``simulated``), ``mutant`` (a catalogue entry, or None) applied to it."""
+    kit = find_kit(store)
+    wrap = mutant.wrap if mutant is not None else None
+    return kit.open_simulated(world.wall, world.lease_micros, wrap)
 
 # -- the processes -------------------------------------------------------------------------------------
 
@@ -93,7 +103,7 @@ class Sim:
         mutant: Any = None,
         rates: Rates | None = None,
         plan: frozenset[str] | None = None,
-        store: str = "memory",
+        store: str,
     ) -> None:
         self.scenario = scenario
         self.seed = seed
@@ -105,7 +115,8 @@ class Sim:
         self.work = work
         self.lease = scenario.lease
         world = self.world
-        self.sim_store = open_sim_store(store, world, mutant)
+        self.store_name = find_kit(store).name
+        self.sim_store = open_simulated(store, world, mutant)
         self.store = self.sim_store.durable
         self.workflows = [f"{scenario.name}-s{seed}-{i:04d}" for i in range(work.workflows)]
         self.starts = sorted(round(self.rng.uniform(0, work.spread_seconds), 3) for _ in self.workflows)
@@ -130,7 +141,7 @@ class Sim:
         world = self.world
         pid = world.pid()
         hist = SimHistory(world, name, pid)
-        rec = self.sim_store.recorder(world, hist, faults=faults)
+        rec = SimRecorder(world, SimDurable(world, self.sim_store.durable), hist, self.sim_store.peek, faults=faults)
         return hist, rec, f"{name}#{pid}"
 
     def spawn(self, proc: str, coro: Awaitable[Any]) -> asyncio.Task[Any]:
@@ -411,7 +422,7 @@ class Sim:
     async def main(self) -> dict[str, Any]:
         hist, rec, _ = self.process("controller", faults=False)
         scenario = self.scenario
-        hist.event("info", what="run", scenario=scenario.name, store=self.sim_store.name, seed=self.seed, sim=True,
+        hist.event("info", what="run", scenario=scenario.name, store=self.store_name, seed=self.seed, sim=True,
                    workers=self.work.workers, workflows=len(self.workflows),
                    mutant=getattr(self.mutant, "name", None),
                    **({} if self.world.plan is None else {"faults": sorted(self.world.plan)}))  # fmt: skip
@@ -432,7 +443,7 @@ class Sim:
         # the heal: no new faults; wait for every workflow to finish, or the heal's time to run out
         deadline = self.world.elapsed() + self.scenario.heal_seconds
         while self.world.elapsed() < deadline:
-            finished = sum(1 for wf in self.workflows if self.sim_store.holds(wf, "done"))
+            finished = sum(1 for wf in self.workflows if self.sim_store.peek(wf, "done")[1])
             if finished == len(self.workflows) and all(w.done() for w in writers):
                 break
             await asyncio.sleep(0.5)
