@@ -299,12 +299,11 @@ class SimScheduler:
     def __init__(self, world: World, inner: Scheduler) -> None:
         self.world = world
         self.inner = inner
-
-    async def now(self) -> datetime:
-        return await self.inner.now()
-
-    async def schedule(self, workflow: str, at: datetime | None = None) -> None:
-        await self.inner.schedule(workflow, at)
+        # the store's own: only take meets the wire
+        self.now = inner.now
+        self.schedule = inner.schedule
+        self.wake_at = inner.wake_at
+        self.cancel = inner.cancel
 
     async def take(self, visibility: timedelta) -> Delivery | None:
         world = self.world
@@ -321,12 +320,6 @@ class SimScheduler:
             world.stash = got
         return got
 
-    async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
-        await self.inner.wake_at(delivery, at)
-
-    async def cancel(self, workflow: str) -> None:
-        await self.inner.cancel(workflow)
-
 
 class SimDurable:
     """The store as a simulated process reaches it: the checkpointer (a mutant's, if any), the
@@ -336,15 +329,10 @@ class SimDurable:
         self.durable = durable
         self.checkpointer = durable.checkpointer
         self.scheduler = SimScheduler(world, durable.scheduler)
-
-    async def arrive(self, workflow: str, key: str, value: object) -> Any:
-        return await self.durable.arrive(workflow, key, value)
-
-    async def deliver(self, workflow: str, message: object) -> str:
-        return await self.durable.deliver(workflow, message)
-
-    async def discard(self, workflow: str) -> None:
-        await self.durable.discard(workflow)
+        # the store's own, unwrapped: only the scheduler meets the wire here
+        self.arrive = durable.arrive
+        self.deliver = durable.deliver
+        self.discard = durable.discard
 
 
 class SimRecorder(Recorder):
@@ -375,12 +363,8 @@ class SimRecorder(Recorder):
             return None
         return workflow, None if f == "append" else str(fields.get("key"))
 
-    async def _call(
-        self,
-        f: str,
-        fields: dict[str, Any],
-        call: Callable[[], Awaitable[T]],
-        done: Callable[[T], dict[str, Any]],
+    async def _call(  # the wire's form of Recorder._call
+        self, f: str, fields: dict[str, Any], call: Callable[[], Awaitable[T]], done: Callable[[T], dict[str, Any]]
     ) -> T:
         world = self.world
         op = self.hist.invoke(f, **fields)

@@ -42,7 +42,6 @@ from datetime import timedelta
 from typing import Any
 
 from without_durability import Fenced, InvalidInput, RetryPolicy, Worker
-from without_durability.dag import Node, run_durably
 from without_durability.errors import Contended
 from without_durability.testing.kit import find_kit
 from without_durability.testing.simulated import SimulatedStore
@@ -52,6 +51,7 @@ from ..checks import UNKNOWN, checkers, overall, run_checker
 from ..checks.core import paired_once
 from ..checks.coverage import coverage
 from ..client import careless
+from ..client.testflow import library_body
 from ..client.workload import plan_writes, recording_durable
 from ..rundir import FinalState
 from ..scenario import Scenario
@@ -80,16 +80,31 @@ def open_simulated(store: str, world: World, mutant: Any) -> SimulatedStore:
 # -- the processes -------------------------------------------------------------------------------------
 
 
-def _as_dict(value: object) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise TypeError(f"expected a mapping, got {value!r}")
-    return value
+class SimHost:
+    """What the test workflow (``wd_chaos.client.testflow``) asks of a simulated worker process:
+    its history, the scenario's workload, an effect's nonce and length (drawn from the run's
+    seed), and the store's ledger effect; no failpoint is armed in a simulated run."""
 
+    def __init__(self, sim: Sim, hist: SimHistory) -> None:
+        self.sim = sim
+        self.hist = hist
+        self.work = sim.work
+        self.failing: set[str] = set()  # sim runs no lifecycle scenario
+        self.version = 1
 
-def _as_list(value: object) -> list[Any]:
-    if not isinstance(value, list):
-        raise TypeError(f"expected a list, got {value!r}")
-    return value
+    def effect_nonce(self, token: int) -> str:
+        sim = self.sim
+        sim.nonce += 1
+        return f"{self.hist.process}:{self.hist.pid}:{token}:{sim.nonce}"
+
+    def effect_seconds(self, workflow: str, key: str) -> float:
+        return self.work.step_seconds * (0.5 + self.sim.rng.random())
+
+    def failpoint(self, point: str, **where: Any) -> None:
+        pass
+
+    def store_ledger_effect(self, workflow: str, key: str, token: int, failpoint: Callable[[], None]) -> Any:
+        return self.sim.sim_store.ledger_effect(workflow, key, token)
 
 
 class Sim:
@@ -154,72 +169,13 @@ class Sim:
 
     # -- workers ---------------------------------------------------------------------------------
 
-    def body(self, hist: SimHistory) -> Callable[[Any], Awaitable[object]]:
-        """The scenario's workflow as a ``Run`` body (``wd_chaos.client.workload.LibraryClient``'s), with
-        a dag node whose list result must survive the codec and a step that records a tuple."""
-        work = self.work
-        sim = self
-
-        def external(run: Any, key: str, **extra: Any) -> Callable[[], Awaitable[object]]:
-            async def effect() -> object:
-                token = run.pass_.token
-                sim.nonce += 1
-                nonce = f"{hist.process}:{hist.pid}:{token}:{sim.nonce}"
-                op = hist.invoke("effect", workflow=run.workflow, key=key, token=token)
-                await asyncio.sleep(work.step_seconds * (0.5 + sim.rng.random()))
-                hist.event("effect", workflow=run.workflow, key=key, token=token, nonce=nonce)
-                hist.complete(op, "effect", "ok", nonce=nonce)
-                return {"nonce": nonce, "token": token, **extra}
-
-            return effect
-
-        async def pair() -> object:
-            return (run_token[0], "pair")  # a tuple: the store hands back a list, and won stays True
-
-        run_token = [0]
-
-        async def body(run: Any) -> object:
-            op = hist.invoke("body", workflow=run.workflow, token=run.pass_.token)
-            try:
-                result = await steps(run)
-            except BaseException as exc:
-                hist.complete(op, "body", "ok", token=run.pass_.token, ended=type(exc).__name__)
-                raise
-            hist.complete(op, "body", "ok", token=run.pass_.token, ended="returned")
-            return result
-
-        async def steps(run: Any) -> object:
-            await run.step("charge", external(run, "charge"), _as_dict)
-            token = run.pass_.token
-            await run.transact("ledger", self.ledger_effect(run.workflow, "ledger", token), _as_dict)
-
-            async def listed(_inputs: dict[str, object]) -> object:
-                return [token, "list"]  # survives the codec unchanged: a real store hands it back equal
-
-            await run_durably([Node("listed", listed)], run)
-            run_token[0] = token
-            await run.step("pair", pair, _as_list)
-            for writer in range(work.writers):
-                await run.awaiting(f"approval-{writer}", _as_dict)
-            await run.sleep("nap", timedelta(seconds=work.nap_seconds))
-            inbox = [k for k, _ in run.inbox()]
-            await run.step("seen", external(run, "seen", inbox=inbox), _as_dict)
-
-            async def done() -> object:
-                return {"token": token}
-
-            await run.step("done", done, _as_dict)
-            return None
-
-        return body
-
     def start_worker(self, name: str) -> None:
         hist, rec, proc = self.process(name)
         hist.event("info", what="start", role="worker")
         lease = self.lease
         worker: Worker[Any] = Worker(
             recording_durable(rec),
-            self.body(hist),
+            library_body(SimHost(self, hist)),
             alive=timedelta(seconds=lease.alive),
             budget=timedelta(seconds=lease.budget),
             visibility=timedelta(seconds=lease.visibility),
