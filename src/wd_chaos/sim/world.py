@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import json
 import logging
 import random
 import sys
@@ -53,7 +52,7 @@ from ..checks.coverage import coverage
 from ..client import careless
 from ..client.testflow import library_body
 from ..client.workload import plan_writes, recording_durable
-from ..rundir import FinalState
+from ..rundir import FinalState, read_store_final
 from ..scenario import Scenario
 from .loop import PROCESS, SimLoop
 from .wire import (
@@ -375,7 +374,7 @@ class Sim:
 
     # -- the run -----------------------------------------------------------------------------------
 
-    async def main(self) -> dict[str, Any]:
+    async def main(self) -> FinalState:
         hist, rec, _ = self.process("controller", faults=False)
         scenario = self.scenario
         hist.event("info", what="run", scenario=scenario.name, store=self.store_name, seed=self.seed, sim=True,
@@ -425,35 +424,25 @@ class Sim:
                 await final_rec.read(wf, "load")
         return await self.final()
 
-    async def final(self) -> dict[str, Any]:
-        """The store's final state as ``wd_chaos.control.runner.read_final`` reads it, through the store's
-        own ``history`` and ``load``."""
-        cp = self.store.checkpointer
-        out: dict[str, Any] = {}
-        for wf in self.workflows:
-            try:
-                entries = await cp.history(wf)
-                keys = list(await cp.load(wf))
-            except Exception as exc:  # a store that cannot read its own records holds none we know of
-                out[wf] = {"history": [], "load_keys": [], "read_error": f"{type(exc).__name__}: {exc}"}
-                continue
-            out[wf] = {
-                "history": [[e.key, e.value, e.written_at.isoformat()] for e in entries],
-                "load_keys": keys,
-            }
-        return {
-            "workflows": json.loads(json.dumps(out, default=repr)),
-            "ledger": self.sim_store.ledger_rows(),
-            "expected_workflows": list(self.workflows),
+    async def final(self) -> FinalState:
+        """The store's final state, read as the process runner reads it (``read_store_final``),
+        through the store's own ``history`` and ``load``."""
+        store = self.sim_store
+
+        async def ledger(_workflows: list[str]) -> list[dict[str, Any]]:
+            return store.ledger_rows()  # only this run's workflows write to its store
+
+        more = {
             "store_clock": "local",
             "lease_clock": "monotonic",
             "redelivers": True,  # the wire hands one delivery out twice now and then (take-exclusive)
         }
+        return await read_store_final(self.store.checkpointer, self.workflows, ledger, more, read_errors=True)
 
     def run(self) -> Result:
         with _quiet():
             try:
-                final = self.loop.run_until_complete(self.main())
+                read = self.loop.run_until_complete(self.main())
                 self.world.closed = True
                 self.loop.teardown()
                 self.workers.clear()
@@ -464,8 +453,8 @@ class Sim:
         checks = list(dict.fromkeys([*self.scenario.checks, *SIM_CHECKS]))
         # the scenario's checkers only: its bite check and coverage windows ask whether a planned
         # fault touched something, and sim's faults are drawn anew for every seed (counted in stats)
-        final = {**final, "wall_clock_steps": wallclock.steps(lines)}
-        judged_final = FinalState.from_json(final)
+        judged_final = read.with_steps(wallclock.steps(lines))
+        final = judged_final.to_json()
         found = checkers()
         with paired_once(lines):
             verdicts = [run_checker(name, found[name], lines, judged_final) for name in checks]
