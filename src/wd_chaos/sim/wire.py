@@ -62,9 +62,8 @@ class Rates:
     timeout: float = 0.3
     """The chance a writer's call is given a short timeout (a cancel at one of its awaits)."""
     nemesis_every: float = 1.5
-    """The mean virtual seconds between two nemesis events (kill, stall, wall step, reboot)."""
-    reboot: float = 0.05
-    """The share of nemesis events that are a reboot."""
+    """The mean virtual seconds between two nemesis events (each a fault kind's simulated form,
+    drawn by its share: ``faults.base.SimulatedForm``)."""
 
 
 @dataclass

@@ -8,7 +8,8 @@ the scheduler's choices. The history is the process harness's format (``wd_chaos
 same invoke, complete, effect, fault and info lines, stamped with virtual ``mono`` and ``wall``), so
 the same checkers (``wd_chaos.checks``) judge it.
 
-Faults:
+Faults (the nemesis's are the simulated forms of the fault registry's kinds, drawn by their shares:
+``faults.base.SimulatedForm``; the kinds' modules say what each does, today):
 
 - ``kill``: a worker process crashes (its tasks vanish at whatever await they were at; nothing in
   them runs again) and a new incarnation starts later;
@@ -52,6 +53,7 @@ from ..checks.coverage import coverage
 from ..client import careless
 from ..client.testflow import library_body
 from ..client.workload import plan_writes, recording_durable
+from ..faults.base import simulated_forms
 from ..rundir import FinalState, read_store_final
 from ..scenario import Scenario
 from .loop import PROCESS, SimLoop
@@ -137,10 +139,12 @@ class Sim:
         self.workers: dict[str, tuple[str, Worker[Any]]] = {}
         self.serving: dict[str, asyncio.Task[Any]] = {}
         """Live worker by name: its process id on the loop and its library Worker."""
-        self.killed: dict[str, int] = {}
-        """A killed worker's name and its old pid, until a new incarnation starts."""
-        self.stalls: dict[str, tuple[str, dict[str, Any], asyncio.TimerHandle]] = {}
-        """A stall that holds its process now, by id: the process, its line, its end's timer."""
+        self.killed: dict[str, tuple[int, str]] = {}
+        """A killed worker's name, its old pid and the kind that killed it, until a new
+        incarnation starts."""
+        self.stalls: dict[str, tuple[str, str, dict[str, Any], asyncio.TimerHandle]] = {}
+        """A stall that holds its process now, by id: the process, its kind, its line, its end's
+        timer."""
         self.nemesis_hist: SimHistory | None = None
         """The nemesis's history writer, once it has started (it writes every fault line)."""
         self.incarnation = 0
@@ -189,7 +193,8 @@ class Sim:
         if old is not None and self.nemesis_hist is not None:
             # the supervisor's line, as the process harness writes it when it restarts a dead
             # worker (``control.cluster``): what tells every checker the old process has ended
-            self.fault(self.nemesis_hist, "kill", "stop", target=name, target_pid=old, returncode=-9,
+            pid, kind = old
+            self.fault(self.nemesis_hist, kind, "stop", target=name, target_pid=pid, returncode=-9,
                        restarted_pid=hist.pid)  # fmt: skip
 
         async def serve() -> None:
@@ -265,105 +270,104 @@ class Sim:
         hist.event("fault", fault=fault, phase=phase, **more)
 
     async def nemesis(self, until: float) -> None:
+        """Until ``until`` (or the heal), every so often one fault drawn from the simulated forms
+        of the fault registry's kinds (``faults.base.simulated_forms``); each form draws its
+        event's details and calls the primitives below, naming its kind for the fault lines."""
         hist, _, _ = self.process("nemesis")
         self.nemesis_hist = hist
-        world, rng, loop = self.world, self.rng, self.loop
-        lease = self.lease
+        world, rng = self.world, self.rng
+        forms = simulated_forms()
         n = 0
         while True:
             await asyncio.sleep(rng.expovariate(1 / world.rates.nemesis_every))
             if world.elapsed() >= until or self.healed:
                 return
             n += 1
-            live = sorted(self.workers)
             roll = rng.random()
-            if roll < world.rates.reboot and not world.rebooted:  # one: a second would find the first's
-                # deadlines in its own range (both boots started small), unlike a real machine's
-                if not world.permits(f"reboot-{n}"):
-                    continue
-                self.fault(hist, "reboot", "start", id=f"reboot-{n}")
-                self.down = True  # no worker restarts on a machine that is down
-                for name in live:
-                    self.kill(hist, name, n, restart=False)
-                # down for longer than a budget, as a reboot is: every claim of before lapses in real
-                # time, so a claim after it is fair, and one refused for a deadline of the old
-                # uptime is the store's mistake
-                await asyncio.sleep(lease.budget + rng.uniform(0.5, 2.0))
-                world.reboot()
-                self.sim_store.reboot()  # a file store opens its file again
-                self.store = self.sim_store.durable
-                world.count("reboot")
-                self.down = False
-                for i in range(self.work.workers):
-                    if f"worker-{i}" not in self.workers:
-                        self.start_worker(f"worker-{i}")
-                self.fault(hist, "reboot", "stop", id=f"reboot-{n}")
-            elif roll < 0.35 and live:
-                name = rng.choice(live)
-                if world.permits(f"kill-{n}"):
-                    self.kill(hist, name, n)
-            elif roll < 0.75 and live:
-                name = rng.choice(live)
-                proc, _ = self.workers[name]
-                over = "alive" if rng.random() < 0.6 else "budget"
-                base = lease.alive if over == "alive" else lease.budget
-                duration = round(base + rng.uniform(0.5, 2.0), 3)
-                pid = int(proc.rsplit("#", 1)[1])
-                ev = {
-                    "id": f"stall-{n}",
-                    "target": name,
-                    "target_pid": pid,
-                    "duration": duration,
-                    "over": over,
-                }
-                if not world.permits(f"stall-{n}"):
-                    continue
-                self.fault(hist, "stall", "start", **ev)
-                loop.stall(proc, loop.time() + duration)
-                world.count("stall")
-                self.stalls[str(ev["id"])] = (
-                    proc,
-                    ev,
-                    loop.call_at(
-                        loop.time() + duration,
-                        lambda ev=ev: self.end_stall(str(ev["id"])),
-                        context=contextvars.Context(),
-                    ),
-                )
-            else:
-                seconds = rng.choice((30.0, -3.0, 10.0, -1.0))
-                if not world.permits(f"wall-step-{n}"):
-                    continue
-                world.wall_offset += seconds
-                world.count("wall_step")
-                self.fault(hist, "wall-step", "start", id=f"wall-step-{n}", seconds=seconds, target="store")
+            for bound, _, form in forms:
+                if roll < bound and form.applies(self):
+                    await form.inject(self, n)
+                    break
+
+    # the primitives the simulated forms call (``faults.base.SimulatedForm``)
+
+    def crash(self, kind: str, name: str, n: int, *, restart: bool = True) -> None:
+        """Worker ``name`` crashes at whatever await it is (a ``kind`` line); restarted later."""
+        assert self.nemesis_hist is not None
+        proc, _ = self.workers.pop(name)
+        pid = int(proc.rsplit("#", 1)[1])
+        self.fault(self.nemesis_hist, kind, "start", id=f"{kind}-{n}", target=name, target_pid=pid)
+        self.killed[name] = (pid, kind)
+        self.loop.crash(proc)
+        self.world.count(kind.replace("-", "_"))
+        if restart:
+            self.loop.call_later(
+                self.rng.uniform(0.3, 2.0), lambda: self.restart(name), context=contextvars.Context()
+            )
+
+    def hold(self, kind: str, name: str, n: int, duration: float, over: str) -> None:
+        """Worker ``name`` is frozen for ``duration`` seconds (past its lease or budget, ``over``)."""
+        assert self.nemesis_hist is not None
+        loop = self.loop
+        proc, _ = self.workers[name]
+        pid = int(proc.rsplit("#", 1)[1])
+        ev = {"id": f"{kind}-{n}", "target": name, "target_pid": pid, "duration": duration, "over": over}
+        self.fault(self.nemesis_hist, kind, "start", **ev)
+        loop.stall(proc, loop.time() + duration)
+        self.world.count(kind.replace("-", "_"))
+        self.stalls[str(ev["id"])] = (
+            proc,
+            kind,
+            ev,
+            loop.call_at(
+                loop.time() + duration, lambda: self.end_stall(str(ev["id"])), context=contextvars.Context()
+            ),
+        )
+
+    async def reboot(self, kind: str, n: int, crash: str) -> None:
+        """The machine reboots: every worker crashes (a ``crash`` line each), the machine stays
+        down past a budget, the lease clock restarts small and the store is opened again."""
+        assert self.nemesis_hist is not None
+        hist, world = self.nemesis_hist, self.world
+        self.fault(hist, kind, "start", id=f"{kind}-{n}")
+        self.down = True  # no worker restarts on a machine that is down
+        for name in sorted(self.workers):
+            self.crash(crash, name, n, restart=False)
+        # down for longer than a budget, as a reboot is: every claim of before lapses in real
+        # time, so a claim after it is fair, and one refused for a deadline of the old
+        # uptime is the store's mistake
+        await asyncio.sleep(self.lease.budget + self.rng.uniform(0.5, 2.0))
+        world.reboot()
+        self.sim_store.reboot()  # a file store opens its file again
+        self.store = self.sim_store.durable
+        world.count(kind.replace("-", "_"))
+        self.down = False
+        for i in range(self.work.workers):
+            if f"worker-{i}" not in self.workers:
+                self.start_worker(f"worker-{i}")
+        self.fault(hist, kind, "stop", id=f"{kind}-{n}")
+
+    def step_wall(self, kind: str, n: int, seconds: float) -> None:
+        """The store's virtual wall clock steps by ``seconds``."""
+        assert self.nemesis_hist is not None
+        self.world.wall_offset += seconds
+        self.world.count(kind.replace("-", "_"))
+        self.fault(self.nemesis_hist, kind, "start", id=f"{kind}-{n}", seconds=seconds, target="store")
 
     def end_stall(self, fault: str) -> None:
         """Write the stop line of the stall ``fault`` (its time came, or the heal ended it)."""
-        _, ev, _ = self.stalls.pop(fault)
+        _, kind, ev, _ = self.stalls.pop(fault)
         assert self.nemesis_hist is not None  # a stall is the nemesis's
-        self.fault(self.nemesis_hist, "stall", "stop", **ev)
+        self.fault(self.nemesis_hist, kind, "stop", **ev)
 
     def heal_stalls(self) -> None:
         """The heal's SIGCONT, as the process harness's ``nemesis.heal`` gives it: every stall still
         holding a process ends now, so each worker can finish its workflow and exit when asked."""
         for fault in sorted(self.stalls):
-            proc, _, timer = self.stalls[fault]
+            proc, _, _, timer = self.stalls[fault]
             timer.cancel()
             self.loop.resume(proc)
             self.end_stall(fault)
-
-    def kill(self, hist: SimHistory, name: str, n: int, *, restart: bool = True) -> None:
-        proc, _ = self.workers.pop(name)
-        pid = int(proc.rsplit("#", 1)[1])
-        self.fault(hist, "kill", "start", id=f"kill-{n}", target=name, target_pid=pid)
-        self.killed[name] = pid
-        self.loop.crash(proc)
-        self.world.count("kill")
-        if restart:
-            self.loop.call_later(
-                self.rng.uniform(0.3, 2.0), lambda: self.restart(name), context=contextvars.Context()
-            )
 
     def restart(self, name: str) -> None:
         if name not in self.workers and not self.healed_all and not self.down:
