@@ -418,3 +418,33 @@ def test_a_third_party_kit_that_provides_simulated_is_simulated(monkeypatch: pyt
     assert result.valid is True and b'"store": "toy"' in result.history_bytes()
     done = CliRunner().invoke(main, ["sim", "--store", "plain", "--seeds", "1"])
     assert done.exit_code == 64 and "provides 'simulated'" in done.output and "toy" in done.output, done.output
+
+
+def test_a_kind_with_a_simulated_form_joins_the_nemesis_with_no_edit_to_sim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The nemesis draws from the registry: a kind given a form is drawn by its share."""
+    import dataclasses
+
+    from wd_chaos.faults import base
+
+    real = base.kinds()
+    drawn: list[int] = []
+
+    async def inject(sim: Any, n: int) -> None:
+        drawn.append(n)
+        sim.world.count("toy")
+
+    form = base.SimulatedForm(order=9, share=1.0, inject=inject)
+    toy = dataclasses.replace(real["kill"], name="toy", form=form)
+    monkeypatch.setattr(base, "kinds", lambda: {**real, "toy": toy})
+    assert [name for _, name, _ in base.simulated_forms()][-1] == "toy"
+    result = simulate(SCENARIO, 5, None, store="memory")
+    assert drawn and result.stats.get("toy") == len(drawn), result.stats
+
+
+def test_the_bite_checks_of_the_faults_drawn_are_replayed_and_counted() -> None:
+    done = CliRunner().invoke(main, ["sim", "--seeds", "3", "--jobs", "1", "--json"])
+    (summary,) = _lines(done.output)
+    assert summary["bites"]["stall-fenced"]["runs"] >= 1, summary["bites"]
+    assert set(summary["bites"]) <= {"stall-fenced", "budget-fenced", "kill-between", "reboot-held"}

@@ -70,6 +70,8 @@ class Judged:
     """How many faults of each kind the run injected (``kill``, ``stall``, ``lost_reply``...)."""
     coverage: dict[str, int] = field(default_factory=dict)
     """Hits of each coverage window the scenario names (counted, not judged)."""
+    bites: dict[str, bool] = field(default_factory=dict)
+    """Whether each replayed bite check of the faults the run drew bit (counted, not judged)."""
 
 
 EVIDENCE_FIELDS = ("f", "workflow", "key", "token", "op", "process", "pid", "role", "why")
@@ -165,6 +167,7 @@ def _judge(job: Job) -> Judged:
         evidence,
         dict(result.stats),
         dict(result.coverage),
+        dict(result.bites),
     )
 
 
@@ -419,6 +422,8 @@ def sim_command(
         judged_runs = _runs(jobs_list, jobs)
     faults: Counter[str] = Counter()
     reached: dict[str, Counter[str]] = {sc.name: Counter(dict.fromkeys(sc.coverage, 0)) for sc in found}
+    bitten: dict[str, tuple[int, int]] = {}
+    """Per replayed bite check: the runs where it bit, and the runs that drew its fault."""
     progress = Progress(len(jobs_list))
     try:
         with progress:
@@ -426,6 +431,9 @@ def sim_command(
                 runs += 1
                 faults.update(judged.stats)
                 reached[judged.scenario].update(w for w, hits in judged.coverage.items() if hits)
+                for name, bit in judged.bites.items():
+                    bitten[name] = bitten.get(name, (0, 0))
+                    bitten[name] = (bitten[name][0] + bit, bitten[name][1] + 1)
                 if judged.valid is False and first_failing is None:
                     first_failing = judged
                 if judged.valid is not True:
@@ -460,6 +468,7 @@ def sim_command(
         "mutant": mutant,
         "faults": dict(sorted(faults.items())),
         "coverage": {name: dict(windows) for name, windows in reached.items() if windows},
+        "bites": {name: {"bit": bit, "runs": n} for name, (bit, n) in sorted(bitten.items())},
     }
     if as_json:
         click.echo(json.dumps(summary))

@@ -84,6 +84,9 @@ class Result:
     coverage: dict[str, int] = field(default_factory=dict)
     """How often the run entered each coverage window its scenario names (``checks.coverage``):
     counted, never judged (sim draws its faults anew for each seed)."""
+    bites: dict[str, bool] = field(default_factory=dict)
+    """The bite checks of the kinds whose simulated form fired, replayed on the run: whether each
+    bit (counted, never judged)."""
 
     def history_bytes(self) -> bytes:
         """The history as ``history.jsonl`` holds it (one sorted-key JSON line each, then the

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
 import random
 import sys
@@ -47,13 +48,13 @@ from without_durability.testing.kit import find_kit
 from without_durability.testing.simulated import SimulatedStore
 
 from .. import wallclock
-from ..checks import UNKNOWN, checkers, overall, run_checker
+from ..checks import UNKNOWN, bites, checkers, overall, run_checker
 from ..checks.core import paired_once
 from ..checks.coverage import coverage
 from ..client import careless
 from ..client.testflow import library_body
 from ..client.workload import plan_writes, recording_durable
-from ..faults.base import simulated_forms
+from ..faults.base import kinds, simulated_forms
 from ..rundir import FinalState, read_store_final
 from ..scenario import Scenario
 from .loop import PROCESS, SimLoop
@@ -464,6 +465,7 @@ class Sim:
             verdicts = [run_checker(name, found[name], lines, judged_final) for name in checks]
             windows = self.scenario.coverage
             reached = coverage(lines, windows).counts if windows else {}
+            bit = self.bites(lines, judged_final)
         judged = verdicts
         # a checker with nothing to judge (no cancel this run) does not make the run unknown; one
         # that crashed does (never valid)
@@ -481,7 +483,34 @@ class Sim:
             dict(self.world.stats),
             list(self.world.fired),
             dict(reached),
+            bit,
         )
+
+    def bites(self, lines: list[Any], final: FinalState) -> dict[str, bool]:
+        """The bite checks of the kinds whose simulated form fired this run, replayed on it: each
+        one's name and whether it bit (counted in a sweep's summary, never judged: sim draws its
+        faults anew for every seed)."""
+        fired = {fault.rpartition("-")[0] for fault in self.world.fired}
+        checks = bites()
+        return {
+            name: run_checker(name, checks[name], lines, final).valid is True
+            for kind, names in form_bites().items()
+            if kind in fired
+            for name in names
+        }
+
+
+@functools.cache
+def form_bites() -> dict[str, tuple[str, ...]]:
+    """The bite checks of each kind with a simulated form: those its own module defines."""
+    by_module: dict[str, list[str]] = {}
+    for name, check in bites().items():
+        by_module.setdefault(check.fn.__module__, []).append(name)
+    return {
+        name: tuple(sorted(by_module.get(kind.spec.__module__, [])))
+        for name, kind in kinds().items()
+        if kind.form is not None
+    }
 
 
 def _cancelling() -> bool:
