@@ -38,7 +38,7 @@ def not_simulable(scenario: Scenario, store: str) -> str | None:
         return "a storm or a lifecycle run, which sim does not model"
     if scenario.stores is not None and store not in scenario.stores:
         return f"a scenario for {', '.join(scenario.stores)} only"
-    forms = {name for name, kind in kinds().items() if kind.simulated}
+    forms = {name for name, kind in kinds().items() if kind.simulated or kind.form is not None}
     other = sorted({f.kind for f in scenario.faults} - forms)
     if other:
         return f"its {', '.join(other)} fault(s) have no simulated form"
