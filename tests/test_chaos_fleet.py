@@ -178,6 +178,9 @@ class _Steps:
     async def ledger(self) -> None:
         self.ran.append("ledger")
 
+    async def codec(self) -> None:
+        self.ran.append("codec")
+
     async def approvals(self) -> None:
         self.ran.append("approvals")
 
@@ -205,7 +208,7 @@ async def test_a_release_runs_its_version_of_the_workflow(version: int) -> None:
     steps = _Steps()
     await test_workflow(steps, False, version)
     audit = ["audit"] if version == 2 else []
-    assert steps.ran == ["charge", "ledger", "approvals", "nap", "seen", *audit, "done"]
+    assert steps.ran == ["charge", "ledger", "codec", "approvals", "nap", "seen", *audit, "done"]
     assert fleet.workflow_version({"workflow_version": version}) == version
     assert fleet.workflow_version({}) == 1
     assert fleet.effective({"workflow_version": 2}, {"store": "sqlite"}) == ({}, {}), "not a store setting"

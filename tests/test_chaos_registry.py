@@ -170,10 +170,6 @@ NAMED_OUTSIDE = {
     ("kill", "control/cluster.py"): "the supervisor logs the restart of a worker a failpoint killed",
     ("kill", "checks/at_least_once.py"): "a kill is one of the causes that explain a repeated effect",
     ("latency", "control/toxi.py"): "toxiproxy's own toxic, which a partition's latency mode adds as the latency kind does",
-    ("kill", "sim/world.py"): "the simulator's crash of a simulated process, logged as a kill for the checkers",
-    ("stall", "sim/world.py"): "the simulator's stall of a simulated process, logged as a stall for the checkers",
-    ("wall-step", "sim/world.py"): "the simulator's step of its virtual wall clock, logged as a wall-step",
-    ("reboot", "sim/world.py"): "the simulator's reboot of its world, logged as the reboot kind's lines",
 }
 
 

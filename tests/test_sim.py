@@ -83,9 +83,9 @@ def test_virtual_time_jumps_and_a_crashed_process_never_runs_again() -> None:
 
 
 def test_a_seed_replays_byte_for_byte_and_seeds_differ() -> None:
-    one = simulate(SCENARIO, 5, None)
-    again = simulate(SCENARIO, 5, None)
-    other = simulate(SCENARIO, 6, None)
+    one = simulate(SCENARIO, 5, None, store="memory")
+    again = simulate(SCENARIO, 5, None, store="memory")
+    other = simulate(SCENARIO, 6, None, store="memory")
     assert one.history_bytes() == again.history_bytes(), "one seed gave two histories"
     assert one.history_bytes() != other.history_bytes(), "two seeds gave one history"
     assert one.valid is True, [v.as_dict() for v in one.verdicts if v.valid is not True]
@@ -94,13 +94,13 @@ def test_a_seed_replays_byte_for_byte_and_seeds_differ() -> None:
 def test_the_real_memory_store_passes_the_seeds_that_find_the_mutants() -> None:
     """The mutants' killer: a store the gate swaps for one of them fails here."""
     for seed in sorted(set(FOUND_AT.values())):
-        result = simulate(SCENARIO, seed, None)
+        result = simulate(SCENARIO, seed, None, store="memory")
         assert result.valid is True, (seed, [v.as_dict() for v in result.verdicts if v.valid is False])
 
 
 @pytest.mark.parametrize("mutant", sorted(FOUND_AT))
 def test_sim_finds_each_mutant(mutant: str) -> None:
-    result = simulate(SCENARIO, FOUND_AT[mutant], mutant)
+    result = simulate(SCENARIO, FOUND_AT[mutant], mutant, store="memory")
     assert result.valid is False, f"{mutant} survived seed {FOUND_AT[mutant]}"
 
 
@@ -134,7 +134,7 @@ def test_without_the_restart_line_a_killed_worker_is_hung() -> None:
     from wd_chaos.checks import checkers, run_checker
     from wd_chaos.rundir import FinalState
 
-    result = simulate(CARELESS, 1, None)
+    result = simulate(CARELESS, 1, None, store="memory")
     lines = [line for line in result.lines if line.get("restarted_pid") is None]
     verdict = run_checker(
         "no-hung-pass", checkers()["no-hung-pass"], lines, FinalState.from_json(result.final)
@@ -145,7 +145,7 @@ def test_without_the_restart_line_a_killed_worker_is_hung() -> None:
 def test_the_heal_ends_a_stall_still_holding_a_worker() -> None:
     """As the process harness's heal SIGCONTs a stopped worker: seed 15 stalls one past the stop,
     and without the heal it never exits when asked (no-hung-pass said no)."""
-    result = simulate(CARELESS, 15, None)
+    result = simulate(CARELESS, 15, None, store="memory")
     heal = next(i for i, line in enumerate(result.lines) if line.get("fault") == "heal")
     ended = [line for line in result.lines[heal:] if line.get("fault") == "stall" and line["phase"] == "stop"]
     assert ended, "no stall was ended by the heal: the seed no longer shows it"
@@ -394,3 +394,57 @@ def test_an_unreachable_cluster_is_a_harness_failure(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr("wd_chaos.sim.cluster.CONNECT_TIMEOUT", 2.0)
     done = CliRunner().invoke(main, ["sim", "--seeds", "2", "--cluster", "tcp://127.0.0.1:9"])
     assert done.exit_code == 255 and "no Dask scheduler" in done.output, done.output
+
+
+def test_a_third_party_kit_that_provides_simulated_is_simulated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulator names no store: any kit that provides ``simulated`` is one it runs (here a
+    kit of another name over the Memory store's simulated form), and one that does not is refused."""
+    from without_durability.kits.memory import MemorySimulated
+    from without_durability.testing import kit as kit_module
+    from without_durability.testing.kit import StoreKit
+
+    class Toy(StoreKit):
+        name = "toy"
+        provides = frozenset({"simulated"})
+
+        def open_simulated(self, clock: Any, lease_clock: Any, wrap: Any = None) -> MemorySimulated:
+            return MemorySimulated(clock, lease_clock, wrap)
+
+    class Plain(StoreKit):
+        name = "plain"
+
+    monkeypatch.setattr(kit_module, "_KITS", {**kit_module.kits(), "toy": Toy(), "plain": Plain()})
+    result = simulate(SCENARIO, 5, None, store="toy")
+    assert result.valid is True and b'"store": "toy"' in result.history_bytes()
+    done = CliRunner().invoke(main, ["sim", "--store", "plain", "--seeds", "1"])
+    assert done.exit_code == 64 and "provides 'simulated'" in done.output and "toy" in done.output, done.output
+
+
+def test_a_kind_with_a_simulated_form_joins_the_nemesis_with_no_edit_to_sim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The nemesis draws from the registry: a kind given a form is drawn by its share."""
+    import dataclasses
+
+    from wd_chaos.faults import base
+
+    real = base.kinds()
+    drawn: list[int] = []
+
+    async def inject(sim: Any, n: int) -> None:
+        drawn.append(n)
+        sim.world.count("toy")
+
+    form = base.SimulatedForm(order=9, share=1.0, inject=inject)
+    toy = dataclasses.replace(real["kill"], name="toy", form=form)
+    monkeypatch.setattr(base, "kinds", lambda: {**real, "toy": toy})
+    assert [name for _, name, _ in base.simulated_forms()][-1] == "toy"
+    result = simulate(SCENARIO, 5, None, store="memory")
+    assert drawn and result.stats.get("toy") == len(drawn), result.stats
+
+
+def test_the_bite_checks_of_the_faults_drawn_are_replayed_and_counted() -> None:
+    done = CliRunner().invoke(main, ["sim", "--seeds", "3", "--jobs", "1", "--json"])
+    (summary,) = _lines(done.output)
+    assert summary["bites"]["stall-fenced"]["runs"] >= 1, summary["bites"]
+    assert set(summary["bites"]) <= {"stall-fenced", "budget-fenced", "kill-between", "reboot-held"}

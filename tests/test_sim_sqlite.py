@@ -114,13 +114,17 @@ def test_sim_finds_each_sqlite_mutant(mutant: str) -> None:
 
 
 def test_the_sqlite_kit_offers_a_store_for_the_simulator() -> None:
-    durable = find_kit("sqlite").simulated(lambda: None, lambda: 0)  # type: ignore[arg-type,return-value]
+    kit = find_kit("sqlite")
+    assert "simulated" in kit.provides
+    store = kit.open_simulated(lambda: None, lambda: 0)  # type: ignore[arg-type,return-value]
+    durable = store.durable
     try:
         assert isinstance(durable.conn, SteppedSqliteConnection)
         assert durable.conn.path.exists()
+        assert store.ledger_rows() == [] and store.peek("nobody", "done") == (0, False)
     finally:
         folder = durable.conn.path.parent
-        durable.conn.close_now()
+        store.close()
     assert not folder.exists()
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,6 +115,47 @@ class FinalState(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self._items())
+
+
+async def read_store_final(
+    checkpointer: Any,
+    workflows: list[str],
+    read_ledger: Callable[[list[str]], Awaitable[list[dict[str, Any]]]],
+    more: Mapping[str, Any],
+    *,
+    read_errors: bool = False,
+) -> FinalState:
+    """The store's final state after a run, read through the store's own ``history`` and
+    ``load``: every workflow's history (``[key, value, written_at]`` rows, values as their JSON
+    round trip gives them) and load keys, then the ledger rows of ``workflows``
+    (``read_ledger``), the workflows expected, and ``more`` (the clocks, the queue...). The one
+    producer of a ``FinalState`` from a store: the process runner's and the simulator's.
+
+    A workflow whose read fails raises, unless ``read_errors``: then it is recorded with no
+    records and its ``read_error`` (a store that cannot read its own records holds none we know
+    of), for the checkers to judge."""
+    out: dict[str, Any] = {}
+    for wf in workflows:
+        try:
+            entries = await checkpointer.history(wf)
+            keys = list(await checkpointer.load(wf))
+        except Exception as exc:
+            if not read_errors:
+                raise
+            out[wf] = {"history": [], "load_keys": [], "read_error": f"{type(exc).__name__}: {exc}"}
+            continue
+        out[wf] = {
+            "history": [[e.key, e.value, e.written_at.isoformat()] for e in entries],
+            "load_keys": keys,
+        }
+    return FinalState.from_json(
+        {
+            "workflows": json.loads(json.dumps(out, default=repr)),
+            "ledger": await read_ledger(workflows),
+            "expected_workflows": list(workflows),
+            **more,
+        }
+    )
 
 
 def read_final(run_dir: Path) -> FinalState:

@@ -1,19 +1,22 @@
 """The test workflow, written once (``test_workflow``), and the two ways a worker process runs it.
 
 The workflow: ``charge`` (a step with an external effect), ``ledger`` (a transact whose effect
-inserts a ledger row inside the store's commit), the writers' approvals, a lifecycle run's
-failure on purpose, ``nap`` (a durable sleep), ``seen`` (a step recording the inbox keys it saw)
-and ``done``. It is written against ``Steps``, which two drivers implement:
+inserts a ledger row inside the store's commit), the codec's two (a dag node ``listed`` whose list
+result must come back equal, a step ``pair`` that records a tuple), the writers' approvals, a
+lifecycle run's failure on purpose, ``nap`` (a durable sleep), ``seen`` (a step recording the
+inbox keys it saw) and ``done``. It is written against ``Steps``, which two drivers implement:
 
 - ``HarnessSteps``: the harness's own explicit loop (``Worker.run_pass``): each step is skipped
   when the pass's ``load`` already holds its record; a wait ends the pass (``Wait``) with when to
   wake it, so a fault lands on a known call.
-- ``LibrarySteps``: a ``Run`` body under the library's own ``Worker`` (``LibraryClient``), whose
-  ``step``, ``transact``, ``awaiting`` and ``sleep`` do the same.
+- ``LibrarySteps``: a ``Run`` body under the library's own ``Worker`` (``library_body``), whose
+  ``step``, ``transact``, ``awaiting``, ``sleep`` and dag runner do the same.
 
 Both run a step's external effect through one function (``external_effect``) and build the
 ledger's effect in one place (``ledger_effect``), so what the checkers see of an effect (its
 ``effect`` lines, its nonce, the ``after-effect-before-record`` failpoint) is the same either way.
+What the steps ask of the process running them is a ``Host``: a worker process (``Worker``), or a
+simulated one (``wd-chaos sim``'s), so the simulator runs this workflow, not a copy of it.
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ from typing import Any, Protocol
 
 from without_durability import Contended, Delivery, Fenced, InvalidInput, Pass
 from without_durability import Worker as LibraryWorker
+from without_durability.dag import Node, run_durably
 
 from ..config import LifecycleConfig, RunConfig
 from ..history import HistoryWriter
+from ..scenario import Workload
 from ..stores import Opened
 from . import careless
 from .recorder import Recorder, T, recording_durable
@@ -50,6 +55,11 @@ class Steps(Protocol):
 
     async def ledger(self) -> None:
         """Transact ``ledger``: its effect inserts a ledger row inside the store's commit."""
+        ...
+
+    async def codec(self) -> None:
+        """Run the dag node ``listed`` (its list result must come back equal) and the step
+        ``pair``, which records a tuple (the store hands back a list, and it still won)."""
         ...
 
     async def approvals(self) -> None:
@@ -80,6 +90,7 @@ async def test_workflow(steps: Steps, failing: bool, version: int = 1) -> None:
     after ``seen``: a compatible change, so either version finishes what the other started."""
     await steps.step("charge")
     await steps.ledger()
+    await steps.codec()
     await steps.approvals()
     if failing:
         steps.fail_on_purpose()
@@ -90,27 +101,67 @@ async def test_workflow(steps: Steps, failing: bool, version: int = 1) -> None:
     await steps.done()
 
 
-async def external_effect(w: Worker, workflow: str, key: str, token: int) -> str:
-    """A step's external effect: ``step_seconds`` of the outside world, written as an ``effect``
+class Host(Protocol):
+    """What the workflow's steps ask of the process running them: a worker process (``Worker``)
+    or a simulated one (``wd_chaos.sim.world``)."""
+
+    @property
+    def hist(self) -> HistoryWriter:
+        """Where the process's history lines go."""
+        ...
+
+    @property
+    def work(self) -> Workload:
+        """The scenario's workload."""
+        ...
+
+    @property
+    def failing(self) -> set[str]:
+        """The workflows that fail on purpose (a lifecycle run's)."""
+        ...
+
+    @property
+    def version(self) -> int:
+        """The test workflow's version this process runs."""
+        ...
+
+    def effect_nonce(self, token: int) -> str:
+        """A nonce no other effect of the run has."""
+        ...
+
+    def effect_seconds(self, workflow: str, key: str) -> float:
+        """How long this run of step ``key``'s effect takes."""
+        ...
+
+    def failpoint(self, point: str, **where: Any) -> None:
+        """Die here if ``point`` is armed (a no-op where nothing arms one)."""
+        ...
+
+    def store_ledger_effect(self, workflow: str, key: str, token: int, failpoint: Callable[[], None]) -> Any:
+        """The store's effect that appends one ledger row, calling ``failpoint`` inside it."""
+        ...
+
+
+async def external_effect(w: Host, workflow: str, key: str, token: int) -> str:
+    """A step's external effect: ``effect_seconds`` of the outside world, written as an ``effect``
     operation and line (durable before the record is attempted), then the
     ``after-effect-before-record`` failpoint. Returns the effect's nonce."""
-    w.nonce += 1
-    nonce = f"{w.name}:{os.getpid()}:{token}:{w.nonce}"
+    nonce = w.effect_nonce(token)
     op = w.hist.invoke("effect", workflow=workflow, key=key, token=token)
     await asyncio.sleep(w.effect_seconds(workflow, key))  # the outside world is slow
     w.hist.event("effect", workflow=workflow, key=key, token=token, nonce=nonce)
     w.hist.complete(op, "effect", "ok", nonce=nonce)
-    w.fail.hit("after-effect-before-record", workflow=workflow, key=key, token=token)
+    w.failpoint("after-effect-before-record", workflow=workflow, key=key, token=token)
     return nonce
 
 
-def ledger_effect(w: Worker, workflow: str, token: int) -> Any:
+def ledger_effect(w: Host, workflow: str, token: int) -> Any:
     """The ``ledger`` transact's effect, with the ``inside-transact`` failpoint in it."""
-    return w.opened.ledger_effect(
+    return w.store_ledger_effect(
         workflow,
         "ledger",
         token,
-        lambda: w.fail.hit("inside-transact", workflow=workflow, key="ledger", token=token),
+        lambda: w.failpoint("inside-transact", workflow=workflow, key="ledger", token=token),
     )
 
 
@@ -144,6 +195,10 @@ class HarnessSteps:
         await w.careless_transact(p)
         effect = ledger_effect(w, p.workflow, p.token)
         await w.retrying(lambda: w.rec.transact(p, "ledger", effect))
+
+    async def codec(self) -> None:
+        """Nothing: the explicit loop records through the checkpointer, with no dag runner or
+        ``Run.step`` of the library's whose codec the two would test."""
 
     async def approvals(self) -> None:
         approvals = [f"approval-{n}" for n in range(self.w.work.writers)]
@@ -185,10 +240,16 @@ def _returning(value: object) -> Callable[[], Awaitable[object]]:
     return effect
 
 
+def _as_list(value: object) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list, got {value!r}")
+    return value
+
+
 class LibrarySteps:
     """The workflow as a ``Run`` body under the library's ``Worker``: ``run`` is the body's run."""
 
-    def __init__(self, w: Worker, run: Any) -> None:
+    def __init__(self, w: Host, run: Any) -> None:
         self.w = w
         self.run = run
 
@@ -205,6 +266,17 @@ class LibrarySteps:
     async def ledger(self) -> None:
         run = self.run
         await run.transact("ledger", ledger_effect(self.w, run.workflow, run.pass_.token), _as_dict)
+
+    async def codec(self) -> None:
+        run = self.run
+        token = run.pass_.token
+
+        async def listed(_inputs: dict[str, object]) -> object:
+            return [token, "list"]  # survives the codec unchanged: a real store hands it back equal
+
+        await run_durably([Node("listed", listed)], run)
+        # a tuple: the store hands back a list, and won stays True
+        await run.step("pair", _returning((token, "pair")), _as_list)
 
     async def approvals(self) -> None:
         for writer in range(self.w.work.writers):
@@ -275,6 +347,19 @@ class Worker:
         self.nonce = 0
         if self.work.transact_seconds > 0:
             opened.pause = self.transact_pause
+
+    def effect_nonce(self, token: int) -> str:
+        """This process's next effect's nonce: its name, pid, the pass's token and a counter."""
+        self.nonce += 1
+        return f"{self.name}:{os.getpid()}:{token}:{self.nonce}"
+
+    def failpoint(self, point: str, **where: Any) -> None:
+        """Die here if the nemesis armed ``point`` (``Failpoints.hit``)."""
+        self.fail.hit(point, **where)
+
+    def store_ledger_effect(self, workflow: str, key: str, token: int, failpoint: Callable[[], None]) -> Any:
+        """The store's ledger effect (``Opened.ledger_effect``)."""
+        return self.opened.ledger_effect(workflow, key, token, failpoint)
 
     async def retrying(self, call: Callable[[], Awaitable[T]]) -> T:
         """Retry a call that failed with a store error (a partition, a restart) for as long as
@@ -445,21 +530,8 @@ class LibraryClient:
         self.w = worker
 
     def body(self) -> Callable[[Any], Awaitable[object]]:
-        """The ``Run`` body: ``test_workflow`` (``LibrarySteps``) as one ``body`` operation."""
-        w = self.w
-
-        async def body(run: Any) -> object:
-            # the body as one operation, so no-hung-pass can tell when the pass outlived it
-            op = w.hist.invoke("body", workflow=run.workflow, token=run.pass_.token)
-            try:
-                await test_workflow(LibrarySteps(w, run), run.workflow in w.failing, w.version)
-            except BaseException as exc:  # a wait (Suspended), Fenced, a failure: the body ended
-                w.hist.complete(op, "body", "ok", token=run.pass_.token, ended=type(exc).__name__)
-                raise
-            w.hist.complete(op, "body", "ok", token=run.pass_.token, ended="returned")
-            return None
-
-        return body
+        """The ``Run`` body (``library_body``)."""
+        return library_body(self.w)
 
     async def run(self) -> None:
         w = self.w
@@ -476,6 +548,24 @@ class LibraryClient:
         )
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, worker.stop)
         await worker.run()
+
+
+def library_body(w: Host) -> Callable[[Any], Awaitable[object]]:
+    """The ``Run`` body a library ``Worker`` of ``w`` runs: ``test_workflow`` (``LibrarySteps``)
+    as one ``body`` operation."""
+
+    async def body(run: Any) -> object:
+        # the body as one operation, so no-hung-pass can tell when the pass outlived it
+        op = w.hist.invoke("body", workflow=run.workflow, token=run.pass_.token)
+        try:
+            await test_workflow(LibrarySteps(w, run), run.workflow in w.failing, w.version)
+        except BaseException as exc:  # a wait (Suspended), Fenced, a failure: the body ended
+            w.hist.complete(op, "body", "ok", token=run.pass_.token, ended=type(exc).__name__)
+            raise
+        w.hist.complete(op, "body", "ok", token=run.pass_.token, ended="returned")
+        return None
+
+    return body
 
 
 def _retry_policy(lifecycle: LifecycleConfig | None) -> Any:

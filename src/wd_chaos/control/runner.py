@@ -30,7 +30,7 @@ from ..config import validate as validate_config
 from ..faults import Nemesis, service_needs
 from ..fleet import fleet_specs
 from ..history import HistoryWriter
-from ..rundir import FinalState
+from ..rundir import FinalState, read_store_final
 from ..rundir import FinalUnread as FinalUnread
 from ..scenario import OptionError, Scenario, TimeLimit, WorkerCount, WorkflowCount, bounded, plan
 from ..stores import Spec, find_mutant, open_store, prepare, store_clocks
@@ -101,29 +101,17 @@ async def read_final(
     opened = await open_store(spec)
     try:
         cp = opened.durable.checkpointer
-        out: dict[str, Any] = {}
-        for wf in workflows:
-            entries = await cp.history(wf)
-            loaded = await cp.load(wf)
-            out[wf] = {
-                "history": [[e.key, e.value, e.written_at.isoformat()] for e in entries],
-                "load_keys": list(loaded),
-            }
-        return FinalState.from_json(
-            {
-                "workflows": out,
-                "ledger": await opened.read_ledger(workflows),
-                "expected_workflows": workflows,
-                **store_clocks(spec, cp),
-                **({"lifecycle": lifecycle, "failing": failing} if lifecycle is not None else {}),
-                # fencing's takeover rule: on when any worker (a mixed fleet's or a deploy's too)
-                # asked for it, on a kit whose spec knows the setting
-                "fast_failover": "fast_failover" in spec
-                and any(bool(s.get("fast_failover")) for s in (spec, *(fleet or []))),
-                **(await _queue(opened)),
-                **({"poll_interval": poll_interval} if poll_interval is not None else {}),
-            }
-        )
+        more = {
+            **store_clocks(spec, cp),
+            **({"lifecycle": lifecycle, "failing": failing} if lifecycle is not None else {}),
+            # fencing's takeover rule: on when any worker (a mixed fleet's or a deploy's too)
+            # asked for it, on a kit whose spec knows the setting
+            "fast_failover": "fast_failover" in spec
+            and any(bool(s.get("fast_failover")) for s in (spec, *(fleet or []))),
+            **(await _queue(opened)),
+            **({"poll_interval": poll_interval} if poll_interval is not None else {}),
+        }
+        return await read_store_final(cp, workflows, opened.read_ledger, more)
     finally:
         await opened.close()
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
@@ -94,6 +94,25 @@ class Marker:
 
 
 @dataclass(frozen=True)
+class SimulatedForm:
+    """How ``wd-chaos sim``'s nemesis draws a kind (its simulated form), in the kind's module.
+
+    At each nemesis event the simulator draws one number in [0, 1) and walks the forms of every
+    kind that has one, by ``order``, each over its ``share`` (shares scaled to sum to 1): the
+    first whose cumulative bound is above the draw and that ``applies`` is injected, with the
+    event's number ``n``. ``applies`` and ``inject`` are given the simulated run (``sim.world.Sim``:
+    its ``rng``, ``world.permits``, ``workers``, ``lease`` and the primitives ``crash``, ``hold``,
+    ``reboot`` and ``step_wall``, each told the kind's name for its fault lines); ``inject`` draws
+    what the event needs from ``sim.rng`` and asks ``sim.world.permits`` before it acts, so a
+    shrunk plan can leave the event out."""
+
+    order: int
+    share: float
+    inject: Callable[[Any, int], Awaitable[None]]
+    applies: Callable[[Any], bool] = lambda sim: True
+
+
+@dataclass(frozen=True)
 class FaultKind:
     """Everything about one kind of fault, in the kind's own module.
 
@@ -137,6 +156,9 @@ class FaultKind:
     simulated: str = ""
     """What ``wd-chaos sim`` draws in this kind's place ('' for nothing): a scenario whose kinds
     all have a simulated form is one ``wd-chaos sim --all`` runs."""
+    form: SimulatedForm | None = None
+    """How sim's nemesis draws this kind (None: it draws nothing of its own; the wire or another
+    kind's form stands for it, as ``simulated`` says)."""
 
 
 PACKAGE = "wd_chaos.faults"
@@ -156,6 +178,21 @@ def kinds() -> dict[str, FaultKind]:
                     f"{module.__name__}; rename one (scenario files name kinds)"
                 )
     return found
+
+
+def simulated_forms() -> list[tuple[float, str, SimulatedForm]]:
+    """Every kind's simulated form by ``order``, with its cumulative bound in [0, 1] and the kind's
+    name: what ``wd-chaos sim``'s nemesis draws from (``SimulatedForm``)."""
+    forms = sorted(
+        ((k.form, name) for name, k in kinds().items() if k.form is not None), key=lambda f: f[0].order
+    )
+    total = sum(form.share for form, _ in forms) or 1.0
+    out: list[tuple[float, str, SimulatedForm]] = []
+    bound = 0.0
+    for form, name in forms:
+        bound += form.share
+        out.append((bound / total, name, form))
+    return out
 
 
 def kind(name: str) -> FaultKind:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from ..checks.core import Verdict, _bit, bite_check
 from ..history import Op
 from ..rundir import FinalState
-from .base import EventSpec, FaultKind, FaultSpec, Marker
+from .base import EventSpec, FaultKind, FaultSpec, Marker, SimulatedForm
 from .nemesis import Nemesis
 
 Failpoint = Literal["after-effect-before-record", "inside-transact", "after-claim"]
@@ -84,6 +84,13 @@ def kill_between(ops: list[Op], final: FinalState) -> Verdict:
     return _bit("kill-between", hits, len(points), "kill(s) landed between effect and record")
 
 
+async def simulate(sim: Any, n: int) -> None:
+    """In ``wd-chaos sim``: crash a live worker at whatever await it is (restarted later)."""
+    target = sim.rng.choice(sorted(sim.workers))
+    if sim.world.permits(f"{KILL.name}-{n}"):
+        sim.crash(KILL.name, target, n)
+
+
 KILL = FaultKind(
     "kill",
     KillFault,
@@ -95,4 +102,5 @@ KILL = FaultKind(
     markers=(Marker("start"),),
     detail=("failpoint",),
     simulated="the nemesis crashes a worker at any await and restarts it",
+    form=SimulatedForm(order=1, share=0.30, inject=simulate, applies=lambda sim: bool(sim.workers)),
 )

@@ -42,7 +42,8 @@ from pydantic import Field
 from ..checks.core import RENEWING, Operation, Verdict, _bit, bite_check, operations
 from ..history import MONO_SHIFT_ENV
 from ..rundir import FinalState
-from .base import EventSpec, FaultKind, FaultSpec, Marker
+from .base import EventSpec, FaultKind, FaultSpec, Marker, SimulatedForm
+from .kill import KILL
 from .power_loss import OTHERS_WAIT, _alive, _wait_dead
 
 if TYPE_CHECKING:
@@ -320,6 +321,13 @@ def describe(ops: list[Op]) -> str:
     )
 
 
+async def simulate(sim: Any, n: int) -> None:
+    """In ``wd-chaos sim``: crash every worker (each a kill), keep the machine down past a budget,
+    restart the lease clock small and reopen the store."""
+    if sim.world.permits(f"{REBOOT.name}-{n}"):
+        await sim.reboot(REBOOT.name, n, KILL.name)
+
+
 REBOOT = FaultKind(
     KIND,
     RebootFault,
@@ -333,4 +341,5 @@ REBOOT = FaultKind(
     detail=("uptime", "target_pids", "busy"),
     launch=launch,
     simulated="the nemesis crashes every worker and restarts the store's lease clock small",
+    form=SimulatedForm(order=0, share=0.05, inject=simulate, applies=lambda sim: not sim.world.rebooted),
 )

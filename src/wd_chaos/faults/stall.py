@@ -29,7 +29,7 @@ from ..checks.core import (
 from ..checks.coverage import window
 from ..history import Op
 from ..rundir import FinalState
-from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec
+from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec, SimulatedForm
 from .nemesis import Active, KindState, Nemesis
 
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False, description="a number of seconds > 0")]
@@ -194,6 +194,17 @@ def budget_fenced(ops: list[Op], final: FinalState) -> Verdict:
     return _bit("budget-fenced", hits, tried, "renewing pass(es) refused after their budget")
 
 
+async def simulate(sim: Any, n: int) -> None:
+    """In ``wd-chaos sim``: hold a live worker past its lease (``over: alive``) or its budget."""
+    rng = sim.rng
+    target = rng.choice(sorted(sim.workers))
+    over = "alive" if rng.random() < 0.6 else "budget"
+    base = sim.lease.alive if over == "alive" else sim.lease.budget
+    duration = round(base + rng.uniform(0.5, 2.0), 3)
+    if sim.world.permits(f"{STALL.name}-{n}"):
+        sim.hold(STALL.name, target, n, duration, over)
+
+
 STALL = FaultKind(
     "stall",
     StallFault,
@@ -205,6 +216,7 @@ STALL = FaultKind(
     window=True,
     detail=("duration", "over"),
     simulated="the nemesis holds a worker past its lease or its budget",
+    form=SimulatedForm(order=2, share=0.40, inject=simulate, applies=lambda sim: bool(sim.workers)),
 )
 
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from ..stores import WALL_OFFSET
-from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec
+from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec, SimulatedForm
 from .nemesis import Active, KindState, Nemesis
 
 SPARE_SECONDS = 2.0
@@ -142,6 +142,13 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     return True
 
 
+async def simulate(sim: Any, n: int) -> None:
+    """In ``wd-chaos sim``: step the store's virtual wall clock forward or back."""
+    seconds = sim.rng.choice((30.0, -3.0, 10.0, -1.0))
+    if sim.world.permits(f"{WALL_STEP.name}-{n}"):
+        sim.step_wall(WALL_STEP.name, n, seconds)
+
+
 WALL_STEP = FaultKind(
     "wall-step",
     WallStepFault,
@@ -150,4 +157,5 @@ WALL_STEP = FaultKind(
     start,
     detail=("seconds", "offset"),
     simulated="the nemesis steps the store's virtual wall clock forward or back",
+    form=SimulatedForm(order=3, share=0.25, inject=simulate),
 )

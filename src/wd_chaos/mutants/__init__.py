@@ -172,14 +172,16 @@ def _sim_killer_problems(m: Mutant, killer: str) -> list[str]:
     """What is wrong with a ``sim:<scenario>:<checker>`` killer: a scenario the simulator runs, a
     checker it judges with, on a store it simulates."""
     from ..scenario import ScenarioError, find
-    from ..sim import SIM_CHECKS
-    from ..sim import SIM_STORES as STORES
+    from ..sim import SIM_CHECKS, SIMULATED, simulated_stores, simulates
 
     parts = killer.split(":")
     if len(parts) != 3:
         return [f"{m.name}: {killer!r} is not sim:<scenario>:<checker>"]
-    if m.store not in STORES:
-        return [f"{m.name}: {killer!r}: wd-chaos sim simulates {', '.join(STORES)}, not {m.store!r}"]
+    if not simulates(m.store):
+        return [
+            f"{m.name}: {killer!r}: wd-chaos sim runs the stores whose kit provides {SIMULATED!r} "
+            f"({', '.join(simulated_stores())}), not {m.store!r}"
+        ]
     try:
         scenario = find(parts[1])
     except ScenarioError as exc:

@@ -24,16 +24,12 @@ import click
 
 from ..faults import kinds
 from ..scenario import Scenario, ScenarioError, available, find, load_file
-from . import SIM_CHECKS, SIM_STORES
+from . import SIM_CHECKS, SIMULATED, simulated_stores, simulates
 from .progress import Progress
 from .shrink import parse_plan, plan_text
 
 DEFAULT_SCENARIOS = ("lease-stall",)
 """What ``wd-chaos sim`` runs when no scenario is named."""
-
-STORES = SIM_STORES
-"""The stores a simulated run can hold (one process, no server, a clock it is handed)."""
-
 
 def not_simulable(scenario: Scenario, store: str) -> str | None:
     """Why ``--all`` leaves ``scenario`` out on ``store`` (a storm, a lifecycle run, no workers,
@@ -42,7 +38,7 @@ def not_simulable(scenario: Scenario, store: str) -> str | None:
         return "a storm or a lifecycle run, which sim does not model"
     if scenario.stores is not None and store not in scenario.stores:
         return f"a scenario for {', '.join(scenario.stores)} only"
-    forms = {name for name, kind in kinds().items() if kind.simulated}
+    forms = {name for name, kind in kinds().items() if kind.simulated or kind.form is not None}
     other = sorted({f.kind for f in scenario.faults} - forms)
     if other:
         return f"its {', '.join(other)} fault(s) have no simulated form"
@@ -74,6 +70,8 @@ class Judged:
     """How many faults of each kind the run injected (``kill``, ``stall``, ``lost_reply``...)."""
     coverage: dict[str, int] = field(default_factory=dict)
     """Hits of each coverage window the scenario names (counted, not judged)."""
+    bites: dict[str, bool] = field(default_factory=dict)
+    """Whether each replayed bite check of the faults the run drew bit (counted, not judged)."""
 
 
 EVIDENCE_FIELDS = ("f", "workflow", "key", "token", "op", "process", "pid", "role", "why")
@@ -133,7 +131,7 @@ def simulate(
     mutant: str | None,
     plan: frozenset[str] | None = None,
     *,
-    store: str = "memory",
+    store: str,
 ) -> Any:
     """One simulated run's ``Result`` (``wd_chaos.sim.world``) on ``store``, with the catalogue
     mutant named, injecting only the faults ``plan`` names (None: every fault the seed draws)."""
@@ -169,6 +167,7 @@ def _judge(job: Job) -> Judged:
         evidence,
         dict(result.stats),
         dict(result.coverage),
+        dict(result.bites),
     )
 
 
@@ -230,6 +229,22 @@ def _scenarios(names: tuple[str, ...]) -> list[Scenario]:
     return found
 
 
+def _store(name: str | None) -> str:
+    """The kit ``--store`` names (an alias reaches its kit), or the first that can be simulated;
+    a usage error naming those that can when it cannot."""
+    can = simulated_stores()
+    if name is None and can:
+        return can[0]
+    if name is not None and simulates(name):
+        from without_durability.testing.kit import resolve
+
+        return resolve(name)
+    raise click.UsageError(
+        f"wd-chaos sim runs a store whose kit provides {SIMULATED!r}: "
+        f"{', '.join(can) or 'none is installed'}{'' if name is None else f', not {name!r}'}"
+    )
+
+
 def write_run_folder(folder: Path, scenario: Scenario, result: Any, store: str, replay: str) -> None:
     """Write one simulated run as a run folder ``wd-chaos analyze`` judges: ``history.jsonl`` (the
     bytes a replay reproduces), ``final.json``, ``run.json`` and ``scenario.json``. The scenario
@@ -270,7 +285,11 @@ def write_run_folder(folder: Path, scenario: Scenario, result: Any, store: str, 
 @click.command("sim")
 @click.argument("scenarios", nargs=-1, metavar="[SCENARIO]...")
 @click.option(
-    "--store", type=click.Choice(STORES), default="memory", show_default=True, help="The store simulated."
+    "--store",
+    default=None,
+    metavar="KIT",
+    help=f"The store simulated: an installed kit that provides {SIMULATED!r} "
+    "(default: the first of them by name).",
 )
 @click.option(
     "--all",
@@ -338,7 +357,7 @@ def write_run_folder(folder: Path, scenario: Scenario, result: Any, store: str, 
 )
 def sim_command(
     scenarios: tuple[str, ...],
-    store: str,
+    store: str | None,
     run_all: bool,
     seeds: int,
     first: int,
@@ -359,6 +378,7 @@ def sim_command(
     Every failing seed prints the command that replays it. Exit 0 all valid, 1 any invalid."""
     if run_all and scenarios:
         raise click.UsageError("give scenario names or --all, not both")
+    store = _store(store)
     found = simulable(store) if run_all else _scenarios(scenarios)
     if mutant:
         from ..stores import find_mutant
@@ -402,6 +422,8 @@ def sim_command(
         judged_runs = _runs(jobs_list, jobs)
     faults: Counter[str] = Counter()
     reached: dict[str, Counter[str]] = {sc.name: Counter(dict.fromkeys(sc.coverage, 0)) for sc in found}
+    bitten: dict[str, tuple[int, int]] = {}
+    """Per replayed bite check: the runs where it bit, and the runs that drew its fault."""
     progress = Progress(len(jobs_list))
     try:
         with progress:
@@ -409,6 +431,9 @@ def sim_command(
                 runs += 1
                 faults.update(judged.stats)
                 reached[judged.scenario].update(w for w, hits in judged.coverage.items() if hits)
+                for name, bit in judged.bites.items():
+                    bitten[name] = bitten.get(name, (0, 0))
+                    bitten[name] = (bitten[name][0] + bit, bitten[name][1] + 1)
                 if judged.valid is False and first_failing is None:
                     first_failing = judged
                 if judged.valid is not True:
@@ -443,6 +468,7 @@ def sim_command(
         "mutant": mutant,
         "faults": dict(sorted(faults.items())),
         "coverage": {name: dict(windows) for name, windows in reached.items() if windows},
+        "bites": {name: {"bit": bit, "runs": n} for name, (bit, n) in sorted(bitten.items())},
     }
     if as_json:
         click.echo(json.dumps(summary))

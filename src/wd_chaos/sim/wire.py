@@ -62,9 +62,8 @@ class Rates:
     timeout: float = 0.3
     """The chance a writer's call is given a short timeout (a cancel at one of its awaits)."""
     nemesis_every: float = 1.5
-    """The mean virtual seconds between two nemesis events (kill, stall, wall step, reboot)."""
-    reboot: float = 0.05
-    """The share of nemesis events that are a reboot."""
+    """The mean virtual seconds between two nemesis events (each a fault kind's simulated form,
+    drawn by its share: ``faults.base.SimulatedForm``)."""
 
 
 @dataclass
@@ -85,6 +84,9 @@ class Result:
     coverage: dict[str, int] = field(default_factory=dict)
     """How often the run entered each coverage window its scenario names (``checks.coverage``):
     counted, never judged (sim draws its faults anew for each seed)."""
+    bites: dict[str, bool] = field(default_factory=dict)
+    """The bite checks of the kinds whose simulated form fired, replayed on the run: whether each
+    bit (counted, never judged)."""
 
     def history_bytes(self) -> bytes:
         """The history as ``history.jsonl`` holds it (one sorted-key JSON line each, then the
@@ -299,12 +301,11 @@ class SimScheduler:
     def __init__(self, world: World, inner: Scheduler) -> None:
         self.world = world
         self.inner = inner
-
-    async def now(self) -> datetime:
-        return await self.inner.now()
-
-    async def schedule(self, workflow: str, at: datetime | None = None) -> None:
-        await self.inner.schedule(workflow, at)
+        # the store's own: only take meets the wire
+        self.now = inner.now
+        self.schedule = inner.schedule
+        self.wake_at = inner.wake_at
+        self.cancel = inner.cancel
 
     async def take(self, visibility: timedelta) -> Delivery | None:
         world = self.world
@@ -321,12 +322,6 @@ class SimScheduler:
             world.stash = got
         return got
 
-    async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
-        await self.inner.wake_at(delivery, at)
-
-    async def cancel(self, workflow: str) -> None:
-        await self.inner.cancel(workflow)
-
 
 class SimDurable:
     """The store as a simulated process reaches it: the checkpointer (a mutant's, if any), the
@@ -336,15 +331,10 @@ class SimDurable:
         self.durable = durable
         self.checkpointer = durable.checkpointer
         self.scheduler = SimScheduler(world, durable.scheduler)
-
-    async def arrive(self, workflow: str, key: str, value: object) -> Any:
-        return await self.durable.arrive(workflow, key, value)
-
-    async def deliver(self, workflow: str, message: object) -> str:
-        return await self.durable.deliver(workflow, message)
-
-    async def discard(self, workflow: str) -> None:
-        await self.durable.discard(workflow)
+        # the store's own, unwrapped: only the scheduler meets the wire here
+        self.arrive = durable.arrive
+        self.deliver = durable.deliver
+        self.discard = durable.discard
 
 
 class SimRecorder(Recorder):
@@ -353,13 +343,20 @@ class SimRecorder(Recorder):
     and now and then a reply lost after the store applied it."""
 
     def __init__(
-        self, world: World, durable: SimDurable, hist: HistoryWriter, *, faults: bool = True
+        self,
+        world: World,
+        durable: SimDurable,
+        hist: HistoryWriter,
+        peek: Callable[[str, str | None], tuple[int, bool]],
+        *,
+        faults: bool = True,
     ) -> None:
         super().__init__(durable, hist)
         self.world = world
         self.faults = faults
         """False for the simulator's own calls (seeding the workflows, the final reads): no fault."""
-        self.store: Any = durable.checkpointer  # the Memory store's (its state is read for the ledger)
+        self.peek = peek
+        """The store's ``SimulatedStore.peek``: its records looked at without a step."""
 
     def _mine(self, f: str, fields: dict[str, Any]) -> tuple[str, str | None] | None:
         """Where a landing call writes: (workflow, key, or None for an append)."""
@@ -368,27 +365,15 @@ class SimRecorder(Recorder):
             return None
         return workflow, None if f == "append" else str(fields.get("key"))
 
-    def _mark(self, mine: tuple[str, str | None]) -> tuple[int, bool]:
-        """The store's records for ``mine`` right now, looked at without a step (no process
-        calls): how many the workflow holds, and whether the key is held. Unchanged since the
-        call began means nothing of it landed."""
-        workflow, key = mine
-        records = self.store._records.get(workflow, {})
-        return len(records), key is not None and key in records
-
-    async def _call(
-        self,
-        f: str,
-        fields: dict[str, Any],
-        call: Callable[[], Awaitable[T]],
-        done: Callable[[T], dict[str, Any]],
+    async def _call(  # the wire's form of Recorder._call
+        self, f: str, fields: dict[str, Any], call: Callable[[], Awaitable[T]], done: Callable[[T], dict[str, Any]]
     ) -> T:
         world = self.world
         op = self.hist.invoke(f, **fields)
         task = asyncio.current_task()
         cancels = task.cancelling() if task is not None else 0
         mine = self._mine(f, fields)
-        before = self._mark(mine) if mine is not None else None
+        before = self.peek(*mine) if mine is not None else None
         stage = "request"
         try:
             await world.latency()
@@ -406,7 +391,7 @@ class SimRecorder(Recorder):
         except asyncio.CancelledError as exc:
             # unsent: cancelled on the way to the store, or inside it with nothing of it applied
             unsent = stage == "request" or (
-                stage == "store" and mine is not None and self._mark(mine) == before
+                stage == "store" and mine is not None and self.peek(*mine) == before
             )
             world.count("cancelled")
             self.hist.complete(op, f, "unknown", cancelled=True, unsent=unsent, **error_fields(exc))

@@ -8,7 +8,8 @@ the scheduler's choices. The history is the process harness's format (``wd_chaos
 same invoke, complete, effect, fault and info lines, stamped with virtual ``mono`` and ``wall``), so
 the same checkers (``wd_chaos.checks``) judge it.
 
-Faults:
+Faults (the nemesis's are the simulated forms of the fault registry's kinds, drawn by their shares:
+``faults.base.SimulatedForm``; the kinds' modules say what each does, today):
 
 - ``kill``: a worker process crashes (its tasks vanish at whatever await they were at; nothing in
   them runs again) and a new incarnation starts later;
@@ -32,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import json
+import functools
 import logging
 import random
 import sys
@@ -42,19 +43,21 @@ from datetime import timedelta
 from typing import Any
 
 from without_durability import Fenced, InvalidInput, RetryPolicy, Worker
-from without_durability.dag import Node, run_durably
 from without_durability.errors import Contended
+from without_durability.testing.kit import find_kit
+from without_durability.testing.simulated import SimulatedStore
 
 from .. import wallclock
-from ..checks import UNKNOWN, checkers, overall, run_checker
+from ..checks import UNKNOWN, bites, checkers, overall, run_checker
 from ..checks.core import paired_once
 from ..checks.coverage import coverage
 from ..client import careless
+from ..client.testflow import library_body
 from ..client.workload import plan_writes, recording_durable
-from ..rundir import FinalState
+from ..faults.base import kinds, simulated_forms
+from ..rundir import FinalState, read_store_final
 from ..scenario import Scenario
 from .loop import PROCESS, SimLoop
-from .stores import open_sim_store
 from .wire import (
     POLL_FLOOR,
     READ_BACK,
@@ -62,24 +65,48 @@ from .wire import (
     SIM_CHECKS,
     Rates,
     Result,
+    SimDurable,
     SimHistory,
     SimRecorder,
     World,
 )
 
+
+def open_simulated(store: str, world: World, mutant: Any) -> SimulatedStore:
+    """The store ``store`` for one simulated run on ``world``'s clocks, from its kit (one that
+    provides ``simulated``), ``mutant`` (a catalogue entry, or None) applied to it."""
+    kit = find_kit(store)
+    wrap = mutant.wrap if mutant is not None else None
+    return kit.open_simulated(world.wall, world.lease_micros, wrap)
+
 # -- the processes -------------------------------------------------------------------------------------
 
 
-def _as_dict(value: object) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise TypeError(f"expected a mapping, got {value!r}")
-    return value
+class SimHost:
+    """What the test workflow (``wd_chaos.client.testflow``) asks of a simulated worker process:
+    its history, the scenario's workload, an effect's nonce and length (drawn from the run's
+    seed), and the store's ledger effect; no failpoint is armed in a simulated run."""
 
+    def __init__(self, sim: Sim, hist: SimHistory) -> None:
+        self.sim = sim
+        self.hist = hist
+        self.work = sim.work
+        self.failing: set[str] = set()  # sim runs no lifecycle scenario
+        self.version = 1
 
-def _as_list(value: object) -> list[Any]:
-    if not isinstance(value, list):
-        raise TypeError(f"expected a list, got {value!r}")
-    return value
+    def effect_nonce(self, token: int) -> str:
+        sim = self.sim
+        sim.nonce += 1
+        return f"{self.hist.process}:{self.hist.pid}:{token}:{sim.nonce}"
+
+    def effect_seconds(self, workflow: str, key: str) -> float:
+        return self.work.step_seconds * (0.5 + self.sim.rng.random())
+
+    def failpoint(self, point: str, **where: Any) -> None:
+        pass
+
+    def store_ledger_effect(self, workflow: str, key: str, token: int, failpoint: Callable[[], None]) -> Any:
+        return self.sim.sim_store.ledger_effect(workflow, key, token)
 
 
 class Sim:
@@ -93,7 +120,7 @@ class Sim:
         mutant: Any = None,
         rates: Rates | None = None,
         plan: frozenset[str] | None = None,
-        store: str = "memory",
+        store: str,
     ) -> None:
         self.scenario = scenario
         self.seed = seed
@@ -105,17 +132,20 @@ class Sim:
         self.work = work
         self.lease = scenario.lease
         world = self.world
-        self.sim_store = open_sim_store(store, world, mutant)
+        self.store_name = find_kit(store).name
+        self.sim_store = open_simulated(store, world, mutant)
         self.store = self.sim_store.durable
         self.workflows = [f"{scenario.name}-s{seed}-{i:04d}" for i in range(work.workflows)]
         self.starts = sorted(round(self.rng.uniform(0, work.spread_seconds), 3) for _ in self.workflows)
         self.workers: dict[str, tuple[str, Worker[Any]]] = {}
         self.serving: dict[str, asyncio.Task[Any]] = {}
         """Live worker by name: its process id on the loop and its library Worker."""
-        self.killed: dict[str, int] = {}
-        """A killed worker's name and its old pid, until a new incarnation starts."""
-        self.stalls: dict[str, tuple[str, dict[str, Any], asyncio.TimerHandle]] = {}
-        """A stall that holds its process now, by id: the process, its line, its end's timer."""
+        self.killed: dict[str, tuple[int, str]] = {}
+        """A killed worker's name, its old pid and the kind that killed it, until a new
+        incarnation starts."""
+        self.stalls: dict[str, tuple[str, str, dict[str, Any], asyncio.TimerHandle]] = {}
+        """A stall that holds its process now, by id: the process, its kind, its line, its end's
+        timer."""
         self.nemesis_hist: SimHistory | None = None
         """The nemesis's history writer, once it has started (it writes every fault line)."""
         self.incarnation = 0
@@ -130,7 +160,7 @@ class Sim:
         world = self.world
         pid = world.pid()
         hist = SimHistory(world, name, pid)
-        rec = self.sim_store.recorder(world, hist, faults=faults)
+        rec = SimRecorder(world, SimDurable(world, self.sim_store.durable), hist, self.sim_store.peek, faults=faults)
         return hist, rec, f"{name}#{pid}"
 
     def spawn(self, proc: str, coro: Awaitable[Any]) -> asyncio.Task[Any]:
@@ -143,72 +173,13 @@ class Sim:
 
     # -- workers ---------------------------------------------------------------------------------
 
-    def body(self, hist: SimHistory) -> Callable[[Any], Awaitable[object]]:
-        """The scenario's workflow as a ``Run`` body (``wd_chaos.client.workload.LibraryClient``'s), with
-        a dag node whose list result must survive the codec and a step that records a tuple."""
-        work = self.work
-        sim = self
-
-        def external(run: Any, key: str, **extra: Any) -> Callable[[], Awaitable[object]]:
-            async def effect() -> object:
-                token = run.pass_.token
-                sim.nonce += 1
-                nonce = f"{hist.process}:{hist.pid}:{token}:{sim.nonce}"
-                op = hist.invoke("effect", workflow=run.workflow, key=key, token=token)
-                await asyncio.sleep(work.step_seconds * (0.5 + sim.rng.random()))
-                hist.event("effect", workflow=run.workflow, key=key, token=token, nonce=nonce)
-                hist.complete(op, "effect", "ok", nonce=nonce)
-                return {"nonce": nonce, "token": token, **extra}
-
-            return effect
-
-        async def pair() -> object:
-            return (run_token[0], "pair")  # a tuple: the store hands back a list, and won stays True
-
-        run_token = [0]
-
-        async def body(run: Any) -> object:
-            op = hist.invoke("body", workflow=run.workflow, token=run.pass_.token)
-            try:
-                result = await steps(run)
-            except BaseException as exc:
-                hist.complete(op, "body", "ok", token=run.pass_.token, ended=type(exc).__name__)
-                raise
-            hist.complete(op, "body", "ok", token=run.pass_.token, ended="returned")
-            return result
-
-        async def steps(run: Any) -> object:
-            await run.step("charge", external(run, "charge"), _as_dict)
-            token = run.pass_.token
-            await run.transact("ledger", self.ledger_effect(run.workflow, "ledger", token), _as_dict)
-
-            async def listed(_inputs: dict[str, object]) -> object:
-                return [token, "list"]  # survives the codec unchanged: a real store hands it back equal
-
-            await run_durably([Node("listed", listed)], run)
-            run_token[0] = token
-            await run.step("pair", pair, _as_list)
-            for writer in range(work.writers):
-                await run.awaiting(f"approval-{writer}", _as_dict)
-            await run.sleep("nap", timedelta(seconds=work.nap_seconds))
-            inbox = [k for k, _ in run.inbox()]
-            await run.step("seen", external(run, "seen", inbox=inbox), _as_dict)
-
-            async def done() -> object:
-                return {"token": token}
-
-            await run.step("done", done, _as_dict)
-            return None
-
-        return body
-
     def start_worker(self, name: str) -> None:
         hist, rec, proc = self.process(name)
         hist.event("info", what="start", role="worker")
         lease = self.lease
         worker: Worker[Any] = Worker(
             recording_durable(rec),
-            self.body(hist),
+            library_body(SimHost(self, hist)),
             alive=timedelta(seconds=lease.alive),
             budget=timedelta(seconds=lease.budget),
             visibility=timedelta(seconds=lease.visibility),
@@ -223,7 +194,8 @@ class Sim:
         if old is not None and self.nemesis_hist is not None:
             # the supervisor's line, as the process harness writes it when it restarts a dead
             # worker (``control.cluster``): what tells every checker the old process has ended
-            self.fault(self.nemesis_hist, "kill", "stop", target=name, target_pid=old, returncode=-9,
+            pid, kind = old
+            self.fault(self.nemesis_hist, kind, "stop", target=name, target_pid=pid, returncode=-9,
                        restarted_pid=hist.pid)  # fmt: skip
 
         async def serve() -> None:
@@ -299,105 +271,104 @@ class Sim:
         hist.event("fault", fault=fault, phase=phase, **more)
 
     async def nemesis(self, until: float) -> None:
+        """Until ``until`` (or the heal), every so often one fault drawn from the simulated forms
+        of the fault registry's kinds (``faults.base.simulated_forms``); each form draws its
+        event's details and calls the primitives below, naming its kind for the fault lines."""
         hist, _, _ = self.process("nemesis")
         self.nemesis_hist = hist
-        world, rng, loop = self.world, self.rng, self.loop
-        lease = self.lease
+        world, rng = self.world, self.rng
+        forms = simulated_forms()
         n = 0
         while True:
             await asyncio.sleep(rng.expovariate(1 / world.rates.nemesis_every))
             if world.elapsed() >= until or self.healed:
                 return
             n += 1
-            live = sorted(self.workers)
             roll = rng.random()
-            if roll < world.rates.reboot and not world.rebooted:  # one: a second would find the first's
-                # deadlines in its own range (both boots started small), unlike a real machine's
-                if not world.permits(f"reboot-{n}"):
-                    continue
-                self.fault(hist, "reboot", "start", id=f"reboot-{n}")
-                self.down = True  # no worker restarts on a machine that is down
-                for name in live:
-                    self.kill(hist, name, n, restart=False)
-                # down for longer than a budget, as a reboot is: every claim of before lapses in real
-                # time, so a claim after it is fair, and one refused for a deadline of the old
-                # uptime is the store's mistake
-                await asyncio.sleep(lease.budget + rng.uniform(0.5, 2.0))
-                world.reboot()
-                self.sim_store.reboot()  # a file store opens its file again
-                self.store = self.sim_store.durable
-                world.count("reboot")
-                self.down = False
-                for i in range(self.work.workers):
-                    if f"worker-{i}" not in self.workers:
-                        self.start_worker(f"worker-{i}")
-                self.fault(hist, "reboot", "stop", id=f"reboot-{n}")
-            elif roll < 0.35 and live:
-                name = rng.choice(live)
-                if world.permits(f"kill-{n}"):
-                    self.kill(hist, name, n)
-            elif roll < 0.75 and live:
-                name = rng.choice(live)
-                proc, _ = self.workers[name]
-                over = "alive" if rng.random() < 0.6 else "budget"
-                base = lease.alive if over == "alive" else lease.budget
-                duration = round(base + rng.uniform(0.5, 2.0), 3)
-                pid = int(proc.rsplit("#", 1)[1])
-                ev = {
-                    "id": f"stall-{n}",
-                    "target": name,
-                    "target_pid": pid,
-                    "duration": duration,
-                    "over": over,
-                }
-                if not world.permits(f"stall-{n}"):
-                    continue
-                self.fault(hist, "stall", "start", **ev)
-                loop.stall(proc, loop.time() + duration)
-                world.count("stall")
-                self.stalls[str(ev["id"])] = (
-                    proc,
-                    ev,
-                    loop.call_at(
-                        loop.time() + duration,
-                        lambda ev=ev: self.end_stall(str(ev["id"])),
-                        context=contextvars.Context(),
-                    ),
-                )
-            else:
-                seconds = rng.choice((30.0, -3.0, 10.0, -1.0))
-                if not world.permits(f"wall-step-{n}"):
-                    continue
-                world.wall_offset += seconds
-                world.count("wall_step")
-                self.fault(hist, "wall-step", "start", id=f"wall-step-{n}", seconds=seconds, target="store")
+            for bound, _, form in forms:
+                if roll < bound and form.applies(self):
+                    await form.inject(self, n)
+                    break
+
+    # the primitives the simulated forms call (``faults.base.SimulatedForm``)
+
+    def crash(self, kind: str, name: str, n: int, *, restart: bool = True) -> None:
+        """Worker ``name`` crashes at whatever await it is (a ``kind`` line); restarted later."""
+        assert self.nemesis_hist is not None
+        proc, _ = self.workers.pop(name)
+        pid = int(proc.rsplit("#", 1)[1])
+        self.fault(self.nemesis_hist, kind, "start", id=f"{kind}-{n}", target=name, target_pid=pid)
+        self.killed[name] = (pid, kind)
+        self.loop.crash(proc)
+        self.world.count(kind.replace("-", "_"))
+        if restart:
+            self.loop.call_later(
+                self.rng.uniform(0.3, 2.0), lambda: self.restart(name), context=contextvars.Context()
+            )
+
+    def hold(self, kind: str, name: str, n: int, duration: float, over: str) -> None:
+        """Worker ``name`` is frozen for ``duration`` seconds (past its lease or budget, ``over``)."""
+        assert self.nemesis_hist is not None
+        loop = self.loop
+        proc, _ = self.workers[name]
+        pid = int(proc.rsplit("#", 1)[1])
+        ev = {"id": f"{kind}-{n}", "target": name, "target_pid": pid, "duration": duration, "over": over}
+        self.fault(self.nemesis_hist, kind, "start", **ev)
+        loop.stall(proc, loop.time() + duration)
+        self.world.count(kind.replace("-", "_"))
+        self.stalls[str(ev["id"])] = (
+            proc,
+            kind,
+            ev,
+            loop.call_at(
+                loop.time() + duration, lambda: self.end_stall(str(ev["id"])), context=contextvars.Context()
+            ),
+        )
+
+    async def reboot(self, kind: str, n: int, crash: str) -> None:
+        """The machine reboots: every worker crashes (a ``crash`` line each), the machine stays
+        down past a budget, the lease clock restarts small and the store is opened again."""
+        assert self.nemesis_hist is not None
+        hist, world = self.nemesis_hist, self.world
+        self.fault(hist, kind, "start", id=f"{kind}-{n}")
+        self.down = True  # no worker restarts on a machine that is down
+        for name in sorted(self.workers):
+            self.crash(crash, name, n, restart=False)
+        # down for longer than a budget, as a reboot is: every claim of before lapses in real
+        # time, so a claim after it is fair, and one refused for a deadline of the old
+        # uptime is the store's mistake
+        await asyncio.sleep(self.lease.budget + self.rng.uniform(0.5, 2.0))
+        world.reboot()
+        self.sim_store.reboot()  # a file store opens its file again
+        self.store = self.sim_store.durable
+        world.count(kind.replace("-", "_"))
+        self.down = False
+        for i in range(self.work.workers):
+            if f"worker-{i}" not in self.workers:
+                self.start_worker(f"worker-{i}")
+        self.fault(hist, kind, "stop", id=f"{kind}-{n}")
+
+    def step_wall(self, kind: str, n: int, seconds: float) -> None:
+        """The store's virtual wall clock steps by ``seconds``."""
+        assert self.nemesis_hist is not None
+        self.world.wall_offset += seconds
+        self.world.count(kind.replace("-", "_"))
+        self.fault(self.nemesis_hist, kind, "start", id=f"{kind}-{n}", seconds=seconds, target="store")
 
     def end_stall(self, fault: str) -> None:
         """Write the stop line of the stall ``fault`` (its time came, or the heal ended it)."""
-        _, ev, _ = self.stalls.pop(fault)
+        _, kind, ev, _ = self.stalls.pop(fault)
         assert self.nemesis_hist is not None  # a stall is the nemesis's
-        self.fault(self.nemesis_hist, "stall", "stop", **ev)
+        self.fault(self.nemesis_hist, kind, "stop", **ev)
 
     def heal_stalls(self) -> None:
         """The heal's SIGCONT, as the process harness's ``nemesis.heal`` gives it: every stall still
         holding a process ends now, so each worker can finish its workflow and exit when asked."""
         for fault in sorted(self.stalls):
-            proc, _, timer = self.stalls[fault]
+            proc, _, _, timer = self.stalls[fault]
             timer.cancel()
             self.loop.resume(proc)
             self.end_stall(fault)
-
-    def kill(self, hist: SimHistory, name: str, n: int, *, restart: bool = True) -> None:
-        proc, _ = self.workers.pop(name)
-        pid = int(proc.rsplit("#", 1)[1])
-        self.fault(hist, "kill", "start", id=f"kill-{n}", target=name, target_pid=pid)
-        self.killed[name] = pid
-        self.loop.crash(proc)
-        self.world.count("kill")
-        if restart:
-            self.loop.call_later(
-                self.rng.uniform(0.3, 2.0), lambda: self.restart(name), context=contextvars.Context()
-            )
 
     def restart(self, name: str) -> None:
         if name not in self.workers and not self.healed_all and not self.down:
@@ -408,10 +379,10 @@ class Sim:
 
     # -- the run -----------------------------------------------------------------------------------
 
-    async def main(self) -> dict[str, Any]:
+    async def main(self) -> FinalState:
         hist, rec, _ = self.process("controller", faults=False)
         scenario = self.scenario
-        hist.event("info", what="run", scenario=scenario.name, store=self.sim_store.name, seed=self.seed, sim=True,
+        hist.event("info", what="run", scenario=scenario.name, store=self.store_name, seed=self.seed, sim=True,
                    workers=self.work.workers, workflows=len(self.workflows),
                    mutant=getattr(self.mutant, "name", None),
                    **({} if self.world.plan is None else {"faults": sorted(self.world.plan)}))  # fmt: skip
@@ -432,7 +403,7 @@ class Sim:
         # the heal: no new faults; wait for every workflow to finish, or the heal's time to run out
         deadline = self.world.elapsed() + self.scenario.heal_seconds
         while self.world.elapsed() < deadline:
-            finished = sum(1 for wf in self.workflows if self.sim_store.holds(wf, "done"))
+            finished = sum(1 for wf in self.workflows if self.sim_store.peek(wf, "done")[1])
             if finished == len(self.workflows) and all(w.done() for w in writers):
                 break
             await asyncio.sleep(0.5)
@@ -458,35 +429,25 @@ class Sim:
                 await final_rec.read(wf, "load")
         return await self.final()
 
-    async def final(self) -> dict[str, Any]:
-        """The store's final state as ``wd_chaos.control.runner.read_final`` reads it, through the store's
-        own ``history`` and ``load``."""
-        cp = self.store.checkpointer
-        out: dict[str, Any] = {}
-        for wf in self.workflows:
-            try:
-                entries = await cp.history(wf)
-                keys = list(await cp.load(wf))
-            except Exception as exc:  # a store that cannot read its own records holds none we know of
-                out[wf] = {"history": [], "load_keys": [], "read_error": f"{type(exc).__name__}: {exc}"}
-                continue
-            out[wf] = {
-                "history": [[e.key, e.value, e.written_at.isoformat()] for e in entries],
-                "load_keys": keys,
-            }
-        return {
-            "workflows": json.loads(json.dumps(out, default=repr)),
-            "ledger": self.sim_store.ledger_rows(),
-            "expected_workflows": list(self.workflows),
+    async def final(self) -> FinalState:
+        """The store's final state, read as the process runner reads it (``read_store_final``),
+        through the store's own ``history`` and ``load``."""
+        store = self.sim_store
+
+        async def ledger(_workflows: list[str]) -> list[dict[str, Any]]:
+            return store.ledger_rows()  # only this run's workflows write to its store
+
+        more = {
             "store_clock": "local",
             "lease_clock": "monotonic",
             "redelivers": True,  # the wire hands one delivery out twice now and then (take-exclusive)
         }
+        return await read_store_final(self.store.checkpointer, self.workflows, ledger, more, read_errors=True)
 
     def run(self) -> Result:
         with _quiet():
             try:
-                final = self.loop.run_until_complete(self.main())
+                read = self.loop.run_until_complete(self.main())
                 self.world.closed = True
                 self.loop.teardown()
                 self.workers.clear()
@@ -497,13 +458,14 @@ class Sim:
         checks = list(dict.fromkeys([*self.scenario.checks, *SIM_CHECKS]))
         # the scenario's checkers only: its bite check and coverage windows ask whether a planned
         # fault touched something, and sim's faults are drawn anew for every seed (counted in stats)
-        final = {**final, "wall_clock_steps": wallclock.steps(lines)}
-        judged_final = FinalState.from_json(final)
+        judged_final = read.with_steps(wallclock.steps(lines))
+        final = judged_final.to_json()
         found = checkers()
         with paired_once(lines):
             verdicts = [run_checker(name, found[name], lines, judged_final) for name in checks]
             windows = self.scenario.coverage
             reached = coverage(lines, windows).counts if windows else {}
+            bit = self.bites(lines, judged_final)
         judged = verdicts
         # a checker with nothing to judge (no cancel this run) does not make the run unknown; one
         # that crashed does (never valid)
@@ -521,7 +483,34 @@ class Sim:
             dict(self.world.stats),
             list(self.world.fired),
             dict(reached),
+            bit,
         )
+
+    def bites(self, lines: list[Any], final: FinalState) -> dict[str, bool]:
+        """The bite checks of the kinds whose simulated form fired this run, replayed on it: each
+        one's name and whether it bit (counted in a sweep's summary, never judged: sim draws its
+        faults anew for every seed)."""
+        fired = {fault.rpartition("-")[0] for fault in self.world.fired}
+        checks = bites()
+        return {
+            name: run_checker(name, checks[name], lines, final).valid is True
+            for kind, names in form_bites().items()
+            if kind in fired
+            for name in names
+        }
+
+
+@functools.cache
+def form_bites() -> dict[str, tuple[str, ...]]:
+    """The bite checks of each kind with a simulated form: those its own module defines."""
+    by_module: dict[str, list[str]] = {}
+    for name, check in bites().items():
+        by_module.setdefault(check.fn.__module__, []).append(name)
+    return {
+        name: tuple(sorted(by_module.get(kind.spec.__module__, [])))
+        for name, kind in kinds().items()
+        if kind.form is not None
+    }
 
 
 def _cancelling() -> bool:

@@ -1,5 +1,6 @@
 """The Memory store's kit: a manual clock the suite moves, effects over the store's own dict. It lives
-in one process, so wd-chaos (worker processes) cannot run it; its mutants are conformance-only."""
+in one process, so wd-chaos's worker processes cannot run it; ``wd-chaos sim`` can (one process,
+one event loop: ``MemorySimulated``), and judges its mutants with the conformance suite."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ..clock import ManualClock
 from ..memory import MemoryCheckpointer, MemoryDurable, MemoryEffect, MemoryScheduler
 from ..testing.harness import EffectFailed, EffectKit, ManualTestClock, StoreUnderTest
 from ..testing.kit import StoreKit
+from ..testing.simulated import SimulatedStore, Wrap
 
 
 def memory_effects(checkpointer: MemoryCheckpointer) -> EffectKit[MemoryEffect]:
@@ -62,6 +64,7 @@ class MemoryKit(StoreKit):
 
     name = "memory"
     description = "in-process test double"
+    provides = frozenset({"simulated"})
     mutant_modules = (
         "without_durability.kits.memory_mutants",
         "without_durability.kits.memory_cancel_mutants",
@@ -72,11 +75,48 @@ class MemoryKit(StoreKit):
         """A fresh Memory store on a manual clock."""
         return open_memory(server)
 
-    def simulated(self, clock: Callable[[], datetime], lease_clock: Callable[[], int]) -> MemoryDurable:
-        """A fresh Memory store on the simulator's clocks (see ``StoreKit.simulated``)."""
-        return MemoryDurable(
+    def open_simulated(
+        self, clock: Callable[[], datetime], lease_clock: Callable[[], int], wrap: Wrap | None = None
+    ) -> MemorySimulated:
+        """A fresh Memory store on the simulator's clocks (see ``StoreKit.open_simulated``)."""
+        return MemorySimulated(clock, lease_clock, wrap)
+
+
+class MemorySimulated(SimulatedStore):
+    """The Memory store in a simulated run: its ledger in the store's own state, its records
+    looked at in its dictionary; a reboot keeps it (its records stand for a file's)."""
+
+    def __init__(
+        self, clock: Callable[[], datetime], lease_clock: Callable[[], int], wrap: Wrap | None = None
+    ) -> None:
+        durable = MemoryDurable(
             MemoryCheckpointer(clock=clock, lease_clock=lease_clock), MemoryScheduler(clock=clock)
         )
+        self.durable: Any = wrap(durable) if wrap is not None else durable
+
+    def ledger_effect(self, workflow: str, key: str, token: int) -> MemoryEffect:
+        """An effect that appends one row to ``state["chaos_ledger"]``."""
+
+        def effect(state: dict[str, Any]) -> object:
+            rows = state.setdefault(SIM_LEDGER, [])
+            row = len(rows) + 1
+            rows.append({"row": row, "workflow": workflow, "key": key, "token": token})
+            return {"row": row, "token": token}
+
+        return effect
+
+    def ledger_rows(self) -> list[dict[str, Any]]:
+        """Every ledger row, in order."""
+        return [dict(r) for r in self.durable.checkpointer.state.get(SIM_LEDGER, [])]
+
+    def peek(self, workflow: str, key: str | None) -> tuple[int, bool]:
+        """The workflow's records in the store's dictionary (no step)."""
+        records = self.durable.checkpointer._records.get(workflow, {})
+        return len(records), key is not None and key in records
+
+
+SIM_LEDGER = "chaos_ledger"
+"""The key of a simulated run's ledger rows in the store's state."""
 
 
 KIT = MemoryKit()

@@ -1,6 +1,7 @@
 """The SQLite store's kit: for the suite, a fresh file per test, a manual clock the suite moves, and
 ledger effects written in SQL against the open transaction's cursor; for wd-chaos, one file in the
-run's folder that every worker process opens, on the system clock a ``wall-step`` fault moves.
+run's folder that every worker process opens, on the system clock a ``wall-step`` fault moves;
+for wd-chaos sim, the real store with its statements as steps of the simulator's loop.
 
 The ledger tables are test data, not product schema: the kit creates them in each file.
 """
@@ -28,6 +29,7 @@ from ..sqlite import (
 from ..sqlite.stepped import SteppedSqliteConnection
 from ..testing.harness import EffectFailed, EffectKit, ManualTestClock, StoreUnderTest
 from ..testing.kit import WALL_OFFSET, MutatePlan, Opened, Spec, StoreKit, stepped_clock
+from ..testing.simulated import SimulatedStore, Wrap
 
 LEDGER_TABLE = "wd_test_ledger"
 
@@ -176,7 +178,7 @@ class SqliteKit(StoreKit):
 
     name = "sqlite"
     description = "one SQLite file in WAL mode (stdlib sqlite3)"
-    provides = frozenset({"workers", "power-loss"})
+    provides = frozenset({"workers", "power-loss", "simulated"})
     mutant_modules = ("without_durability.kits.sqlite_mutants",)
     mutate_plan = MutatePlan(
         statements=("without_durability.sqlite",),  # the store's module (or package) of statements
@@ -199,26 +201,101 @@ class SqliteKit(StoreKit):
         """Open the run's file (see ``open_sqlite_worker``)."""
         return await open_sqlite_worker(spec)
 
-    def simulated(
-        self,
-        clock: Callable[[], datetime],
-        lease_clock: Callable[[], int],
-        *,
-        path: Path | None = None,
-    ) -> SqliteDurable:
-        """The real SQLite store on the simulator's clocks over a ``SteppedSqliteConnection`` (each
-        batch of statements one step of the loop, no thread): on the file ``path``, or on a new
-        file in a new temporary folder that closing the connection removes. Opening ``path`` again
-        (another process, or after a simulated reboot) finds what was written there. Commits skip
-        the fsync: a simulated reboot keeps what the OS was handed, and no run here loses power."""
-        if path is None:
-            conn = SteppedSqliteConnection.temporary(synchronous="OFF")
-        else:
-            conn = SteppedSqliteConnection(path, synchronous="OFF")
-        return SqliteDurable(
-            SqliteCheckpointer(conn, clock=clock, lease_clock=lease_clock),
-            SqliteScheduler(conn, clock=clock),
+    def open_simulated(
+        self, clock: Callable[[], datetime], lease_clock: Callable[[], int], wrap: Wrap | None = None
+    ) -> SqliteSimulated:
+        """The real SQLite store on the simulator's clocks (see ``SqliteSimulated``)."""
+        return SqliteSimulated(clock, lease_clock, wrap)
+
+
+# -- wd-chaos sim: the real store, its statements steps of the simulator's loop --------------------
+
+SIM_LEDGER = "sim_ledger"
+"""A simulated run's ledger table in its SQLite file."""
+
+PEEK = "SELECT count(*), coalesce(sum(key = :key), 0) FROM checkpoint WHERE workflow = :workflow"
+
+
+def simulated_durable(
+    clock: Callable[[], datetime], lease_clock: Callable[[], int], path: Path | None = None
+) -> SqliteDurable:
+    """The real SQLite store on the given clocks over a ``SteppedSqliteConnection`` (each batch of
+    statements one step of the running loop, no thread): on the file ``path``, or on a new file in
+    a new temporary folder that closing the connection removes. Commits skip the fsync: a
+    simulated reboot keeps what the OS was handed, and no simulated run loses power."""
+    if path is None:
+        conn = SteppedSqliteConnection.temporary(synchronous="OFF")
+    else:
+        conn = SteppedSqliteConnection(path, synchronous="OFF")
+    return SqliteDurable(
+        SqliteCheckpointer(conn, clock=clock, lease_clock=lease_clock),
+        SqliteScheduler(conn, clock=clock),
+    )
+
+
+class SqliteSimulated(SimulatedStore):
+    """The real SQLite store in a simulated run, on a file in a temporary folder. A reboot opens
+    the same file again on a new connection (the store's own open: the schema check, WAL), which
+    the processes started after it use (those of before have crashed, or keep their own); the
+    records and claims of before are the file's."""
+
+    def __init__(
+        self, clock: Callable[[], datetime], lease_clock: Callable[[], int], wrap: Wrap | None = None
+    ) -> None:
+        self.clock = clock
+        self.lease_clock = lease_clock
+        self.wrap = wrap
+        first = simulated_durable(clock, lease_clock)
+        self.conns: list[SteppedSqliteConnection] = [first.conn]  # type: ignore[list-item]
+        self.path = first.conn.path
+        self.conns[0]._write_now(
+            lambda cur: cur.execute(
+                f"CREATE TABLE IF NOT EXISTS {SIM_LEDGER} (row INTEGER PRIMARY KEY, "
+                "workflow TEXT NOT NULL, key TEXT NOT NULL, token INTEGER NOT NULL)"
+            )
         )
+        self.durable: Any = self._wrapped(first)
+
+    def _wrapped(self, durable: SqliteDurable) -> Any:
+        return self.wrap(durable) if self.wrap is not None else durable
+
+    def ledger_effect(self, workflow: str, key: str, token: int) -> SqliteEffect:
+        """An effect that inserts one ledger row in the open transaction."""
+
+        def effect(cur: sqlite3.Cursor) -> object:
+            cur.execute(
+                f"INSERT INTO {SIM_LEDGER} (workflow, key, token) VALUES (?, ?, ?)", (workflow, key, token)
+            )
+            return {"row": cur.lastrowid, "token": token}
+
+        return effect
+
+    def ledger_rows(self) -> list[dict[str, Any]]:
+        """Every ledger row, in order, read at once on the newest connection."""
+
+        def job(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
+            rows = cur.execute(f"SELECT row, workflow, key, token FROM {SIM_LEDGER} ORDER BY row")
+            return [{"row": r, "workflow": w, "key": k, "token": t} for r, w, k, t in rows]
+
+        return self.conns[-1]._read_now(job)
+
+    def peek(self, workflow: str, key: str | None) -> tuple[int, bool]:
+        """The workflow's records in the file, read at once (no step) on the newest connection."""
+        row = self.conns[-1]._read_now(
+            lambda cur: cur.execute(PEEK, {"workflow": workflow, "key": key}).fetchone()
+        )
+        return int(row[0]), key is not None and bool(row[1])
+
+    def reboot(self) -> None:
+        """Open the same file again on a new connection, for the processes started from now on."""
+        durable = simulated_durable(self.clock, self.lease_clock, self.path)
+        self.conns.append(durable.conn)  # type: ignore[arg-type]
+        self.durable = self._wrapped(durable)
+
+    def close(self) -> None:
+        """Close every connection, the first last (it owns the temporary folder)."""
+        for conn in reversed(self.conns):
+            conn.close_now()
 
 
 KIT = SqliteKit()

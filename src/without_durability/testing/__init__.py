@@ -22,6 +22,7 @@ from .harness import (
 )
 from .kit import MutatePlan, Opened, StoreKit, find_kit, kits
 from .mutants import Mutant, Swap, replaced, swap
+from .simulated import SimulatedStore
 from .workflow import (
     EffectLedger,
     MissingInput,
@@ -46,6 +47,7 @@ __all__ = [
     "replaced",
     "swap",
     "Opened",
+    "SimulatedStore",
     "StoreKit",
     "find_kit",
     "kits",

@@ -30,6 +30,7 @@ from ..clock import monotonic_micros, system_clock
 from .harness import StoreFactory, StoreUnderTest
 from .replicated import Replicated
 from .servers import ServerRecipe
+from .simulated import SimulatedStore, Wrap
 
 ENTRY_POINT_GROUP = "without_durability.stores"
 
@@ -41,7 +42,9 @@ scenario's small retention, for stores that keep records for a time), ``wait_rep
 run's replicas each write waits for, for stores that can wait) and ``prepare`` (true once, before
 any worker starts: create the schema and the ledger)."""
 
-Capability = Literal["workers", "restart", "proxy", "transact-pause", "failover", "power-loss"]
+Capability = Literal[
+    "workers", "restart", "proxy", "transact-pause", "failover", "power-loss", "simulated"
+]
 """What a kit can do for a wd-chaos scenario. ``workers``: many processes open one store from a
 spec (every worker scenario needs it). ``restart``: its private server can be killed and started on
 the same data with acknowledged writes kept (``store-restart``). ``proxy``: it is reached over one TCP
@@ -51,7 +54,9 @@ private replicated deployment (``replicated``) whose primary a ``failover`` faul
 ``power-loss``: its data can live in a folder the run chooses (a private server started with
 ``server(datadir=...)``, or a file ``worker_spec`` puts in the folder it is given), and it has a
 relaxed durability setting (``server(relaxed=True)``, or ``relaxed`` in the spec) that acknowledges
-before its data is fsynced (``power-loss``, ``power-loss-relaxed``)."""
+before its data is fsynced (``power-loss``, ``power-loss-relaxed``). ``simulated``: it opens a store
+in this process, every wait of it the running event loop's, on clocks it is handed
+(``open_simulated``), so ``wd-chaos sim`` runs it."""
 CAPABILITIES: tuple[Capability, ...] = get_args(Capability)
 
 
@@ -180,7 +185,7 @@ class StoreKit:
 
     The conformance suite needs ``open`` (and ``server``, ``unavailable``); wd-chaos needs
     ``provides``, ``worker_spec`` and ``open_worker``; the mutant gate needs ``mutant_modules``;
-    ``wd-chaos mutate`` needs ``mutate_plan``.
+    ``wd-chaos mutate`` needs ``mutate_plan``; ``wd-chaos sim`` needs ``open_simulated``.
     """
 
     name: str = ""
@@ -257,12 +262,15 @@ class StoreKit:
         follows its primary) and a namespace of its own (``tag``: a schema, a key prefix)."""
         raise KitError(f"store kit {self.name!r} cannot be opened by worker processes")
 
-    def simulated(self, clock: Callable[[], datetime], lease_clock: Callable[[], int]) -> Any:
-        """A fresh store in this process on the given wall clock and lease clock (microseconds), for
-        a simulator that runs every caller on one deterministic event loop (``wd-chaos sim``): a
-        ``Durable`` whose every wait is the loop's. Kits whose store needs a server or a thread
-        cannot; they raise ``KitError``."""
-        raise KitError(f"store kit {self.name!r} cannot run in the simulator (an in-process store only)")
+    def open_simulated(
+        self, clock: Callable[[], datetime], lease_clock: Callable[[], int], wrap: Wrap | None = None
+    ) -> SimulatedStore:
+        """A fresh store in this process on the given wall clock and lease clock (microseconds),
+        ``wrap`` (a mutant's) applied to its ``Durable``, for a simulator that runs every caller on
+        one deterministic event loop (``wd-chaos sim``): every wait of it is the loop's. Kits that
+        provide ``simulated``; the others raise ``KitError`` (a store that needs a server or a
+        thread cannot)."""
+        raise KitError(f"store kit {self.name!r} cannot run in the simulator (no 'simulated')")
 
     async def open_worker(self, spec: Spec) -> Opened:
         """Open the store ``spec`` names in this process, with its in-store ledger."""

@@ -1,0 +1,57 @@
+"""``SimulatedStore``: a store as a deterministic simulator (``wd-chaos sim``) holds it, opened by
+its kit's ``StoreKit.open_simulated`` (kits that provide ``simulated``).
+
+A simulator runs every caller (workers, writers, readers) in one process on one seeded event
+loop, on clocks it hands the store. Beyond the store's own interfaces (``durable``) it asks five
+things of it, each answered by the store's own package, which alone may look inside the store:
+
+- ``ledger_effect`` and ``ledger_rows``: the in-store ledger a ``transact`` appends to, and what
+  it holds (the checkers' evidence of an effect committed with its record);
+- ``peek``: a workflow's records looked at without a step of the loop (no process makes a call),
+  so the simulator can tell whether a call cancelled inside the store left anything behind;
+- ``reboot``: the simulated machine rebooted (the processes of before have crashed); what the
+  store keeps across it (its file) the processes started from now on find through ``durable``;
+- ``close``: release everything (files, folders), once the run is over.
+
+This module imports nothing of any store or of the harness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+LedgerEffect = Callable[[Any], object]
+"""A ``transact`` effect in the store's own form (a function of its state, a cursor...)."""
+
+Wrap = Callable[[Any], Any]
+"""Turns a fresh ``Durable`` into another (a catalogue mutant's ``wrap``)."""
+
+
+class SimulatedStore:
+    """A store in a simulated run (see the module docstring). Subclass it in the store's kit."""
+
+    durable: Any
+    """The store as a process started now opens it (after the latest ``reboot``), a mutant's
+    ``wrap`` applied."""
+
+    def ledger_effect(self, workflow: str, key: str, token: int) -> LedgerEffect:
+        """A ``transact`` effect that appends one ledger row ``(workflow, key, token)`` in the
+        store's own data, inside the transaction, and returns ``{"row": ..., "token": token}``."""
+        raise NotImplementedError
+
+    def ledger_rows(self) -> list[dict[str, Any]]:
+        """Every ledger row (``row``, ``workflow``, ``key``, ``token``), in order, read at once."""
+        raise NotImplementedError
+
+    def peek(self, workflow: str, key: str | None) -> tuple[int, bool]:
+        """How many records ``workflow`` holds, and whether it holds ``key`` (False for None),
+        read at once: no step of the loop, no call a process could see."""
+        raise NotImplementedError
+
+    def reboot(self) -> None:
+        """The simulated machine rebooted: reopen what a reboot reopens (nothing by default: a
+        store whose records stand for a file's keeps them as they are)."""
+
+    def close(self) -> None:
+        """Release what the store holds (nothing by default). Called once, after the run."""
