@@ -303,3 +303,73 @@ async def test_a_reaping_take_leaves_a_plain_workers_live_claim_alone(wd_store: 
         with pytest.raises(Contended):
             await c.checkpointer.claim(workflow, alive=LONG, budget=LONG)
         await b.checkpointer.record(held, "b", 1)  # not Fenced: B's pass is the live one
+
+
+async def _until_gone(durable: Any, owner: int) -> None:
+    """Wait until the server has ended ``owner``'s presence session (its lock can be taken)."""
+    deadline = time.monotonic() + DETECTION
+    while True:
+        async with durable.pool.connection() as conn:  # an xact lock: gone with this transaction
+            cur = await conn.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", (PRESENCE_LOCK, owner))
+            row = await cur.fetchone()
+        if row is not None and row[0]:
+            return
+        assert time.monotonic() < deadline, "the closed holder's presence session did not end"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_reap_frees_the_dead_owners_hidden_rows_and_nothing_else(wd_store: StoreUnderTest[Any]) -> None:
+    """REAP makes visible now the queue rows, in its own namespace, of the workflows whose claim
+    owner is gone, and only those: a live owner's hidden row stays hidden, the same workflow's row
+    in another namespace stays hidden, and a row of the dead owner's that was already due keeps
+    its time (so the earlier wakeup is still handed out first)."""
+    async with worker_side(wd_store) as (mine, _):
+        other = PostgresScheduler(mine.pool, namespace="other")
+        await mine.scheduler.schedule("live-w")
+        live = await mine.take_and_claim(LONG, alive=LONG, budget=LONG)
+        assert live is not None and live[0].workflow == "live-w" and live[1] is not None
+        await other.schedule("dead-w")
+        assert (hidden := await other.take(LONG)) is not None and hidden.workflow == "dead-w"
+        async with worker_side(wd_store) as (theirs, their_wakeup):
+            owner = their_wakeup.owner
+            assert owner is not None
+            await theirs.scheduler.schedule("dead-w")
+            dead = await theirs.take_and_claim(LONG, alive=LONG, budget=LONG)
+            assert dead is not None and dead[0].workflow == "dead-w" and dead[1] is not None
+            await theirs.checkpointer.claim("dead-due", alive=LONG, budget=LONG)
+            now = await mine.scheduler.now()
+            await mine.scheduler.schedule("dead-due", now - timedelta(seconds=20))
+            await mine.scheduler.schedule("plain-due", now - timedelta(seconds=10))
+        await _until_gone(mine, owner)
+        got = []
+        while (d := await mine.scheduler.take(LONG)) is not None:
+            got.append(d.workflow)
+        assert got == ["dead-due", "plain-due", "dead-w"], (
+            f"after the reap, takes handed out {got}: expected the dead owner's due row first (its time "
+            "kept), then the other due row, then its hidden row made visible, and not the live owner's"
+        )
+        assert await other.take(LONG) is None, "the reap made another namespace's hidden row visible"
+
+
+async def test_a_reap_skips_a_dead_owners_claim_row_another_transaction_holds(
+    wd_store: StoreUnderTest[Any],
+) -> None:
+    """Reaps never wait on a claim row a transaction in flight holds (a renewal, a record, another
+    reap): the take that reaps hands out what it can at once."""
+    async with worker_side(wd_store) as (mine, _):
+        async with worker_side(wd_store) as (theirs, their_wakeup):
+            owner = their_wakeup.owner
+            assert owner is not None
+            await theirs.checkpointer.claim("held-w", alive=LONG, budget=LONG)
+        await _until_gone(mine, owner)
+        await mine.scheduler.schedule("due-w")
+        holder = await psycopg.AsyncConnection.connect(
+            wd_store.extra["url"], options=f"-c search_path={wd_store.extra['schema']}"
+        )
+        try:
+            await holder.execute("SELECT 1 FROM workflow_claim WHERE workflow = 'held-w' FOR UPDATE")
+            async with asyncio.timeout(5):  # a reap waiting on the held row fails here
+                got = await mine.scheduler.take(LONG)
+            assert got is not None and got.workflow == "due-w"
+        finally:
+            await holder.close()

@@ -163,6 +163,26 @@ async def test_a_queue_row_another_transaction_holds_is_skipped_not_waited_for(
         assert again is not None and again[0].workflow == "a"
 
 
+@BOTH
+async def test_a_take_and_claims_liveness_is_cut_at_its_budget(wd_store: StoreUnderTest[Any], claims: str) -> None:
+    """The claim a take makes lives no longer than its budget, however long its alive asks, on a
+    first claim (the insert) and on a takeover (the update): once the budget is spent the
+    workflow's next take claims it, even while the first holder's presence is alive."""
+    short = timedelta(milliseconds=200)
+    async with claiming(wd_store, claims, "default") as ((durable,), _):
+        await durable.scheduler.schedule("w")
+        first = await durable.take_and_claim(short, alive=LONG, budget=short)
+        assert first is not None and first[1] is not None
+        await asyncio.sleep(0.4)  # the visibility and the budget are spent; alive is an hour
+        second = await durable.take_and_claim(short, alive=LONG, budget=short)
+        assert second is not None, "the redelivered workflow was not handed out"
+        assert second[1] is not None, "a first claim outlived its budget: alive, not budget, bounded it"
+        assert second[1].token > first[1].token
+        await asyncio.sleep(0.4)
+        third = await durable.take_and_claim(LONG, alive=LONG, budget=LONG)
+        assert third is not None and third[1] is not None, "a takeover's claim outlived its budget"
+
+
 def _words(statement: str) -> str:
     return " ".join(statement.split())
 
