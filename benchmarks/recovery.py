@@ -23,6 +23,15 @@ Counted and printed for every store: ``lost`` (workflows not finished at the end
 (a resumed pass whose token was not above the killed pass's: it ran on a fence that should have
 refused it), ``duplicated`` (workflows whose body completed more than once).
 
+Second-fault rows (``second fault: store restart``, each server store): the same kill, then the
+store's server SIGKILLed and started again ``DOWN`` seconds later, beginning at a random moment in
+``[alive/2, alive]`` after the kill, so the outage covers the moment the dead pass's claim lapses
+and the takeover is tried. ``kill_to_done_ms`` (every row) runs from the SIGKILL to the end of the
+pass that finished the workflow: under a restart the first pass to start may meet the outage and
+leave the delivery to reappear a visibility later. Its bound is ``2 * alive + poll + outage``: the
+claim lapses within ``alive``, a takeover the outage failed waits out its delivery's visibility
+(``= alive``), then a poll, with the outage (``down`` plus the server's start) on top.
+
 ``--fast-failover`` rows: Postgres with ``PostgresCheckpointer(failover=...)`` (see
 ``without_durability_postgres.failover``), alive = 30 s, where the bound is the server's detection
 of the dead worker's session plus a poll, not the lease.
@@ -40,14 +49,31 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from ._common import ROOT, machine, parser, plot, report_dir, save_json, servers, table, write_summary
 
+
+@contextlib.contextmanager
+def _servers(kinds: list[str], restartable: bool) -> Iterator[dict[str, Any]]:
+    """The benchmark's servers; private restartable instances when a row restarts one."""
+    if not restartable:
+        with servers(*kinds) as srv:
+            yield srv
+        return
+    from without_durability.testing.kit import find_kit
+
+    with contextlib.ExitStack() as stack:
+        yield {k: stack.enter_context(find_kit(k).server(restartable=True)) for k in kinds}
+
+
 STORES = ("postgres", "redis-set", "redis-stream", "sqlite")
+SERVER_STORES = ("postgres", "redis-set", "redis-stream")
+DOWN = 1.0
+"""Seconds the store's server stays down in a second-fault sample before it is started again."""
 
 
 def quantile(xs: list[float], q: float) -> float:
@@ -224,13 +250,35 @@ class Fleet:
         await asyncio.gather(*self.readers, return_exceptions=True)
 
 
+async def retried(call: Any, seconds: float = 30.0) -> Any:
+    """``call()`` awaited, asked again while the store is unavailable (a restart), up to ``seconds``."""
+    from without_durability.errors import StoreError
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return await call()
+        except StoreError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
 async def measure(
-    spec: dict[str, Any], samples: int, workers: int, rng: random.Random, log: Path
+    spec: dict[str, Any],
+    samples: int,
+    workers: int,
+    rng: random.Random,
+    log: Path,
+    server: Any = None,
 ) -> dict[str, Any]:
+    """One row; with ``server``, each kill is followed by a restart of it (the second fault)."""
     from without_durability.lifecycle import status_of
 
     alive, poll = spec["alive"], spec["poll"]
     gaps: list[float] = []
+    done: list[float] = []
+    outages: list[float] = []
     past_fence = 0
     async with open_store(spec) as (durable, _):
         fleet = Fleet(spec, log)
@@ -241,12 +289,15 @@ async def measure(
             for i in range(samples):
                 w = f"recovery-{i}"
                 names.append(w)
-                await durable.arrive(w, "go", i)
+                await retried(lambda w=w, i=i: durable.arrive(w, "go", i))
                 began = await fleet.wait(lambda e, w=w: e["ev"] == "began" and e["w"] == w, 30)
                 await asyncio.sleep(rng.uniform(0.0, alive / 3))
                 killed_at = fleet.kill(began["pid"])
                 victim = began["pid"]
                 fresh = await fleet.spawn(ready=False)  # the replacement, so the fleet keeps its size
+                restart = None
+                if server is not None:  # the second fault, while the takeover is due
+                    restart = asyncio.create_task(_restart(server, killed_at + rng.uniform(0.5, 1.0) * alive))
                 resumed = await fleet.wait(
                     lambda e, w=w, v=victim: e["ev"] == "start" and e["w"] == w and e["pid"] != v,
                     3 * alive + 30,
@@ -254,13 +305,20 @@ async def measure(
                 gaps.append(resumed["t"] - killed_at)
                 if resumed["token"] <= began["token"]:
                     past_fence += 1
-                await fleet.wait(lambda e, w=w: e["ev"] == "end" and e["w"] == w, 30)
+                ended = await fleet.wait(lambda e, w=w: e["ev"] == "end" and e["w"] == w, 3 * alive + 30)
+                done.append(ended["t"] - killed_at)
+                if restart is not None:
+                    outages.append(await restart)
                 # every sample starts with the whole fleet running, so a survivor is always there
                 await fleet.wait(lambda e, p=fresh: e["ev"] == "ready" and e["pid"] == p, 60)
             lost = 0
-            for w in names:
-                if status_of(await durable.checkpointer.load(w)).state != "finished":
-                    lost += 1
+            for w in names:  # the finished record lands just after the body's "end" line
+                until = time.monotonic() + 10
+                while status_of(await retried(lambda w=w: durable.checkpointer.load(w))).state != "finished":
+                    if time.monotonic() > until:
+                        lost += 1
+                        break
+                    await asyncio.sleep(0.1)
             ends: dict[str, int] = {}
             for e in fleet.events:
                 if e["ev"] == "end":
@@ -269,9 +327,16 @@ async def measure(
         finally:
             await fleet.close()
     ms = [g * 1000 for g in gaps]
-    bound = (alive + poll) * 1000
+    done_ms = [g * 1000 for g in done]
+    outage = max(outages, default=0.0)
+    bound = (alive + poll) * 1000 if server is None else (2 * alive + poll + outage) * 1000
     return {
         "store": spec["store"],
+        "second_fault": "store restart" if server is not None else None,
+        "down_s": DOWN if server is not None else None,
+        "outage_max_ms": outage * 1000 if server is not None else None,
+        "kill_to_done_p50_ms": quantile(done_ms, 0.5),
+        "kill_to_done_p99_ms": quantile(done_ms, 0.99),
         "fast_failover": bool(spec.get("fast_failover")),
         "wakeup": spec["store"] in ("postgres", "redis-stream"),
         "workers": workers,
@@ -290,6 +355,14 @@ async def measure(
         "past_fence": past_fence,
         "duplicated": duplicated,
     }
+
+
+async def _restart(server: Any, at: float) -> float:
+    """Restart ``server`` (kept down ``DOWN`` s) at monotonic time ``at``; how long it was out."""
+    await asyncio.sleep(max(0.0, at - time.monotonic()))
+    t0 = time.monotonic()
+    await asyncio.to_thread(server.restart, kill=True, down=DOWN)
+    return time.monotonic() - t0
 
 
 @contextlib.asynccontextmanager
@@ -317,16 +390,20 @@ async def configured(kind: str, urls: dict[str, str]) -> AsyncIterator[dict[str,
             yield {"store": kind, "path": path}
 
 
-def configs(quick: bool, only: list[str] | None, fast_only: bool) -> list[dict[str, Any]]:
-    """What to measure: each store at the lease settings, and Postgres with fast failover."""
+def configs(
+    quick: bool, only: list[str] | None, fast_only: bool, second: bool = True
+) -> list[dict[str, Any]]:
+    """What to measure: each store at the lease settings, each server store again with a store
+    restart during recovery (``second``), and Postgres with fast failover."""
     alive, poll, samples = (2.0, 0.1, 5) if quick else (5.0, 0.1, 20)
     out: list[dict[str, Any]] = []
     if not fast_only:
-        out += [
-            {"store": s, "alive": alive, "poll": poll, "samples": samples}
-            for s in STORES
-            if not only or any(s.startswith(o) for o in only)
-        ]
+        for s in STORES:
+            if only and not any(s.startswith(o) for o in only):
+                continue
+            out.append({"store": s, "alive": alive, "poll": poll, "samples": samples})
+            if second and s in SERVER_STORES:
+                out.append({"store": s, "alive": alive, "poll": poll, "samples": samples, "restart": True})
     if not only or any("postgres".startswith(o) for o in only):
         out.append(
             {
@@ -341,13 +418,19 @@ def configs(quick: bool, only: list[str] | None, fast_only: bool) -> list[dict[s
 
 
 async def main(
-    folder: Path, quick: bool, only: list[str] | None = None, fast_only: bool = False, fast: bool = True
+    folder: Path,
+    quick: bool,
+    only: list[str] | None = None,
+    fast_only: bool = False,
+    fast: bool = True,
+    second: bool = True,
 ) -> dict[str, Any]:
     rng = random.Random(20261203)
-    plan = [c for c in configs(quick, only, fast_only) if fast or not c.get("fast_failover")]
+    plan = [c for c in configs(quick, only, fast_only, second) if fast or not c.get("fast_failover")]
     kinds = [k for k in ("postgres", "redis") if any(c["store"].startswith(k) for c in plan)]
     rows: list[dict[str, Any]] = []
-    with servers(*kinds) as srv:
+    restartable = any(c.get("restart") for c in plan)
+    with _servers(kinds, restartable) as srv:
         urls = {k: srv[k].url for k in kinds}
         for c in plan:
             t0 = time.perf_counter()
@@ -355,23 +438,30 @@ async def main(
                 spec.update(
                     {"alive": c["alive"], "poll": c["poll"], "fast_failover": c.get("fast_failover", False)}
                 )
+                server = srv[c["store"].split("-")[0]] if c.get("restart") else None
                 try:
-                    rows.append(await measure(spec, c["samples"], 2, rng, folder / "recovery-workers.log"))
+                    log = folder / "recovery-workers.log"
+                    rows.append(await measure(spec, c["samples"], 2, rng, log, server))
                 except Exception as exc:
                     rows.append(
                         {
                             "store": c["store"],
+                            "second_fault": "store restart" if c.get("restart") else None,
                             "fast_failover": c.get("fast_failover", False),
                             "error": f"{type(exc).__name__}: {exc}",
                         }
                     )
             print(
-                f"  {c['store']}{' fast failover' if c.get('fast_failover') else ''}: "
+                f"  {c['store']}{' fast failover' if c.get('fast_failover') else ''}"
+                f"{' + store restart' if c.get('restart') else ''}: "
                 f"{time.perf_counter() - t0:.1f}s",
                 flush=True,
             )
     good = [r for r in rows if "error" not in r]
-    label = lambda r: f"{r['store']}{' fast failover' if r['fast_failover'] else ''}"  # noqa: E731
+    label = lambda r: (  # noqa: E731
+        f"{r['store']}{' fast failover' if r['fast_failover'] else ''}"
+        f"{' + store restart' if r.get('second_fault') else ''}"
+    )
     plot(
         folder,
         "recovery",
@@ -383,6 +473,7 @@ async def main(
     text = table(
         [
             "store",
+            "second fault",
             "fast failover",
             "wakeup",
             "alive s",
@@ -391,7 +482,10 @@ async def main(
             "kill→resume p50 ms",
             "p99 ms",
             "max ms",
-            "bound ms (alive + poll)",
+            "kill→done p50 ms",
+            "p99 ms",
+            "outage ms",
+            "bound ms",
             "p50/bound",
             "p99/bound",
             "lost",
@@ -401,6 +495,7 @@ async def main(
         [
             [
                 r["store"],
+                r.get("second_fault") or "",
                 r.get("fast_failover"),
                 r.get("wakeup"),
                 r.get("alive_s"),
@@ -409,6 +504,9 @@ async def main(
                 r.get("kill_to_resume_p50_ms"),
                 r.get("kill_to_resume_p99_ms"),
                 r.get("kill_to_resume_max_ms", r.get("error")),
+                r.get("kill_to_done_p50_ms"),
+                r.get("kill_to_done_p99_ms"),
+                r.get("outage_max_ms"),
                 r.get("bound_ms"),
                 r.get("p50_to_bound"),
                 r.get("p99_to_bound"),
@@ -431,7 +529,10 @@ async def main(
         "settings give: the claim lapses `alive` after its last renewal and a worker looks within "
         "a poll (`visibility = alive`, `retry_contended = poll`). With fast failover (Postgres, "
         "opt-in) the claim is taken over when the server sees the dead worker's session gone, "
-        "so the lease bound no longer applies. The machine is shared and noisy: read the ratios."
+        "so the lease bound no longer applies. Rows with a second fault restart the store's "
+        f"server ({DOWN:g} s down) between alive/2 and alive after the kill: their bound is "
+        "2 * alive + poll + the outage (a takeover the outage failed waits out its visibility). "
+        "The machine is shared and noisy: read the ratios."
         f"\n\n{text}\n\nLost, run past its fence or duplicated, all rows: {bad}\n\n"
         f"Machine: {result['machine']}\n",
     )
@@ -455,7 +556,21 @@ if __name__ == "__main__":
         "--fast-failover-only", action="store_true", help="only the Postgres fast-failover row (alive = 30 s)"
     )
     p.add_argument("--no-fast-failover", action="store_true", help="leave out the fast-failover row")
+    p.add_argument(
+        "--no-second-fault",
+        action="store_true",
+        help="leave out the rows with a store restart during recovery",
+    )
     args = p.parse_args()
     out = report_dir(args.out)
-    asyncio.run(main(out, args.quick, args.only, args.fast_failover_only, not args.no_fast_failover))
+    asyncio.run(
+        main(
+            out,
+            args.quick,
+            args.only,
+            args.fast_failover_only,
+            not args.no_fast_failover,
+            not args.no_second_fault,
+        )
+    )
     print(f"\nreport: {out}")

@@ -163,6 +163,19 @@ def test_a_store_without_the_fence_on_record_is_caught(chaos: ChaosRun) -> None:
     assert any("superseded token" in str(e.get("why")) for e in fencing.evidence), describe(outcome)
 
 
+TAKEOVER_MUTANT = "runtime-worker-gives-up-a-takeover-when-unavailable"
+
+
+@pytest.mark.timeout(RUNS * HARD_TIMEOUT + 30)
+def test_a_worker_whose_takeover_gives_up_when_the_store_restarts_is_caught(chaos: ChaosRun) -> None:
+    """Recovery under a second fault (#49): a takeover that drops its workflow on StoreUnavailable
+    strands it, and recovery-restart's liveness says so, on the store the mutant names."""
+    outcome = chaos("recovery-restart", "redis-set", seconds=SECONDS, mutant=TAKEOVER_MUTANT)
+    assert outcome.valid is False, f"the mutant was not caught:\n{describe(outcome)}"
+    liveness = next(v for v in outcome.verdicts if v.name == "liveness")
+    assert liveness.valid is False and liveness.evidence, describe(outcome)
+
+
 @pytest.mark.timeout((2 * RUNS + 1) * HARD_TIMEOUT + 60)  # runs, shrink, replays
 @pytest.mark.longest
 def test_a_failing_run_shrinks_to_fewer_faults_that_still_fail_on_replay(

@@ -383,6 +383,28 @@ def benchmarks() -> str:
         head = ("store", "alive s", "poll ms", "samples", "p50 ms", "p99 ms", "bound ms (alive + poll)",
                 "p50 / bound", "p99 / bound", "lost, past fence, twice")
         out.append(_table(rows, head))
+    if (BASELINE / "recovery_second_fault.json").exists():
+        second = _load("recovery_second_fault.json")
+        out += ["", "## Recovery under a second fault: a store restart during the takeover", "", _machine(second), ""]
+        rows = [
+            (
+                r["store"] + (" + store restart" if r.get("second_fault") else ""),
+                _num(r["alive_s"]),
+                _num(r["samples"]),
+                _num(r["kill_to_resume_p50_ms"]),
+                _num(r["kill_to_resume_p99_ms"]),
+                _num(r["kill_to_done_p50_ms"]),
+                _num(r["kill_to_done_p99_ms"]),
+                _num(r["outage_max_ms"]) if r.get("outage_max_ms") is not None else "",
+                _num(r["bound_ms"]),
+                _num(r["lost"] + r["past_fence"] + r["duplicated"]),
+            )
+            for r in second["rows"]
+            if "kill_to_done_p50_ms" in r and not r.get("fast_failover")
+        ]
+        head = ("store", "alive s", "samples", "resume p50 ms", "resume p99 ms", "done p50 ms", "done p99 ms",
+                "outage ms", "bound ms", "lost, past fence, twice")
+        out.append(_table(rows, head))
     return "\n".join(out)
 
 

@@ -1,8 +1,9 @@
 """Mutants of the runtime (``Worker``, ``Run``, ``RetryPolicy``): each a plausible slip in the
 library's own code that breaks a promise its docstring makes, judged where the library's own Worker
 runs: by the simulator, and by wd-chaos runs whose workers are library Workers (long-wait,
-budget-overrun), both on SQLite, a store the harness can share between processes. The Memory kit
-names this module in ``mutant_modules``; a mutant's ``store`` is where its killers run it.
+budget-overrun), both on SQLite, a store the harness can share between processes, and on Redis by
+one whose store restarts during a takeover (recovery-restart). The Memory kit names this module in
+``mutant_modules``; a mutant's ``store`` is where its killers run it.
 
 A store mutant swaps one part of a durable; the runtime is no part of one, so a runtime mutant's
 ``wrap`` (``RuntimeSlip``) puts its broken method on the runtime class itself, in the process that
@@ -13,16 +14,17 @@ own (``wd-chaos sim --mutant``, a wd-chaos run's workers), never beside a real s
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Never, cast
 
-from .._values import Pass, Recorded
-from ..errors import Contended, Suspended, Swallowed
-from ..lifecycle import RetryPolicy, Status, error_key, error_record, failed_key, failure_record
+from .._values import Delivery, Pass, Recorded
+from ..errors import Contended, Fenced, StoreError, StoreUnavailable, Suspended, Swallowed
+from ..lifecycle import RetryPolicy, Status, error_key, error_record, failed_key, failure_record, status_of
 from ..protocols import TakesAndClaims
 from ..rules import check_key, lifecycle_writes
-from ..run import Run, Sleeping
+from ..run import Run, Sleeping, run_loaded
 from ..testing.mutants import Mutant
 from ..worker import Worker
 
@@ -113,6 +115,67 @@ async def _contended_answered_as_done(self: Worker[Any]) -> bool:
     return True
 
 
+async def _takeover_gives_up_when_unavailable(
+    self: Worker[Any], delivery: Delivery, pass_: Pass, records: dict[str, object] | None
+) -> None:
+    """``Worker._drive`` (the pass that resumes what a dead holder left: its load and its body)
+    that, when the store is unavailable (``StoreUnavailable``, a restart), gives the workflow up:
+    it answers the delivery with nothing, as if the pass had ended, instead of leaving it to
+    reappear once its visibility lapses. A workflow taken over as the store restarts is stranded."""
+    checkpointer = self.durable.checkpointer
+    if records is None:
+        try:
+            records = await checkpointer.load(pass_.workflow)
+        except StoreError as exc:
+            await self._store_failed(pass_, exc)
+            if isinstance(exc, StoreUnavailable):
+                self._answer = (delivery, None)  # the slip: "the store is gone; drop it"
+            return
+    status = status_of(records)
+    if status.state != "open":
+        await checkpointer.release(pass_)
+        self._answer = (delivery, None)
+        return
+    fenced: list[Fenced] = []
+    ended = asyncio.Event()
+    task = asyncio.create_task(run_loaded(self.durable, pass_, records, self.body))
+    ticker = asyncio.create_task(self._renew(pass_, task, fenced, ended))
+    failure: BaseException | None = None
+    try:
+        outcome = await task
+    except Fenced:
+        return
+    except asyncio.CancelledError:
+        if fenced:
+            return
+        raise
+    except (Exception, BaseExceptionGroup) as exc:
+        failure = exc
+    finally:
+        ended.set()
+        ticker.cancel()
+        await asyncio.wait({ticker})
+    if fenced:
+        return
+    if isinstance(failure, StoreError):
+        await self._store_failed(pass_, failure)
+        if isinstance(failure, StoreUnavailable):
+            self._answer = (delivery, None)  # the slip, again
+        return
+    try:
+        if failure is not None:
+            at = await self._failed(pass_, status, failure)
+        else:
+            at = await self._ended(pass_, status, outcome)
+    except Fenced:
+        return
+    except StoreError as exc:
+        await self._store_failed(pass_, exc)
+        return
+    await checkpointer.release(pass_)
+    self._answer = (delivery, at)
+
+
 def _exhausted_one_late(self: RetryPolicy, attempts: int) -> bool:
     """``RetryPolicy.exhausted`` with ``>`` where ``>=`` was meant: a workflow gets one failed pass
     more than ``maximum_attempts`` allows."""
@@ -179,6 +242,7 @@ _exhausted_slip = RuntimeSlip(RetryPolicy, "exhausted", _exhausted_one_late)
 _retryable_slip = RuntimeSlip(RetryPolicy, "retryable", _retryable_inverted)
 _wait_slip = RuntimeSlip(Run, "_wait", _wait_without_deadline)
 _failed_slip = RuntimeSlip(Worker, "_failed", _failure_counted_as_the_last)
+_drive_slip = RuntimeSlip(Worker, "_drive", _takeover_gives_up_when_unavailable)
 
 MUTANTS = [
     Mutant(
@@ -244,5 +308,14 @@ MUTANTS = [
         "Worker numbers a failed pass status.attempts, not one more: the count never grows",
         ("chaos:long-wait:attempt-limit",),
         _failed_slip,
+    ),
+    Mutant(
+        "runtime-worker-gives-up-a-takeover-when-unavailable",
+        "redis-set",
+        "a-pass-the-store-failed-runs-again",
+        "Worker answers a pass that met StoreUnavailable (a takeover as the store restarts) with "
+        "nothing, removing its delivery, instead of letting it reappear after its visibility",
+        ("chaos:recovery-restart:liveness",),
+        _drive_slip,
     ),
 ]

@@ -67,14 +67,15 @@ class Server:
     _restart: Any = field(default=None, repr=False)
     nodes: list[str] = field(default_factory=list)
 
-    def restart(self, *, kill: bool = True) -> None:
+    def restart(self, *, kill: bool = True, down: float = 0.0) -> None:
         """Stop the server (SIGKILL when ``kill``, else a clean stop) and start it again on the same
-        port and data folder. Only for private instances."""
+        port and data folder, ``down`` seconds later (an outage, not a blink). Only for private
+        instances."""
         if self._restart is None:
             raise ServerUnavailable(
                 f"{self.kind} at {self.url} came from {self.source}; only a private instance can be restarted"
             )
-        self._restart(kill)
+        self._restart(kill, down)
 
 
 def find_binary(name: str, *extra_globs: str) -> str:
@@ -216,11 +217,13 @@ def supervised(server: Server, launch: Callable[[], Any]) -> Iterator[Server]:
     current process is stopped on exit, whatever happened to the ones before it."""
     current = [launch()]
 
-    def restart(kill: bool) -> None:
+    def restart(kill: bool, down: float = 0.0) -> None:
         if kill:
             current[0].kill(wait=True)
         else:
             current[0].stop()
+        if down > 0:
+            time.sleep(down)
         current[0] = launch()
 
     server._restart = restart
