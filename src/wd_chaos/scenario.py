@@ -136,6 +136,14 @@ class Lease(_Strict):
     budget: Seconds = 4.0
     visibility: Seconds = 1.5
     poll_interval: Seconds = 0.05
+    wakeup: bool = False
+    """Idle workers wait on the store's wakeup (Postgres LISTEN/NOTIFY, a Redis stream's blocking
+    read; ``Opened.wakeup``) instead of sleeping out ``poll_interval``; writers notify."""
+    wakeup_bound: Seconds = 1.0
+    """With ``wakeup``: the most a due wakeup may wait for an idle worker's take (``wakeup-pickup``)."""
+    wakeup_resubscribe: Seconds = 6.0
+    """With ``wakeup``: after a ``wakeup-loss`` stops, how long the store's wakeup may take to be
+    subscribed again (the bound its store documents) before ``wakeup-pickup`` judges again."""
 
     @model_validator(mode="after")
     def _budget_covers_alive(self) -> Lease:
