@@ -193,7 +193,8 @@ class RedisStreamScheduler(_Base):
     NAT dropped it: no reply, no error) is given up ``WAIT_GRACE`` past its block, its connection
     dropped, and the next ``wait`` reads on a new one: so a dead wakeup path is replaced within
     ``at_most + WAIT_GRACE`` (plus one connection attempt) once the server can be reached again;
-    meanwhile the caller polls. ``reads_lost`` counts the reads given up or failed.
+    meanwhile the caller polls. ``reads_lost`` counts the reads given up or failed, and
+    ``resubscribed`` the reads answered after one was lost.
     """
 
     def __init__(
@@ -211,6 +212,10 @@ class RedisStreamScheduler(_Base):
         self.reads_lost = 0
         """Blocking reads of ``wait`` given up (no reply within their block and ``WAIT_GRACE``)
         or failed: each one's connection is dropped and the next ``wait`` reads on a new one."""
+        self.resubscribed = 0
+        """Blocking reads answered after one was lost: how many times ``wait`` read the stream
+        again on a new connection."""
+        self._read_lost = False
         self.stream_key = f"{prefix}stream:{{{namespace}}}"
         self.timers_key = f"{prefix}timers:{{{namespace}}}"
         self.entries_key = f"{prefix}entries:{{{namespace}}}"
@@ -275,10 +280,15 @@ class RedisStreamScheduler(_Base):
                     await self.wait_client.xread({self.stream_key: after}, count=1, block=block)
         except TimeoutError:
             self.reads_lost += 1
+            self._read_lost = True
             log.warning("stream wait: no reply within its block and %s; reading on a new connection next", WAIT_GRACE)
         except StoreError:
             self.reads_lost += 1
+            self._read_lost = True
             raise
+        if self._read_lost:
+            self._read_lost = False
+            self.resubscribed += 1
 
     async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
         """See ``Scheduler.wake_at``."""

@@ -237,15 +237,14 @@ def wakeup_resubscribed(ops: list[Op], final: FinalState) -> Verdict:
     prompt = [p for p in measure(ops, final)["prompt"] if p[3] and p[4]]
     for b, e in losses:
         again = [o for o in lines if float(o["mono"]) > b and int(o.get("resubscribed") or 0) > 0]
-        lost = [o for o in lines if float(o["mono"]) > b and int(o.get("lost") or 0) > 0]
         later = [p for p in prompt if p[0].end > e + resub]
-        if (again or lost) and later:
+        if again and later:
             taker, wait = later[0][1], later[0][2]
             hits.append(
                 taker.brief(
                     f"after the wakeup-loss ({(e - b) / 1e9:.1f}s) and its re-subscribe bound, picked up "
-                    f"{wait / 1e6:.0f} ms after the wakeup; {len(again or lost)} worker line(s) say the "
-                    "wakeup was lost and replaced"
+                    f"{wait / 1e6:.0f} ms after the wakeup; {len(again)} worker line(s) say a wakeup "
+                    "was lost and replaced"
                 )
             )
     return _bit("wakeup-resubscribed", hits, len(losses), "wakeups replaced and waking idle workers after")
