@@ -282,6 +282,7 @@ class RedisStreamScheduler(_Base):
             self.reads_lost += 1
             self._read_lost = True
             log.warning("stream wait: no reply within its block and %s; reading on a new connection next", WAIT_GRACE)
+            return
         except StoreError:
             self.reads_lost += 1
             self._read_lost = True

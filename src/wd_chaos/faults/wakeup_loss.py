@@ -14,8 +14,8 @@ within the bound its store documents (``[lease] wakeup_resubscribe``).
 
 ``wakeup-pickup``: outside every fault window (a ``wakeup-loss`` one extended by
 ``wakeup_resubscribe``), a wakeup (``schedule`` due now, ``arrive``, ``deliver``) of a workflow
-must be picked up within ``wakeup_bound`` of becoming due (at once, or when its holder let go, as
-``pickup`` says) whenever a worker was idle on its wakeup then (its last take had found nothing, and its next take began later than the bound):
+nobody held (``pickup``'s rule) must be picked up within ``wakeup_bound`` whenever a worker was
+idle on its wakeup when it landed (its last take had found nothing, and its next take began later than the bound):
 a pickup that waited longer shows the wakeup did not wake the idle worker, so pickup fell back to
 the poll interval (a dead wakeup never subscribed again). Its bite (``wakeup-resubscribed``): a
 wakeup-loss with idle workers, a wakeup lost and subscribed again by a worker (its ``wakeup``
@@ -148,20 +148,25 @@ def measure(ops: list[Op], final: FinalState) -> dict[str, Any]:
     def skip(why: str) -> None:
         out["unjudged"][why] = out["unjudged"].get(why, 0) + 1
 
+    picked: set[int] = set()  # pickup takes judged already: wakeups one take picked up count once
     for wf, wakeups in q.wakeups.items():
         if wf.startswith(PROBE):
             continue
         for w in wakeups:
             if not w.ok or w.complete is None or not is_wakeup(w):
                 continue
-            state, due, _ = _held(q, wf, w)  # held: due once its holder let go (pickup's rule)
-            if state == "unsure":
-                skip("its holder's answer ran beside it")
+            state, due, _ = _held(q, wf, w)
+            if state != "free":  # its holder takes again after answering: no wakeup is needed
+                skip("held when it arrived")
                 continue
             taker = next((t for t in q.takes.get(wf, []) if t.end > w.start), None)
             if taker is None:
                 skip("never taken")
                 continue
+            if id(taker) in picked:
+                skip("picked up by the take of an earlier wakeup")
+                continue
+            picked.add(id(taker))
             if any(b <= taker.end and e >= w.start for b, e in windows + others):
                 skip("a fault (or a wakeup's re-subscribe window) while it waited")
                 continue
