@@ -8,6 +8,7 @@ any workflow's checkpoint, which is why ``SplitDurable`` is the ``Durable`` over
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -191,7 +192,8 @@ class RedisStreamScheduler(_Base):
     ``client``): a read blocks its connection for up to ``at_most``, which a small pool shared with
     the store's calls may not spare. A blocking read whose connection died silently (a proxy or a
     NAT dropped it: no reply, no error) is given up ``WAIT_GRACE`` past its block, its connection
-    dropped, and the next ``wait`` reads on a new one: so a dead wakeup path is replaced within
+    dropped (with every idle connection of ``wait_client``'s pool, which went the same way), and
+    the next ``wait`` reads on a new one: so a dead wakeup path is replaced within
     ``at_most + WAIT_GRACE`` (plus one connection attempt) once the server can be reached again;
     meanwhile the caller polls. ``reads_lost`` counts the reads given up or failed, and
     ``resubscribed`` the reads answered after one was lost.
@@ -279,17 +281,25 @@ class RedisStreamScheduler(_Base):
                 async with asyncio.timeout(block / 1000 + WAIT_GRACE.total_seconds()):
                     await self.wait_client.xread({self.stream_key: after}, count=1, block=block)
         except TimeoutError:
-            self.reads_lost += 1
-            self._read_lost = True
+            await self._lost_read()
             log.warning("stream wait: no reply within its block and %s; reading on a new connection next", WAIT_GRACE)
             return
         except StoreError:
-            self.reads_lost += 1
-            self._read_lost = True
+            await self._lost_read()
             raise
         if self._read_lost:
             self._read_lost = False
             self.resubscribed += 1
+
+    async def _lost_read(self) -> None:
+        """Count a lost read, and drop the wait client's idle connections: they went through the
+        same path, so any of them may be as dead (a read that takes one would be lost too)."""
+        self.reads_lost += 1
+        self._read_lost = True
+        pool = getattr(self.wait_client, "connection_pool", None)
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                await pool.disconnect(inuse_connections=False)
 
     async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
         """See ``Scheduler.wake_at``."""

@@ -68,18 +68,30 @@ def services(events: list[dict[str, Any]]) -> dict[str, Any]:
     return {"partition": True, "wakeup_proxy": True}
 
 
+READY = 2.0
+"""Seconds every worker must have been up before a wakeup-loss starts: a worker opens its wakeup
+when it first idles, and one that never had it cannot lose it."""
+
+
 def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
-    """Once no worker is inside a step (or after ``TARGET_WAIT`` s), hold everything on every
-    worker's wakeup proxy for ``duration`` s."""
-    busy = nemesis.busy("step")
-    if busy and elapsed - float(ev["at"]) <= TARGET_WAIT:
-        return False
+    """Once every worker has been up ``READY`` s and none is inside a step (or after
+    ``TARGET_WAIT`` s more), hold everything on every worker's wakeup proxy for ``duration`` s."""
     toxi = nemesis.services.get("toxi")
     wakeups: dict[str, str] = dict(nemesis.services.get("wakeup_proxies") or {})
     if toxi is None or not wakeups:
         nemesis.line(ev, "skipped", why="no wakeup proxies (the run has no [lease] wakeup)")
         return True
     names = sorted(wakeups)
+    up: dict[str, float] = nemesis.state(NAME, lambda n: {})
+    if "since" not in up:
+        if not all(nemesis.pids().get(n) for n in names):
+            return False
+        up["since"] = elapsed
+    if elapsed - up["since"] < READY:
+        return False
+    busy = nemesis.busy("step")
+    if busy and elapsed - max(float(ev["at"]), up["since"] + READY) <= TARGET_WAIT:
+        return False
     for name in names:
         for stream in ("upstream", "downstream"):
             toxi.add(wakeups[name], f"{ev['id']}-{stream}", "timeout", stream, {"timeout": 0})
