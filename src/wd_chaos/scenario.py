@@ -94,8 +94,7 @@ SCENARIO_DIR = BUILT_IN
 
 
 class ScenarioError(ValueError):
-    """A scenario file that cannot be used; the message names the file, the field and the form
-    expected."""
+    """A scenario file that cannot be used; the message names the file, the field and the form expected."""
 
 
 class UnknownName(ScenarioError):
@@ -136,14 +135,9 @@ class Lease(_Strict):
     budget: Seconds = 4.0
     visibility: Seconds = 1.5
     poll_interval: Seconds = 0.05
-    wakeup: bool = False
-    """Idle workers wait on the store's wakeup (Postgres LISTEN/NOTIFY, a Redis stream's blocking
-    read; ``Opened.wakeup``) instead of sleeping out ``poll_interval``; writers notify."""
-    wakeup_bound: Seconds = 1.0
-    """With ``wakeup``: the most a due wakeup may wait for an idle worker's take (``wakeup-pickup``)."""
-    wakeup_resubscribe: Seconds = 6.0
-    """With ``wakeup``: after a ``wakeup-loss`` stops, how long the store's wakeup may take to be
-    subscribed again (the bound its store documents) before ``wakeup-pickup`` judges again."""
+    wakeup: bool = False  # idle workers wait on the store's wakeup (Opened.wakeup), not a sleep
+    wakeup_bound: Seconds = 1.0  # then the most a wakeup waits for an idle worker (wakeup-pickup)
+    wakeup_resubscribe: Seconds = 6.0  # the store's re-subscribe bound after a wakeup-loss stops
 
     @model_validator(mode="after")
     def _budget_covers_alive(self) -> Lease:
@@ -260,8 +254,7 @@ class Storm(_Strict):
     read_pause: Annotated[float, Field(ge=0, le=10)] = 0.01
     """append: seconds a reader waits between reads."""
     check_own_every: Annotated[int, Field(ge=0, le=100000)] = 10
-    """append: every this many deliveries an appender loads the workflow (read-your-writes); 0
-    never."""
+    """append: every this many deliveries an appender loads the workflow (read-your-writes); 0 never."""
     lapsing: Annotated[float, Field(ge=0, le=1)] = 0.0
     """take: the share of passes that claim with ``lapse_seconds`` of liveness and hand the
     workflow back at once, so their lease lapses while they load and record and the next taker's
