@@ -342,6 +342,7 @@ def preflight(
     clock_step: bool = False,
     restart: bool = False,
     power_loss: object = None,
+    wakeup_proxy: bool = False,
 ) -> list[Planned]:
     """Where every server a run of ``store`` with these faults would use comes from, each one
     checked now: a URL variable's address reached (``reach``), Docker asked when a container would
