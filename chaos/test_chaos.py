@@ -75,6 +75,9 @@ def _seconds(name: str, store: str) -> float:
     ``REPRESENTATIVE_SECONDS`` on a store outside ``FULL``. (A take-storm of 5 s made about 240
     takes, all its six workflows need to finish, and missed liveness in two CI gates of three.)"""
     seconds = min(SECONDS, 8.0) if find(name).storm is not None else SECONDS
+    shortest = find(name).shortest  # a scenario no shorter run can judge (dead-wakeup)
+    if shortest is not None:
+        return max(seconds, shortest)
     return seconds if store in FULL else min(seconds, REPRESENTATIVE_SECONDS)
 
 
@@ -149,6 +152,26 @@ def test_postgres_fast_failover_under_faults(
     final = json.loads((outcome.run_dir / "final.json").read_text())
     assert final.get("fast_failover") is True, "the run did not open the store with fast failover"
     assert _bites_valid(outcome.verdicts), describe(outcome)
+
+
+DEAD_WAKEUP = {"postgres": "postgres-wakeup-never-resubscribes", "redis-stream": "redis-stream-wait-never-rereads"}
+"""dead-wakeup's stores, each with its mutant whose wakeup never subscribes again."""
+
+
+@pytest.mark.timeout(RUNS * HARD_TIMEOUT + 30)
+def test_dead_wakeup_on_the_stream_scheduler(chaos: ChaosRun) -> None:
+    """dead-wakeup's other store (outside ``FULL``; postgres runs among ``CASES``): valid, and bitten."""
+    outcome = chaos.check("dead-wakeup", "redis-stream", seconds=_seconds("dead-wakeup", "redis-stream"))
+    assert _bites_valid(outcome.verdicts), describe(outcome)
+
+
+@pytest.mark.parametrize(("store", "mutant"), list(DEAD_WAKEUP.items()), ids=list(DEAD_WAKEUP))
+@pytest.mark.timeout(RUNS * HARD_TIMEOUT + 30)
+def test_a_wakeup_that_never_resubscribes_is_caught(store: str, mutant: str, chaos: ChaosRun) -> None:
+    outcome = chaos("dead-wakeup", store, seconds=_seconds("dead-wakeup", store), mutant=mutant)
+    assert outcome.valid is False, f"the mutant was not caught:\n{describe(outcome)}"
+    judged = next(v for v in outcome.verdicts if v.name == "wakeup-pickup")
+    assert judged.valid is False, describe(outcome)
 
 
 MUTANT = "sqlite-record-without-fence"

@@ -28,6 +28,7 @@ def _as_the_runner_writes_it(tmp_path: Path, **changes: Any) -> dict[str, Any]:
         "lifecycle": sc.lifecycle.model_dump() if sc.lifecycle else None,
         "failing": ["w-1"],
         "worker_urls": {},
+        "wakeup_urls": {},
         "worker_specs": {},
         "lease": sc.lease.model_dump(),
         "workload": work,

@@ -100,6 +100,8 @@ class RunConfig(_Keyed, BaseModel):
     """Workflows whose body fails on purpose (lifecycle runs)."""
     worker_urls: dict[str, str] = Field(default_factory=dict)
     """Each worker's store URL through its own toxiproxy proxy (partition runs)."""
+    wakeup_urls: dict[str, str] = Field(default_factory=dict)
+    """Each worker's wakeup URL through a toxiproxy proxy of its own (wakeup-loss runs)."""
     worker_specs: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Settings a worker lays over ``store`` (a mixed fleet's variant, by worker name)."""
     storm: StormConfig | None = None

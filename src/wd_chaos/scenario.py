@@ -94,8 +94,7 @@ SCENARIO_DIR = BUILT_IN
 
 
 class ScenarioError(ValueError):
-    """A scenario file that cannot be used; the message names the file, the field and the form
-    expected."""
+    """A scenario file that cannot be used; the message names the file, the field and the form expected."""
 
 
 class UnknownName(ScenarioError):
@@ -136,6 +135,9 @@ class Lease(_Strict):
     budget: Seconds = 4.0
     visibility: Seconds = 1.5
     poll_interval: Seconds = 0.05
+    wakeup: bool = False  # idle workers wait on the store's wakeup (Opened.wakeup), not a sleep
+    wakeup_bound: Seconds = 1.0  # then the most a wakeup waits for an idle worker (wakeup-pickup)
+    wakeup_resubscribe: Seconds = 6.0  # the store's re-subscribe bound after a wakeup-loss stops
 
     @model_validator(mode="after")
     def _budget_covers_alive(self) -> Lease:
@@ -252,8 +254,7 @@ class Storm(_Strict):
     read_pause: Annotated[float, Field(ge=0, le=10)] = 0.01
     """append: seconds a reader waits between reads."""
     check_own_every: Annotated[int, Field(ge=0, le=100000)] = 10
-    """append: every this many deliveries an appender loads the workflow (read-your-writes); 0
-    never."""
+    """append: every this many deliveries an appender loads the workflow (read-your-writes); 0 never."""
     lapsing: Annotated[float, Field(ge=0, le=1)] = 0.0
     """take: the share of passes that claim with ``lapse_seconds`` of liveness and hand the
     workflow back at once, so their lease lapses while they load and record and the next taker's
@@ -273,6 +274,7 @@ class Scenario(_Strict):
     """What a store's kit must provide besides what the faults imply (see ``requires``)."""
     time_limit: TimeLimit = 30.0
     """The workload phase: faults happen inside it; then everything is healed."""
+    shortest: TimeLimit | None = None  # no shorter phase can judge it: the gates run it at least this long
     heal_seconds: Seconds = 30.0
     """After the final heal, how long every workflow has to finish (liveness)."""
     lease: Lease = Lease()
@@ -284,8 +286,7 @@ class Scenario(_Strict):
     bite: BiteName = "none"
     coverage: list[WindowName] = Field(default_factory=list)
     """Dangerous windows the run must reach; one reached 0 times makes it unknown (checks.coverage)."""
-    lifecycle: Lifecycle | None = None
-    """Retention and retries (the ``long-wait`` scenario): needs the library Worker client."""
+    lifecycle: Lifecycle | None = None  # retention and retries (long-wait): the library Worker client
     fleet: Fleet | None = None  # workers with different store settings (wd_chaos.fleet); unset: alike
     expect: Literal["valid", "lost-writes"] = "valid"
     """What a correct store gives here: ``valid``, or ``lost-writes`` where the deployment loses

@@ -406,6 +406,12 @@ def chaos_opened(
     return opened
 
 
+WAKEUP_HEALTH = 1.0
+"""Seconds, with ``spec["wakeup"]``: the ``PostgresWakeup``'s ``health_every`` and ``health_timeout``
+(``spec["wakeup_health"]`` to change it), so a dead LISTEN connection is replaced within its
+``resubscribe_bound`` of 5 s; the writers NOTIFY (``notify=True``)."""
+
+
 async def open_postgres_worker(spec: Spec, *, scheduler: SchedulerOpener | None = None) -> Opened:
     """Open the run's schema ``spec["schema"]`` at ``spec["url"]`` (see ``open_schema_pool``) with
     the chaos ledger (created, with the schema and its migrations, when ``spec["prepare"]``); with
@@ -437,20 +443,35 @@ async def open_postgres_worker(spec: Spec, *, scheduler: SchedulerOpener | None 
             await create_chaos_ledger(pool)
         checkpointer = PostgresCheckpointer(pool=pool, failover=presence)
         durable: Any
+        wakeup = None
         if scheduler is None:
+            notify = bool(spec.get("wakeup"))  # see WAKEUP_HEALTH
             durable = PostgresDurable(
                 checkpointer,
-                PostgresScheduler(pool=pool, namespace=namespace, reap_dead=presence is not None),
+                PostgresScheduler(pool=pool, namespace=namespace, reap_dead=presence is not None, notify=notify),
             )
+            if notify:  # idle workers LISTEN, through their own proxy when the run gives one
+                health = timedelta(seconds=float(spec.get("wakeup_health", WAKEUP_HEALTH)))
+                wakeup = PostgresWakeup(
+                    pool,
+                    namespace=namespace,
+                    conninfo=spec.get("wakeup_url"),
+                    health_every=health,
+                    health_timeout=health,
+                )
+                stack.push_async_callback(wakeup.close)
+                durable.wakeup = wakeup  # what a mutant of the wakeup swaps
         else:
             store = WorkerStore(pool, spec["schema"], namespace, spec)
             durable = SplitDurable(checkpointer, await stack.enter_async_context(scheduler(store)))
     except BaseException:
         await stack.aclose()
         raise
-    return chaos_opened(
+    opened = chaos_opened(
         pool, durable, stack.aclose, url=spec["url"], schema=spec["schema"], sweep=scheduler is None
     )
+    opened.wakeup = wakeup
+    return opened
 
 
 class PostgresKit(StoreKit):

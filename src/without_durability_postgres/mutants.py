@@ -6,6 +6,7 @@ statement, written out in full so the difference from the real one can be read s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any
 
@@ -14,8 +15,8 @@ import psycopg
 from without_durability._values import Pass, Recorded
 from without_durability.errors import Fenced, InvalidInput, StoreError, StoreUnavailable
 from without_durability.rules import INBOX_DIGITS, INBOX_PREFIX, lifecycle_writes
-from without_durability.testing.mutants import Mutant, swap
-from without_durability_postgres import PostgresCheckpointer, PostgresScheduler
+from without_durability.testing.mutants import Mutant, Swap, swap
+from without_durability_postgres import PostgresCheckpointer, PostgresScheduler, PostgresWakeup
 from without_durability_postgres._appends import AppendBatcher
 from without_durability_postgres._boundary import connect, one_flight
 from without_durability_postgres.checkpointer import CLAIM, PostgresEffect
@@ -720,3 +721,40 @@ MUTANTS += [
         swap("scheduler", WakeupWhileHeldDropped),
     ),
 ]
+
+
+class WakeupNeverResubscribes(PostgresWakeup):
+    """The LISTEN connection, once lost (an error, or its health check unanswered), is closed and
+    never replaced: every waiter falls back to its poll interval for good, with no error anywhere."""
+
+    async def _lost(self, conn: psycopg.AsyncConnection[Any] | None, exc: Exception) -> None:
+        with contextlib.suppress(Exception):
+            if conn is not None:
+                await conn.close()
+        self._conn = None
+        await asyncio.Event().wait()  # the reader stays here until close() cancels it
+
+
+class _SwapWakeup(Swap):
+    """A ``Swap`` of the durable's ``wakeup`` (a ``PostgresWakeup`` the chaos kit opened with
+    ``spec["wakeup"]``); a durable without one (the controller's, a test's) is left as it is."""
+
+    def __call__(self, durable: Any) -> Any:
+        if getattr(durable, self.part, None) is None:
+            return durable
+        return super().__call__(durable)
+
+
+MUTANTS.append(
+    Mutant(
+        "postgres-wakeup-never-resubscribes",
+        "postgres",
+        "a-dead-wakeup-is-replaced",
+        "the LISTEN connection, once lost, is never replaced: pickup falls back to the poll interval",
+        (
+            "tests/test_wakeup_loss.py::test_a_postgres_listener_whose_connection_went_silent_listens_again",
+            "chaos:dead-wakeup:wakeup-pickup",
+        ),
+        _SwapWakeup("wakeup", WakeupNeverResubscribes),
+    )
+)

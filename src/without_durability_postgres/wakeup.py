@@ -17,6 +17,20 @@ LISTENs and wakes whoever waits in ``wait(at_most)``. A notification can be lost
 reconnecting, the notifier's connection failed, the server restarted): that costs only latency,
 because a waiter never waits longer than ``at_most`` (the worker's poll interval) and then takes
 again, exactly as without the wakeup.
+
+A listening connection can also die silently: a proxy, a NAT or a load balancer drops it (or a
+failover moves the server) while it idles, and nothing arrives, not even an error, so a listener
+that only waits for notifications waits for ever and every waiter falls back to its poll interval.
+So the listener checks its own connection: after every ``health_every`` (default 5 s) it sends
+``SELECT 1`` on it, which must be answered within ``health_timeout`` (default 2 s; every wait on the
+listening connection is bounded by it, and a connection that overruns it is closed at once, with no
+cancel request, which would need the same broken path). A connection that failed the check, or
+failed in any other way, is closed; the listener connects again ``reconnect_after`` (default 1 s)
+later (a connection attempt gives up after ``max(2 s, health_timeout)``), LISTENs again and wakes
+every waiter once. The bound, ``PostgresWakeup.resubscribe_bound``: a listener whose connection died
+silently is listening again on a new one within ``health_every + health_timeout + reconnect_after +
+max(2 s, health_timeout)`` (10 s with the defaults) of its death, once the server can be reached;
+until then waiters poll. ``resubscribed`` counts the LISTENs after the first.
 """
 
 from __future__ import annotations
@@ -24,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import secrets
 from datetime import timedelta
 from types import TracebackType
@@ -36,6 +51,7 @@ from without_durability.errors import InvalidInput, StoreUnavailable
 
 from ._boundary import Pool, masked_dsn, statement
 from .failover import PRESENCE_TIMEOUTS, TAKE_PRESENCE
+from .timeouts import timed_connections
 
 CHANNEL = "without_durability_queue"
 """The channel both halves use; the payload is the namespace."""
@@ -133,6 +149,11 @@ class PostgresWakeup:
     the first ``wait``); if it drops, it is reopened every ``reconnect_after`` while waiters keep
     polling, and every waiter is woken once it is back, in case it missed something.
 
+    ``conninfo`` (optional) is where to LISTEN instead of the pool's conninfo (the pool's kwargs
+    still apply): another route to the same server. ``health_every`` and ``health_timeout`` are
+    the connection's health check, and ``resubscribe_bound`` the longest a silently dead
+    connection goes unnoticed and unreplaced (see the module docstring).
+
     ``presence=True`` (fast failover, opt-in; see ``failover``): the listening session also holds
     this worker's presence lock (``owner``), and the server is told to drop the session within
     about ``presence_timeout`` of the connection going silent (TCP keepalives and user timeout).
@@ -149,6 +170,9 @@ class PostgresWakeup:
         reconnect_after: timedelta = timedelta(seconds=1),
         presence: bool = False,
         presence_timeout: timedelta = timedelta(seconds=10),
+        conninfo: str | None = None,
+        health_every: timedelta = timedelta(seconds=5),
+        health_timeout: timedelta = timedelta(seconds=2),
     ) -> None:
         if not isinstance(namespace, str) or not namespace:
             raise InvalidInput(f"namespace must be a non-empty string, got {namespace!r}")
@@ -160,6 +184,17 @@ class PostgresWakeup:
             raise InvalidInput(
                 f"presence_timeout must be a timedelta from 2 s to 1 day, got {presence_timeout!r}"
             )
+        for name, value in (("health_every", health_every), ("health_timeout", health_timeout)):
+            if not isinstance(value, timedelta) or not (
+                timedelta(milliseconds=100) <= value <= timedelta(hours=1)
+            ):
+                raise InvalidInput(f"{name} must be a timedelta from 0.1 s to 1 hour, got {value!r}")
+        self.health_every = health_every
+        self.health_timeout = health_timeout
+        self.conninfo = conninfo
+        self.resubscribed = 0
+        """LISTENs after the first: how many times the listener replaced a lost connection."""
+        self._listened = False
         self.presence = presence
         self.presence_timeout = presence_timeout
         self._owner: int | None = None
@@ -192,6 +227,14 @@ class PostgresWakeup:
         return self._owner
 
     @property
+    def resubscribe_bound(self) -> timedelta:
+        """The longest a connection that died silently goes unnoticed and unreplaced, once the
+        server can be reached: ``health_every + health_timeout + reconnect_after`` plus one
+        connection attempt (``max(2 s, health_timeout)``)."""
+        connect = max(timedelta(seconds=2), self.health_timeout)
+        return self.health_every + self.health_timeout + self.reconnect_after + connect
+
+    @property
     def backend_pid(self) -> int | None:
         """The listening connection's server process id (None while disconnected)."""
         return None if self._conn is None or self._conn.closed else self._conn.info.backend_pid
@@ -209,8 +252,15 @@ class PostgresWakeup:
     async def _listen(self) -> None:
         kwargs = self.pool.kwargs if isinstance(self.pool.kwargs, dict) else {}
         conninfo = self.pool.conninfo if isinstance(self.pool.conninfo, str) else ""
+        if self.conninfo is not None:
+            conninfo = self.conninfo
+        timeout = self.health_timeout.total_seconds()
+        connect = max(2, math.ceil(timeout))  # libpq's connect_timeout: whole seconds, at least 2
         try:
-            conn = await psycopg.AsyncConnection.connect(conninfo, **{**kwargs, "autocommit": True})
+            # every wait on it is bounded by the health timeout (notifies passes its own)
+            conn = await timed_connections(timeout).connect(
+                conninfo, **{**kwargs, "autocommit": True, "connect_timeout": connect}
+            )
         except psycopg.Error as exc:
             raise StoreUnavailable(
                 f"Postgres at {masked_dsn(self.pool)}: could not connect to LISTEN on {self.channel!r}: {exc}"
@@ -230,6 +280,9 @@ class PostgresWakeup:
             raise
         self._conn = conn
         self._owner = owner
+        if self._listened:
+            self.resubscribed += 1
+        self._listened = True
 
     async def _take_presence(self, conn: psycopg.AsyncConnection[Any]) -> int | None:
         """Hold this session's presence lock: the id it had if free, else a new one (another
@@ -257,18 +310,26 @@ class PostgresWakeup:
                     self._wake_all()  # anything may have been missed while disconnected
                     conn = self._conn
                 assert conn is not None
-                async for note in conn.notifies():
+                async for note in conn.notifies(timeout=self.health_every.total_seconds()):
                     if note.payload == self.namespace:
                         self.received += 1
                         self._wake_all()
+                # a connection that died silently hears nothing and says nothing: ask it (the
+                # timed connection closes it and raises past health_timeout)
+                await conn.execute("SELECT 1")
             except (psycopg.Error, StoreUnavailable) as exc:
-                log.warning("wakeup listener lost (%s); polling until it reconnects", exc)
-                self._owner = None
-                if conn is not None:
-                    with contextlib.suppress(Exception):
-                        await conn.close()
-                self._conn = None
-                await asyncio.sleep(self.reconnect_after.total_seconds())
+                await self._lost(conn, exc)
+
+    async def _lost(self, conn: psycopg.AsyncConnection[Any] | None, exc: Exception) -> None:
+        """The listening connection failed (or never came): close it, and connect again after
+        ``reconnect_after`` (the reader's loop does, on its next turn)."""
+        log.warning("wakeup listener lost (%s); polling until it reconnects", exc)
+        self._owner = None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
+        self._conn = None
+        await asyncio.sleep(self.reconnect_after.total_seconds())
 
     def _wake_all(self) -> None:
         for sub in self._subscriptions:

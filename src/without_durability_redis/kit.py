@@ -178,8 +178,15 @@ async def open_redis_worker(spec: Spec, *, scheduler: str, cluster: bool) -> Ope
         options["warn_persistence"] = False
     checkpointer = RedisCheckpointer(client, **options)
     sched: Any
+    wait_client: Any = None
+    if scheduler == "stream" and spec.get("wakeup") and not spec.get("sentinels"):
+        # the blocking read on a client of its own (through its own proxy when the run gives one
+        # in ``wakeup_url``), with no socket timeout: the scheduler bounds its reads itself
+        wait_client = opener.from_url(spec.get("wakeup_url") or spec["url"], socket_connect_timeout=timeout)
     if scheduler == "stream":  # consumer: the worker's identity, where the scenario names it
-        sched = RedisStreamScheduler(client, prefix=prefix, namespace=namespace, consumer=spec.get("consumer"))
+        sched = RedisStreamScheduler(
+            client, prefix=prefix, namespace=namespace, consumer=spec.get("consumer"), wait_client=wait_client
+        )
     else:
         sched = RedisSetScheduler(client, prefix=prefix, namespace=namespace)
     durable: SplitDurable[Any] = SplitDurable(checkpointer, sched)
@@ -216,8 +223,13 @@ async def open_redis_worker(spec: Spec, *, scheduler: str, cluster: bool) -> Ope
 
     async def close() -> None:
         await client.aclose()
+        if wait_client is not None:
+            await wait_client.aclose()
 
-    return Opened(durable, close, ledger_effect, read_ledger, read_queue=read_queue)
+    opened = Opened(durable, close, ledger_effect, read_ledger, read_queue=read_queue)
+    if wait_client is not None:  # spec["wakeup"]: idle workers block on the stream
+        opened.wakeup = sched
+    return opened
 
 
 REDIS_MUTATE_PLAN = MutatePlan(

@@ -7,6 +7,7 @@ mutant into a copy of the real store.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -384,3 +385,34 @@ MUTANTS += [
         swap_scripts("scheduler", StreamMakeReadyKeepsOlderEntry),
     ),
 ]
+
+
+class StreamNeverRereads(RedisStreamScheduler):
+    """Once a blocking read of ``wait`` is lost (given up unanswered, or failed), ``wait`` never
+    blocks on the stream again: it sleeps out ``at_most``, so pickup falls back to the poll
+    interval for good, with no error anywhere."""
+
+    async def _blocking_read(self, after: str, block: int) -> None:
+        if getattr(self, "_gave_up", False):
+            await asyncio.sleep(block / 1000)
+            return
+        lost = self.reads_lost
+        try:
+            await super()._blocking_read(after, block)
+        finally:
+            self._gave_up = self.reads_lost > lost
+
+
+MUTANTS.append(
+    Mutant(
+        "redis-stream-wait-never-rereads",
+        "redis-stream",
+        "a-dead-wakeup-is-replaced",
+        "once a blocking read is lost, wait never reads the stream again: pickup falls back to the poll interval",
+        (
+            "tests/test_wakeup_loss.py::test_a_stream_wait_whose_connection_went_silent_reads_again",
+            "chaos:dead-wakeup:wakeup-pickup",
+        ),
+        swap("scheduler", StreamNeverRereads),
+    )
+)

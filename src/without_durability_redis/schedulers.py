@@ -8,6 +8,8 @@ any workflow's checkpoint, which is why ``SplitDurable`` is the ``Durable`` over
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import socket
 from collections.abc import Mapping
@@ -16,12 +18,18 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from without_durability._values import Delivery
-from without_durability.errors import InvalidInput
+from without_durability.errors import InvalidInput, StoreError
 from without_durability.protocols import AnswersAndTakes
 from without_durability.rules import check_time, check_visibility
 
 from ._keys import check_id, check_name
 from ._scripts import DRIVER_ERRORS, Client, Scripts, boundary, from_micros, micros, span, text, translated
+
+WAIT_GRACE = timedelta(seconds=1)
+"""How long past its block a ``RedisStreamScheduler.wait`` read may go unanswered before it is
+given up as a dead connection (a loaded server or machine answers a block's end well within it)."""
+
+log = logging.getLogger("without_durability_redis.schedulers")
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +187,16 @@ class RedisStreamScheduler(_Base):
 
     Answered entries are acknowledged and deleted, so the stream stays as short as the ready work.
     ``consumer`` names this scheduler's pending list (default: host and process id).
+
+    ``wait_client`` (optional) is a client of its own for ``wait``'s blocking read (default:
+    ``client``): a read blocks its connection for up to ``at_most``, which a small pool shared with
+    the store's calls may not spare. A blocking read whose connection died silently (a proxy or a
+    NAT dropped it: no reply, no error) is given up ``WAIT_GRACE`` past its block, its connection
+    dropped (with every idle connection of ``wait_client``'s pool, which went the same way), and
+    the next ``wait`` reads on a new one: so a dead wakeup path is replaced within
+    ``at_most + WAIT_GRACE`` (plus one connection attempt) once the server can be reached again;
+    meanwhile the caller polls. ``reads_lost`` counts the reads given up or failed, and
+    ``resubscribed`` the reads answered after one was lost.
     """
 
     def __init__(
@@ -189,8 +207,17 @@ class RedisStreamScheduler(_Base):
         prefix: str = "wd:",
         consumer: str | None = None,
         wake_batch: int = 1000,
+        wait_client: Client | None = None,
     ) -> None:
         super().__init__(client, namespace=namespace, prefix=prefix)
+        self.wait_client = client if wait_client is None else wait_client
+        self.reads_lost = 0
+        """Blocking reads of ``wait`` given up (no reply within their block and ``WAIT_GRACE``)
+        or failed: each one's connection is dropped and the next ``wait`` reads on a new one."""
+        self.resubscribed = 0
+        """Blocking reads answered after one was lost: how many times ``wait`` read the stream
+        again on a new connection."""
+        self._read_lost = False
         self.stream_key = f"{prefix}stream:{{{namespace}}}"
         self.timers_key = f"{prefix}timers:{{{namespace}}}"
         self.entries_key = f"{prefix}entries:{{{namespace}}}"
@@ -242,9 +269,37 @@ class RedisStreamScheduler(_Base):
             block = min(block, until_due)
         if block <= 0:
             return  # a timer is due already: take moves it
-        with boundary(self.client, "wait"):
-            await self._scripts.ready()
-            await self.client.xread({self.stream_key: after}, count=1, block=max(1, block))
+        await self._blocking_read(after, max(1, block))
+
+    async def _blocking_read(self, after: str, block: int) -> None:
+        """Block on the stream after entry ``after`` for ``block`` ms on ``wait_client``; a read
+        not answered ``WAIT_GRACE`` past its block is given up (its connection goes with the
+        cancel) and counted in ``reads_lost``, as is one that failed (then raised)."""
+        try:
+            with boundary(self.wait_client, "wait"):
+                await self._scripts.ready()
+                async with asyncio.timeout(block / 1000 + WAIT_GRACE.total_seconds()):
+                    await self.wait_client.xread({self.stream_key: after}, count=1, block=block)
+        except TimeoutError:
+            await self._lost_read()
+            log.warning("stream wait: no reply within its block and %s; reading on a new connection next", WAIT_GRACE)
+            return
+        except StoreError:
+            await self._lost_read()
+            raise
+        if self._read_lost:
+            self._read_lost = False
+            self.resubscribed += 1
+
+    async def _lost_read(self) -> None:
+        """Count a lost read, and drop the wait client's idle connections: they went through the
+        same path, so any of them may be as dead (a read that takes one would be lost too)."""
+        self.reads_lost += 1
+        self._read_lost = True
+        pool = getattr(self.wait_client, "connection_pool", None)
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                await pool.disconnect(inuse_connections=False)
 
     async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
         """See ``Scheduler.wake_at``."""

@@ -20,7 +20,7 @@ What fails, on evidence that cannot be capacity: a take that completed ok with n
 (outside the probes' queues), invoked more than ``IDLE_SLACK_NS`` after a delivery became due and
 completed before any take of that workflow began: the queue hid a visible delivery (a lost wakeup),
 whatever the timing. A take that ran beside the pickup take found nothing rightly (the other took
-it first). A pickup later than the bound (poll interval plus ``MARGIN_S``) is named as late when it
+it first), as did one beside another wakeup of the workflow (that write held its queue entry). A pickup later than the bound (poll interval plus ``MARGIN_S``) is named as late when it
 comes with such evidence; without it (no worker polled throughout the wait, or it would have found
 nothing in it: the fleet was busy, or had no worker yet) it is not judged, so the judged figures
 are those of pickups within the bound.
@@ -292,7 +292,17 @@ def _judge(
     wait_ms = max(0.0, hi - d.due) / 1e6
     # a take that found nothing while it was due, and ended before the pickup began (one running
     # beside the pickup found nothing rightly: the other may have taken it first)
-    blind = [e for e in q.empty_takes if e.start >= d.due + IDLE_SLACK_NS and e.end < hi]
+    # nor one that ran beside another wakeup of the workflow: that write holds the workflow's queue
+    # entry until it commits, and a take that skips locked entries (Postgres's SKIP LOCKED) rightly
+    # passes it by; the wakeup then wakes a worker for it
+    beside = [w for w in q.wakeups.get(d.workflow, []) if w is not d.source]
+    blind = [
+        e
+        for e in q.empty_takes
+        if e.start >= d.due + IDLE_SLACK_NS
+        and e.end < hi
+        and not any(w.start < e.end and w.end > e.start for w in beside)
+    ]
     if blind:
         late = taker is not None and wait_ms > pk.bound_ms
         pk.late += late

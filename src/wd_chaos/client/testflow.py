@@ -519,8 +519,25 @@ class Worker:
         orphan = asyncio.create_task(self.answer_orphan())  # beside the loop: it waits a visibility
         while not self.stopping:
             if not await self.one():
-                await asyncio.sleep(self.poll)
+                await self.idle()
         orphan.cancel()
+
+    async def idle(self) -> None:
+        """Wait out the poll interval: on the store's wakeup when the run gave one (it returns
+        early when work may be due; one that fails is slept out), else asleep. A wakeup's counts of
+        lost and renewed subscriptions, when they change, are a ``wakeup`` line."""
+        wakeup = self.opened.wakeup
+        if wakeup is None:
+            await asyncio.sleep(self.poll)
+            return
+        try:
+            await wakeup.wait(timedelta(seconds=self.poll))
+        except Exception:
+            await asyncio.sleep(self.poll)
+        seen = (int(getattr(wakeup, "reads_lost", 0)), int(getattr(wakeup, "resubscribed", 0)))
+        if seen != getattr(self, "_wakeup_seen", (0, 0)):
+            self._wakeup_seen = seen
+            self.hist.event("info", what="wakeup", lost=seen[0], resubscribed=seen[1])
 
 
 class LibraryClient:
@@ -545,6 +562,7 @@ class LibraryClient:
             poll_interval=timedelta(seconds=lease.poll_interval),
             retry_contended=w.alive,
             retry=_retry_policy(w.cfg.lifecycle),
+            wakeup=w.opened.wakeup,
         )
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, worker.stop)
         await worker.run()

@@ -176,6 +176,8 @@ async def _main(role: str, cfg: RunConfig, name: str) -> None:
         spec["consumer"] = name  # a replacement or a restart takes its predecessor's identity
     if role == "worker" and cfg.worker_urls:
         spec["url"] = cfg.worker_urls[name]  # through this worker's own toxiproxy proxy
+    if role == "worker" and name in cfg.wakeup_urls:
+        spec["wakeup_url"] = cfg.wakeup_urls[name]  # its wakeup through a proxy of its own
     if role == "careless":
         spec = careless_spec(cfg)
     # A worker or reader asked to stop (the run ending, a deploy) while it still opens the store

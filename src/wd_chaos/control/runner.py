@@ -93,11 +93,13 @@ async def read_final(
     failing: list[str] | None = None,
     fleet: list[dict[str, Any]] | None = None,
     poll_interval: float | None = None,
+    wakeup: dict[str, float] | None = None,
 ) -> FinalState:
     """The store's final state: every workflow's history (key, value, written_at) and load
     order, the ledger rows, and which clocks the store ran on (``stores.store_clocks``); a
     lifecycle run's ``lifecycle`` and ``failing`` (what its checkers judge against) with it;
-    ``poll_interval``, the longest any worker polled at (``pickup``'s bound), when given."""
+    ``poll_interval``, the longest any worker polled at (``pickup``'s bound), when given;
+    ``wakeup``, the run's wakeup bounds (``wakeup-pickup``'s), when its workers had wakeups."""
     opened = await open_store(spec)
     try:
         cp = opened.durable.checkpointer
@@ -110,6 +112,7 @@ async def read_final(
             and any(bool(s.get("fast_failover")) for s in (spec, *(fleet or []))),
             **(await _queue(opened)),
             **({"poll_interval": poll_interval} if poll_interval is not None else {}),
+            **({"wakeup": wakeup} if wakeup is not None else {}),
         }
         return await read_store_final(cp, workflows, opened.read_ledger, more)
     finally:
@@ -327,6 +330,14 @@ def _poll(p: RunPlan) -> float:
     return max([p.scenario.lease.poll_interval, *polls])
 
 
+def _wakeup(p: RunPlan) -> dict[str, float] | None:
+    """The run's wakeup bounds (``[lease]``), None when its workers had no wakeup."""
+    lease = p.scenario.lease
+    if not lease.wakeup:
+        return None
+    return {"bound": lease.wakeup_bound, "resubscribe": lease.wakeup_resubscribe}
+
+
 def _configure(p: RunPlan, svc: Any, prov: Provisioned) -> Path:
     """With the servers up: prepare the store, schedule the workflows, and write the config.json
     every process reads (refused here, not in a worker, when malformed)."""
@@ -339,6 +350,8 @@ def _configure(p: RunPlan, svc: Any, prov: Provisioned) -> Path:
     if svc.lazyfs is not None:  # a power loss tests the workload's writes, not the setup's
         svc.lazyfs.sync()
     store_spec = dict(svc.spec)
+    if p.scenario.lease.wakeup:  # idle workers wait on the store's wakeup; writers notify it
+        store_spec["wakeup"] = True
     if life is not None:  # for a store whose retention is a time to live
         store_spec["ttl"] = life.ttl  # small, so the waits outlast it
     cfg = {
@@ -347,6 +360,7 @@ def _configure(p: RunPlan, svc: Any, prov: Provisioned) -> Path:
         "lifecycle": life.model_dump() if life is not None else None,
         "failing": p.failing,
         "worker_urls": svc.worker_urls,
+        "wakeup_urls": svc.wakeup_urls,
         "worker_specs": fleet_specs(p.scenario.fleet, p.n_workers),
         "lease": p.scenario.lease.model_dump(),
         "workload": p.work,
@@ -379,7 +393,13 @@ def execute(p: RunPlan, svc: Any, prov: Provisioned, config: Path) -> None:
         busy=watch.busy,
         writes=watch,
         seed=p.seed,
-        services={"toxi": svc.toxi, "proxies": svc.proxies, "server": svc.server, "lazyfs": svc.lazyfs},
+        services={
+            "toxi": svc.toxi,
+            "proxies": svc.proxies,
+            "wakeup_proxies": svc.wakeup_proxies,
+            "server": svc.server,
+            "lazyfs": svc.lazyfs,
+        },
     )
     try:
         if storm is not None:
@@ -471,7 +491,9 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
                 prov.report.phase = "checking"
                 prov.report()
                 final = asyncio.run(
-                    read_final(svc.spec, p.workflows, p.judged_lifecycle, p.failing, _variants(p), _poll(p))
+                    read_final(
+                        svc.spec, p.workflows, p.judged_lifecycle, p.failing, _variants(p), _poll(p), _wakeup(p)
+                    )
                 )
             finally:  # what the run created on a user's server goes, whatever happened (or says why not)
                 cleaned = clean_up(svc)

@@ -59,6 +59,9 @@ class Services:
     toxi: Any = None
     worker_urls: dict[str, str] = field(default_factory=dict)
     proxies: dict[str, str] = field(default_factory=dict)
+    wakeup_urls: dict[str, str] = field(default_factory=dict)
+    """Each worker's wakeup URL through a proxy of its own (a ``wakeup-loss`` run's)."""
+    wakeup_proxies: dict[str, str] = field(default_factory=dict)
     lazyfs: Any = None
     """A power-loss run's LazyFS (``wd_chaos.control.lazyfs``), where the store's data lives."""
     careless_spec: Spec | None = None
@@ -129,6 +132,7 @@ def check_available(
     clock_step: bool = False,
     restart: bool = False,
     power_loss: object = None,
+    wakeup_proxy: bool = False,
 ) -> str | None:
     """Why this run cannot have its servers (one message saying how to get them), or None. A
     failover run starts its replicated store privately (the kit's ``replicated``), so it asks the
@@ -338,6 +342,7 @@ def preflight(
     clock_step: bool = False,
     restart: bool = False,
     power_loss: object = None,
+    wakeup_proxy: bool = False,
 ) -> list[Planned]:
     """Where every server a run of ``store`` with these faults would use comes from, each one
     checked now: a URL variable's address reached (``reach``), Docker asked when a container would
@@ -401,6 +406,7 @@ def services(
     clock_step: bool = False,
     careless: bool = False,
     power_loss: dict[str, Any] | None = None,
+    wakeup_proxy: bool = False,
 ) -> Iterator[Services]:
     """Provide the servers a run needs and yield its ``Services``. With ``failover`` (the run's
     failover event) the store is a replicated pair (``faults/failover.py``) that clients reach through
@@ -408,7 +414,9 @@ def services(
     nemesis steps (``faults.clock_step.server_env``), so it is a private one. With ``careless``
     the careless clients get a store of their own on the same server (``careless_spec``). With
     ``power_loss`` (``{"relaxed": bool}``) the store's data lives on a LazyFS mount in the run's
-    folder (``faults/power_loss.py``), in its relaxed durability setting when ``relaxed``."""
+    folder (``faults/power_loss.py``), in its relaxed durability setting when ``relaxed``. With
+    ``wakeup_proxy`` (and ``partition``) each worker's wakeup also gets a proxy of its own
+    (``wakeup_urls``, ``wakeup_proxies``: ``faults/wakeup_loss.py``)."""
     tag = f"chaos_{secrets.token_hex(4)}"
     lazy = None
     with contextlib.ExitStack() as stack:
@@ -460,6 +468,10 @@ def services(
                 listen = toxi.proxy(proxy, f"{server.host}:{server.port}")
                 found.proxies[name] = proxy
                 found.worker_urls[name] = _swap_netloc(server.url, listen)
+                if wakeup_proxy:
+                    listen = toxi.proxy(f"{proxy}-wakeup", f"{server.host}:{server.port}")
+                    found.wakeup_proxies[name] = f"{proxy}-wakeup"
+                    found.wakeup_urls[name] = _swap_netloc(server.url, listen)
         yield found
 
 

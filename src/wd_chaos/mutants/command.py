@@ -20,7 +20,7 @@ from without_durability.testing.kit import KitError, resolve
 
 from ..commands.common import _table_console
 from ..options import Bounded, probe_dir
-from ..scenario import TimeLimit
+from ..scenario import TimeLimit, find
 from . import CatalogueError, Mutant, catalogue, check_killers
 from .gate_shrink import RUN_DIR
 from .runner import RUNS, ChaosRunner, GateReport, chaos_share, run_gate
@@ -120,7 +120,9 @@ def chaos_runner(seconds: float, real_runs: dict[tuple[str, str], Path] | None =
         # a folder per run: the run's own folder is found by name when it is done
         out = report_dir / f"{scenario}-{mutant or store}"
         command = [sys.executable, "-m", "wd_chaos.cli", "run", scenario, "--store", store]
-        command += ["--time-limit", f"{seconds:g}", "--report-dir", str(out)]
+        shortest = find(scenario).shortest  # a scenario no shorter run can judge runs that long
+        length = max(seconds, shortest or 0.0)
+        command += ["--time-limit", f"{length:g}", "--report-dir", str(out)]
         command += ["--mutant", mutant] if mutant else []
         command += ["--seed", str(seed)] if seed is not None else []
         before = set(out.glob(f"*-{scenario}-*"))

@@ -115,6 +115,10 @@ class Opened:
     queue_entries_per_workflow: int = 1
     """The most queue entries per workflow this store keeps by design; above 1, ``queue-bounded``
     reports the counts rather than judging them."""
+    wakeup: Any = None
+    """A ``Wakeup`` (``wait(at_most)``) an idle worker waits on instead of sleeping out its poll
+    interval, when the spec asked for one (``spec["wakeup"]``, the ``dead-wakeup`` scenario's);
+    None: poll."""
     pool_size: int | None = None
     """The most connections this process's store holds at once, when it pools them (a spec's
     ``pool_size`` asks for a size); None when unbounded or not pooled. With 1, and the ledger
