@@ -286,6 +286,33 @@ def test_wakeup_stands_without_the_queue_needs_a_take_that_found_nothing() -> No
     assert run("wakeup-stands", woken(None, "none")).valid == checks.UNKNOWN
 
 
+def lost_then_rescued(blind: str | None) -> H:
+    """w1 holds the workflow, a wakeup lands, w1 answers; a take by w3 (``blind``: its reply lost,
+    outcome unknown; ``"ok-empty"``: it found nothing) runs after the wakeup; then w2's take finds
+    nothing due, and w4 takes the workflow 6 s later (the shape of sim clock-step sqlite seed 34)."""
+    h = woken(None, "none")
+    if blind == "unknown":
+        h.call("take", "w3", outcome="unknown", res={"error": "StoreUnavailable: reply lost"}, visibility=5.0)
+    elif blind == "ok-empty":
+        h.take(None, "w3", wf=None)
+    h.wait(1.0)
+    h.take(None, "w2", wf=None)
+    h.wait(5.0)
+    h.take("r2", "w4")
+    return h
+
+
+def test_wakeup_stands_excuses_an_empty_take_while_a_take_whose_reply_was_lost_may_hold_it() -> None:
+    """A take whose reply was lost may have taken the wakeup and hidden the workflow for its
+    visibility, unseen: an empty take inside that is no evidence of a lost wakeup. Without such a
+    take (or with one that completed and found nothing), the same shape is a lost wakeup."""
+    assert run("wakeup-stands", lost_then_rescued("unknown")).valid is True
+    for shape in (None, "ok-empty"):
+        verdict = run("wakeup-stands", lost_then_rescued(shape))
+        assert verdict.valid is False, (shape, verdict.summary)
+        assert "found nothing due afterwards: the wakeup was lost" in [e.get("why") for e in verdict.evidence]
+
+
 # -- queue-bounded ---------------------------------------------------------------------------------
 
 

@@ -69,6 +69,18 @@ class Queue:
     """``cancel`` and ``discard`` calls that may have acted."""
     empty_takes: list[Operation] = field(default_factory=list)
     """Takes that completed ok with nothing due, outside the probes' queues."""
+    blind_takes: list[Operation] = field(default_factory=list)
+    """Takes whose outcome is unknown (a reply lost after the store may have applied them): each
+    may have handed out, and hidden for its visibility, a workflow no client saw taken."""
+
+    def blindly_hidden(self, after: float, at: float) -> Operation | None:
+        """A blind take that may have hidden a workflow made due at ``after`` through ``at``: it
+        ended after ``after`` and began before ``at``, within its visibility (and the slack)."""
+        for b in self.blind_takes:
+            hidden_ns = float(b.invoke.get("visibility") or 0.0) * 1e9
+            if b.end > after and b.start < at < b.end + hidden_ns + SLACK_NS:
+                return b
+        return None
 
     @classmethod
     def of(cls, ops: list[Operation]) -> Queue:
@@ -81,6 +93,8 @@ class Queue:
                     q.takes[str(wf)].append(o)
                 elif not o.invoke.get("probe"):
                     q.empty_takes.append(o)
+            elif o.f == "take" and o.complete is not None and o.outcome == "unknown" and not o.invoke.get("probe"):
+                q.blind_takes.append(o)
             elif o.workflow is None or o.outcome in ("failed", "fenced", "contended"):
                 continue
             elif o.f == "wake_at":

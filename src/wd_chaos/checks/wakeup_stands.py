@@ -19,7 +19,8 @@ def wakeup_stands(ops: list[Op], final: FinalState) -> Verdict:
     from the answer on, so a take of the queue that found nothing due after the answer (and after
     the wakeup), before the workflow was taken again, shows the wakeup lost even where a later call
     brought the workflow back. A cancel or discard
-    since excuses it. Where the kit does not read its queue, a wakeup with no later take counts as
+    since excuses it, and so does a take whose reply was lost (outcome unknown) in time to have taken
+    the wakeup: it may hold the workflow, unseen, for its visibility. Where the kit does not read its queue, a wakeup with no later take counts as
     lost only when a take of the same queue found nothing due after the answer."""
     all_ops = operations(ops)
     q = Queue.of(all_ops)
@@ -35,7 +36,14 @@ def wakeup_stands(ops: list[Op], final: FinalState) -> Verdict:
             # before that take began, the workflow was not visible then: the wakeup was lost, and
             # only a later call (another wakeup, a lapse) brought the workflow back
             since = max(answer.end, w.end) + SLACK_NS
-            empty = next((t for t in q.empty_takes if t.start > since and t.end < later[0].start), None)
+            empty = next(
+                (
+                    t
+                    for t in q.empty_takes
+                    if t.start > since and t.end < later[0].start and q.blindly_hidden(w.start, t.start) is None
+                ),
+                None,
+            )  # a take whose reply was lost may have taken the wakeup and hidden it: not lost
             removed = any(r.end > w.start and r.start < later[0].start for r in q.removals.get(wf, []))
             if empty is None or removed or wf.startswith(PROBE) or queue_steps(ops, final):
                 continue  # taken again: the wakeup stood
@@ -55,7 +63,14 @@ def wakeup_stands(ops: list[Op], final: FinalState) -> Verdict:
         if queued is None:
             # without the final queue, only a take of the run's own queue that found nothing due tells
             other = wf.startswith(PROBE) or final_queue(final) is not None  # another namespace's
-            empty = next((t for t in q.empty_takes if t.start > answer.end and not other), None)
+            empty = next(
+                (
+                    t
+                    for t in q.empty_takes
+                    if t.start > answer.end and not other and q.blindly_hidden(w.start, t.start) is None
+                ),
+                None,
+            )
             if empty is None or queue_steps(ops, final):
                 unsure += 1
                 continue
