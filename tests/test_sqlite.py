@@ -212,6 +212,35 @@ async def test_another_schema_version_is_refused_untouched(tmp_path: Path) -> No
     raw.close()
 
 
+async def test_a_version_2_file_is_upgraded_to_number_its_takes(tmp_path: Path) -> None:
+    """A version 2 file (no take numbers) is upgraded in place: its queued and hidden rows are kept,
+    each take then draws a number, and two takes hidden until the same instant get different
+    receipts, so the first holder's late answer leaves the second's delivery alone."""
+    path = tmp_path / "v2.db"
+    async with await SqliteDurable.open(path) as store:
+        await store.scheduler.schedule("queued")
+        await store.scheduler.schedule("held")
+        got = await store.scheduler.take(LONG)
+        assert got is not None
+    raw = sqlite3.connect(path)
+    raw.execute("ALTER TABLE queue DROP COLUMN took")  # what version 2 wrote
+    raw.execute("DROP TABLE take_count")
+    raw.execute("PRAGMA user_version = 2")
+    raw.commit()
+    raw.close()
+    async with await SqliteDurable.open(path) as store:
+        assert await store.scheduler.take(LONG) is not None, "the queued row was lost by the upgrade"
+        assert await store.scheduler.take(LONG) is None, "the upgrade made the hidden row visible"
+        await store.scheduler.wake_at(got, None)  # handed out before the upgrade: answers nothing
+        await store.scheduler.schedule("again")
+        first = await store.scheduler.take(timedelta(seconds=30))
+        assert first is not None and first.workflow == "again"
+    raw = sqlite3.connect(path)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert raw.execute("SELECT n FROM take_count").fetchone()[0] == 2, "the takes were not numbered"
+    raw.close()
+
+
 async def test_another_applications_database_is_refused_untouched(tmp_path: Path) -> None:
     versioned, clashing = tmp_path / "app.db", tmp_path / "clash.db"
     raw = sqlite3.connect(versioned)

@@ -208,17 +208,21 @@ class MemoryCheckpointer:
 @dataclass(frozen=True, slots=True)
 class _Receipt:
     visible_at: datetime
+    took: int
 
 
 class MemoryScheduler:
     """``Scheduler`` over process memory: one visibility time per workflow. The receipt of a
-    delivery is the visibility its take set, so ``wake_at`` can tell its own delivery from a wakeup
-    (which moved the time) or a cancel (which removed the entry) that came since."""
+    delivery is the visibility its take set and the take's number (every take draws a new one), so
+    ``wake_at`` can tell its own delivery from a wakeup (which moved the time), a cancel (which
+    removed the entry) or a later take that came since, even one that hid it until the same instant."""
 
     def __init__(self, *, clock: Clock = system_clock, namespace: str = "default") -> None:
         self.clock = clock
         self.namespace = namespace
         self._queue: dict[str, datetime] = {}
+        self._took: dict[str, int] = {}  # the number of the take that last hid each entry
+        self._takes = 0
 
     async def now(self) -> datetime:
         """See ``Scheduler.now``."""
@@ -251,8 +255,10 @@ class MemoryScheduler:
             return None
         _, workflow = min(due)
         hidden = now + visibility
+        self._takes += 1
         self._queue[workflow] = hidden
-        return Delivery(workflow, _Receipt(hidden))
+        self._took[workflow] = self._takes
+        return Delivery(workflow, _Receipt(hidden, self._takes))
 
     async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
         """See ``Scheduler.wake_at``."""
@@ -260,10 +266,12 @@ class MemoryScheduler:
         if not isinstance(delivery.receipt, _Receipt):
             raise InvalidInput(f"{delivery!r} was not handed out by a MemoryScheduler")
         current = self._queue.get(delivery.workflow)
-        if current is None or current != delivery.receipt.visible_at:
-            return  # cancelled since (not reinstated) or woken since (that wakeup stands)
+        took = self._took.get(delivery.workflow)
+        if current is None or current != delivery.receipt.visible_at or took != delivery.receipt.took:
+            return  # cancelled since (not reinstated), woken since (that wakeup stands) or taken since
         if at is None:
             del self._queue[delivery.workflow]
+            del self._took[delivery.workflow]
         else:
             self._queue[delivery.workflow] = at
 
@@ -271,6 +279,7 @@ class MemoryScheduler:
         """See ``Scheduler.cancel``."""
         check_workflow(workflow)
         self._queue.pop(workflow, None)
+        self._took.pop(workflow, None)
 
 
 class MemoryDurable(SplitDurable[MemoryEffect]):

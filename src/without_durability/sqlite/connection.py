@@ -20,7 +20,7 @@ from ..errors import (
     StoreError,
     StoreUnavailable,
 )
-from .schema import _SCHEMA, _TABLES, _UPGRADABLE, APPLICATION_ID, SCHEMA_VERSION
+from .schema import _SCHEMA, _TABLES, _UPGRADABLE, _UPGRADE, APPLICATION_ID, SCHEMA_VERSION
 
 T = TypeVar("T")
 
@@ -163,7 +163,9 @@ class SqliteConnection:
             if version == 0:
                 names = {
                     row[0]
-                    for row in db.execute("SELECT name FROM sqlite_schema WHERE name IN (?, ?, ?)", _TABLES)
+                    for row in db.execute(
+                        f"SELECT name FROM sqlite_schema WHERE name IN ({', '.join('?' * len(_TABLES))})", _TABLES
+                    )
                 }
                 if names:
                     raise SchemaMismatch(
@@ -176,8 +178,12 @@ class SqliteConnection:
                 db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             elif version in _UPGRADABLE:
-                # Same tables; only what the claim deadlines are measured on changed (see
-                # SCHEMA_VERSION), and the claim statement already reads the old ones as lapsed.
+                # Versions 1 and 2 have the same tables (what the claim deadlines are measured on
+                # changed, and the claim statement already reads the old ones as lapsed); version 3
+                # adds the take numbers (see SCHEMA_VERSION)
+                if "take_count" not in {row[0] for row in db.execute("SELECT name FROM sqlite_schema")}:
+                    for statement in _UPGRADE:
+                        db.execute(statement)
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             db.execute("COMMIT")
         except BaseException:

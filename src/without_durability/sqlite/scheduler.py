@@ -18,19 +18,21 @@ from ..rules import (
 )
 from .connection import SqliteConnection
 from .schema import _micros, _span
-from .statements import ANSWER_AGAIN, ANSWER_DONE, CANCEL, HIDE, NEXT_DUE, SCHEDULE
+from .statements import ANSWER_AGAIN, ANSWER_DONE, CANCEL, HIDE, NEXT_DUE, NEXT_TAKE, SCHEDULE
 
 
 @dataclass(frozen=True, slots=True)
 class _Receipt:
     namespace: str
     visible_at: int
+    took: int
 
 
 class SqliteScheduler:
     """``Scheduler`` over a ``SqliteConnection``: one row per (namespace, workflow), scored by the
-    moment it becomes visible. The receipt of a delivery is the visibility its take set, so
-    ``wake_at`` can tell its own delivery from a wakeup or a cancel that came since."""
+    moment it becomes visible. The receipt of a delivery is the visibility its take set and the
+    take's number (every take draws a new one), so ``wake_at`` can tell its own delivery from a
+    wakeup, a cancel or a later take that came since, even one that hid it until the same instant."""
 
     def __init__(
         self, conn: SqliteConnection, *, clock: Clock = system_clock, namespace: str = "default"
@@ -67,9 +69,10 @@ class SqliteScheduler:
             if row is None:
                 return None
             hidden = now + _span(visibility)
-            params = {"namespace": self.namespace, "workflow": row[0], "hidden": hidden}
+            took = int(cur.execute(NEXT_TAKE).fetchone()[0])
+            params = {"namespace": self.namespace, "workflow": row[0], "hidden": hidden, "took": took}
             cur.execute(HIDE, params)
-            return Delivery(str(row[0]), _Receipt(self.namespace, hidden))
+            return Delivery(str(row[0]), _Receipt(self.namespace, hidden, took))
 
         return await self.conn.write(job)
 
@@ -85,6 +88,7 @@ class SqliteScheduler:
             "namespace": self.namespace,
             "workflow": delivery.workflow,
             "taken": receipt.visible_at,
+            "took": receipt.took,
             "at": None if at is None else _micros(at),
         }
 

@@ -90,17 +90,25 @@ ORDER BY visibility, workflow
 LIMIT 1
 """
 
-HIDE = "UPDATE queue SET visibility = :hidden WHERE namespace = :namespace AND workflow = :workflow"
+# Every take draws the next number (take_count only grows, whatever is deleted), so no two takes
+# share one, even two whose visibilities end at the same instant.
+NEXT_TAKE = "UPDATE take_count SET n = n + 1 RETURNING n"
 
-# The receipt is the visibility the take set: if the row moved (a wakeup) or is gone (a cancel),
-# these match nothing, so that wakeup stands and a cancelled workflow is not reinstated.
+HIDE = """
+UPDATE queue SET visibility = :hidden, took = :took WHERE namespace = :namespace AND workflow = :workflow
+"""
+
+# The receipt is the visibility the take set and the take's number: if the row moved (a wakeup), is
+# gone (a cancel) or was taken since, these match nothing, so that wakeup stands, a cancelled
+# workflow is not reinstated, and a superseded holder's answer leaves the newer take's alone.
 ANSWER_AGAIN = """
 UPDATE queue SET visibility = :at
-WHERE namespace = :namespace AND workflow = :workflow AND visibility = :taken
+WHERE namespace = :namespace AND workflow = :workflow AND visibility = :taken AND took = :took
 """
 
 ANSWER_DONE = """
-DELETE FROM queue WHERE namespace = :namespace AND workflow = :workflow AND visibility = :taken
+DELETE FROM queue
+WHERE namespace = :namespace AND workflow = :workflow AND visibility = :taken AND took = :took
 """
 
 CANCEL = "DELETE FROM queue WHERE namespace = :namespace AND workflow = :workflow"

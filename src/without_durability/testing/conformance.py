@@ -809,6 +809,33 @@ async def test_a_stale_answer_after_a_retake_at_the_same_visibility_changes_noth
     await wd_store.scheduler.cancel(w)
 
 
+@pytest.mark.parametrize("kind", ["done", "later", "now"])
+async def test_two_takes_whose_visibilities_end_together_get_different_receipts(wd_store: Store, kind: str) -> None:
+    # the first take hides the workflow until t + 3u; a wakeup at t + u makes it due again, and a
+    # second take then hides it for 2u: until t + 3u too, on a clock the suite moves. A receipt that
+    # is the hidden-until time alone would be equal for both, and the first holder's late answer
+    # would act on the second's delivery
+    u, w = unit(wd_store), wf(f"coincide-{kind}")
+    log = Takes(wd_store)
+    await log.schedule(w)
+    first = await log.take("first", 3 * u)
+    assert first is not None and first.workflow == w, f"the scheduled workflow was not taken{log}"
+    await log.advance(u)
+    await log.schedule(w)  # a wakeup while the first take holds it: due now
+    second = await log.take("second", 2 * u)
+    assert second is not None and second.workflow == w, f"a wakeup while held did not make it due{log}"
+    assert second.receipt != first.receipt, f"two takes hidden until the same time got equal receipts{log}"
+    await log.answer("first", first, kind)  # stale: the second take superseded it
+    stray = await log.take("after the stale answer", 2 * u)
+    assert stray is None, f"a stale answer ({kind}) made the workflow the second take holds visible{log}"
+    await log.answer("second", second, "now")
+    third = await log.take("third", LONG)
+    assert third is not None and third.workflow == w, (
+        f"the second holder's answer found nothing to act on: the stale answer ({kind}) acted on it{log}"
+    )
+    await wd_store.scheduler.cancel(w)
+
+
 async def test_schedule_twice_then_take_twice_gives_one_delivery(wd_store: Store) -> None:
     w = wf("twice")
     log = Takes(wd_store)
