@@ -56,6 +56,15 @@ def _driver_error(exc: BaseException) -> psycopg.Error | None:
     return None
 
 
+ABORTED_NOT_TODO = "check_not_todo_abort_requested"
+"""procrastinate's check on ``procrastinate_jobs``: a job whose abort was requested is never ``todo``."""
+
+
+def _aborted_retry(cause: psycopg.Error) -> bool:
+    """The refusal of a retry that would put an abort-requested (cancelled) job back in ``todo``."""
+    return isinstance(cause, psycopg.errors.CheckViolation) and cause.diag.constraint_name == ABORTED_NOT_TODO
+
+
 class ProcrastinateScheduler:
     """``Scheduler`` over procrastinate's ``procrastinate_jobs`` in one queue (``namespace``)."""
 
@@ -83,7 +92,11 @@ class ProcrastinateScheduler:
         With ``refused_is_nothing``: procrastinate's functions ``RAISE`` (SQLSTATE P0001) when the
         job is not in a state the call acts on ("Job was not found or not in "doing" status"):
         the call had nothing to act on, and the protocol's answer then changes nothing and raises
-        nothing, so the error is swallowed here."""
+        nothing, so the error is swallowed here. So is a retry of a job whose abort was requested
+        (a cancel while it was held) and that an earlier retry already ended ``failed``:
+        ``procrastinate_retry_job_v2`` retries ``failed`` jobs too, and the table's
+        ``check_not_todo_abort_requested`` constraint refuses to put the aborted job back in
+        ``todo`` (CheckViolation); the job stays ``failed``, as a cancel since the take asks."""
         try:
             yield
         except exceptions.UniqueViolation:
@@ -92,7 +105,9 @@ class ProcrastinateScheduler:
             cause = _driver_error(exc)
             if cause is None:
                 raise
-            if refused_is_nothing and isinstance(cause, psycopg.errors.RaiseException):
+            if refused_is_nothing and (
+                isinstance(cause, psycopg.errors.RaiseException) or _aborted_retry(cause)
+            ):
                 return
             raise classify(cause, what, pool=self.pool, workflow=workflow) from cause
 
@@ -202,7 +217,9 @@ class ProcrastinateScheduler:
         """Done: ``finish_job_by_id_async`` (succeeded, the job deleted). Again at ``at``:
         ``retry_job_by_id_async(id, at)``; where a wakeup deferred the workflow's next job while
         this one was held, procrastinate refuses (unique queueing lock) and the kit ends this job
-        and schedules ``at`` (the earlier of the two stands). Both act by job id only."""
+        and schedules ``at`` (the earlier of the two stands). Both act by job id only. A retry
+        of a cancelled job a first answer already ended is refused by procrastinate and changes
+        nothing (``_boundary``)."""
         receipt = delivery.receipt
         if not isinstance(receipt, JobReceipt) or receipt.queue != self.queue:
             raise InvalidInput(f"{delivery!r} was not taken from procrastinate queue {self.queue!r}")
