@@ -80,7 +80,8 @@ def test_two_checkers_of_one_name_are_refused(dropped_in: Path) -> None:
 TOY_FAULT = """
 from typing import Literal
 
-from wd_chaos.checks.core import Verdict, _bit, bite_check
+from wd_chaos.checks.bitten import bit
+from wd_chaos.checks.core import Verdict, bite_check
 from wd_chaos.faults.base import EventSpec, FaultKind, FaultSpec
 
 
@@ -107,7 +108,7 @@ def start(nemesis, ev, elapsed):
 @bite_check("toy-heard")
 def heard(ops, final):
     hits = [o for o in ops if o.get("type") == "fault" and o.get("fault") == "toy"]
-    return _bit("toy-heard", hits, len(hits), "toy fault(s) heard")
+    return bit("toy-heard", hits, len(hits), "toy fault(s) heard")
 
 
 TOY = FaultKind("toy", ToyFault, ToyEvent, plan, start, requires=lambda f: frozenset({"proxy"}))

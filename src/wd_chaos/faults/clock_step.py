@@ -34,7 +34,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from ..checks.core import FENCED_WRITES, RENEWING, SLACK_NS, Operation, Verdict, _bit, bite_check, operations
+from ..checks.bitten import bit
+from ..checks.core import FENCED_WRITES, RENEWING, SLACK_NS, Operation, Verdict, bite_check, operations
 from ..history import Op
 from ..rundir import FinalState
 from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec
@@ -419,7 +420,7 @@ def clock_step_bite(ops: list[Op], final: FinalState) -> Verdict:
     tried = sum(1 for s in injected(ops) if s["seconds"] > 0)
     if final.get("lease_clock") != "wall":
         hits = _held_across(ops, final)
-        return _bit(KIND, hits, tried, "forward step(s) held by a live pass (leases on the monotonic clock)")
+        return bit(KIND, hits, tried, "forward step(s) held by a live pass (leases on the monotonic clock)")
     hits = []
     for held, taken, refused in lapsed(ops, final):
         hits += [
@@ -427,7 +428,7 @@ def clock_step_bite(ops: list[Op], final: FinalState) -> Verdict:
             taken.brief(f"claimed after a forward server clock step while token {held.token} was alive"),
             refused.brief(f"token {held.token}'s next write, refused as Fenced"),
         ]
-    verdict = _bit(KIND, hits, tried, "part(s) of evidence: a forward step lapsed a live lease")
+    verdict = bit(KIND, hits, tried, "part(s) of evidence: a forward step lapsed a live lease")
     if hits:
         verdict.summary = (
             f"{len(hits) // 3} live pass(es) lapsed by a forward step, each refused on its next write"

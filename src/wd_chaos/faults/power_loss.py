@@ -25,7 +25,8 @@ from pydantic import Field
 
 from without_durability.testing.kit import Capability
 
-from ..checks.core import Verdict, _bit, bite_check
+from ..checks.bitten import bit
+from ..checks.core import Verdict, bite_check
 from ..rundir import FinalState
 from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec, Marker
 
@@ -233,7 +234,7 @@ def power_loss_dropped(ops: list[Op], final: FinalState) -> Verdict:
         for c in cuts
         if int(c.get("dropped_bytes") or 0) > 0
     ]
-    return _bit("power-loss-dropped", hits, len(cuts), "power loss(es) dropped unsynced writes")
+    return bit("power-loss-dropped", hits, len(cuts), "power loss(es) dropped unsynced writes")
 
 
 def describe(ops: list[Op]) -> str:

@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
 
-from ..checks.core import RENEWING, Operation, Verdict, _bit, bite_check, operations
+from ..checks.bitten import bit
+from ..checks.core import RENEWING, Operation, Verdict, bite_check, operations
 from ..history import MONO_SHIFT_ENV
 from ..rundir import FinalState
 from .base import EventSpec, FaultKind, FaultSpec, Marker, SimulatedForm
@@ -296,7 +297,7 @@ def reboot_held(ops: list[Op], final: FinalState) -> Verdict:
     the run tested nothing (unknown)."""
     reboots = _reboots(ops)
     if final.get("lease_clock") != "monotonic":
-        return _bit(
+        return bit(
             "reboot-held", [], len(reboots), "reboot(s) restarted the clock the store's leases run on"
         )
     hits = [
@@ -307,7 +308,7 @@ def reboot_held(ops: list[Op], final: FinalState) -> Verdict:
         for r in reboots
         for o in held_at(ops, r)
     ]
-    return _bit("reboot-held", hits, len(reboots), "live pass(es) ended by a reboot")
+    return bit("reboot-held", hits, len(reboots), "live pass(es) ended by a reboot")
 
 
 def describe(ops: list[Op]) -> str:
