@@ -171,6 +171,8 @@ NAMED_OUTSIDE = {
     ("kill", "control/cluster.py"): "the supervisor logs the restart of a worker a failpoint killed",
     ("kill", "checks/at_least_once.py"): "a kill is one of the causes that explain a repeated effect",
     ("latency", "control/toxi.py"): "toxiproxy's own toxic, which a partition's latency mode adds as the latency kind does",
+    ("clock-step", "checks/fault_reads.py"): "fencing and at-least-once read its steps; the reader sits below both floors",
+    ("reboot", "checks/fault_reads.py"): "fencing reads whom a reboot killed; the reader sits below both floors",
 }
 
 
