@@ -14,7 +14,8 @@ from wd_chaos.checks.fencing import fencing
 from wd_chaos.checks.misuse import misuse
 from wd_chaos.checks.order import order
 from wd_chaos.checks.written_at import written_at
-from wd_chaos.client.careless import CARELESS_LEDGER_KEY, FORGED_KEY, CarelessFailure, careless_effect
+from wd_chaos.client.careless import FORGED_KEY, CarelessFailure, careless_effect
+from wd_chaos.history import CARELESS_LEDGER_KEY
 from wd_chaos.scenario import ScenarioError, parse
 
 

@@ -80,7 +80,8 @@ def test_two_checkers_of_one_name_are_refused(dropped_in: Path) -> None:
 TOY_FAULT = """
 from typing import Literal
 
-from wd_chaos.checks.core import Verdict, _bit, bite_check
+from wd_chaos.checks.bitten import bit
+from wd_chaos.checks.core import Verdict, bite_check
 from wd_chaos.faults.base import EventSpec, FaultKind, FaultSpec
 
 
@@ -107,7 +108,7 @@ def start(nemesis, ev, elapsed):
 @bite_check("toy-heard")
 def heard(ops, final):
     hits = [o for o in ops if o.get("type") == "fault" and o.get("fault") == "toy"]
-    return _bit("toy-heard", hits, len(hits), "toy fault(s) heard")
+    return bit("toy-heard", hits, len(hits), "toy fault(s) heard")
 
 
 TOY = FaultKind("toy", ToyFault, ToyEvent, plan, start, requires=lambda f: frozenset({"proxy"}))
@@ -170,6 +171,8 @@ NAMED_OUTSIDE = {
     ("kill", "control/cluster.py"): "the supervisor logs the restart of a worker a failpoint killed",
     ("kill", "checks/at_least_once.py"): "a kill is one of the causes that explain a repeated effect",
     ("latency", "control/toxi.py"): "toxiproxy's own toxic, which a partition's latency mode adds as the latency kind does",
+    ("clock-step", "checks/fault_reads.py"): "fencing and at-least-once read its steps; the reader sits below both floors",
+    ("reboot", "checks/fault_reads.py"): "fencing reads whom a reboot killed; the reader sits below both floors",
 }
 
 

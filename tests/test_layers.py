@@ -2,6 +2,8 @@
 harness, the core's testing package names no store, a store package knows no other store and no
 harness, and the harness reaches stores through their kits, its mutation machinery included (a
 store's mutants live in its own package; a generated mutant names the module it patches as data).
+Inside the harness, no module imports itself back, and neither does a part of it (a top-level
+module or subpackage of ``wd_chaos``): the parts stand in floors.
 
 Read with ``ast`` over every module, imports inside functions included, relative ones resolved: a
 dozen lines, where import-linter would add a dependency and a contract file for the same four rules.
@@ -189,9 +191,8 @@ def harness_graph(src: Path = SRC) -> dict[str, set[str]]:
     return graph
 
 
-def cycles(src: Path = SRC) -> list[list[str]]:
-    """The import cycles among ``wd_chaos`` modules: each strongly connected group of two or more."""
-    graph = harness_graph(src)
+def strong_groups(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of two or more nodes of ``graph`` (each an import cycle)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -200,7 +201,7 @@ def cycles(src: Path = SRC) -> list[list[str]]:
     def visit(v: str) -> None:  # Tarjan's algorithm
         index[v] = low[v] = len(index)
         stack.append(v)
-        for w in sorted(graph[v]):
+        for w in sorted(graph.get(v, ())):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -220,6 +221,11 @@ def cycles(src: Path = SRC) -> list[list[str]]:
         if v not in index:
             visit(v)
     return found
+
+
+def cycles(src: Path = SRC) -> list[list[str]]:
+    """The import cycles among ``wd_chaos`` modules: each strongly connected group of two or more."""
+    return strong_groups(harness_graph(src))
 
 
 def test_no_import_cycle_among_harness_modules() -> None:
@@ -247,6 +253,96 @@ def test_the_cycle_check_sees_a_cycle_however_it_is_deferred(tmp_path: Path, b_t
     (tmp_path / "wd_chaos" / "b.py").write_text(b_text + "y = 2\n")
     (tmp_path / "wd_chaos" / "c.py").write_text("from . import a, b\n")  # importing both is no cycle
     assert cycles(tmp_path) == [["wd_chaos.a", "wd_chaos.b"]]
+
+
+# -- no import cycle among the harness's parts (its folder-level floors) --------------------------
+
+
+def part_of(module: str) -> str:
+    """The part of ``wd_chaos`` a module belongs to: its top-level module or subpackage
+    (``checks`` for ``wd_chaos.checks.core``), or ``__init__`` for the package's own."""
+    names = module.split(".")
+    return names[1] if len(names) > 1 else "__init__"
+
+
+def part_graph(src: Path = SRC) -> dict[str, dict[str, list[str]]]:
+    """Each part of ``wd_chaos``, the other parts it imports, and for each the module imports that
+    make that edge (``wd_chaos.checks.misuse -> wd_chaos.client.careless``). Read off
+    ``harness_graph``, so imports inside functions and under ``TYPE_CHECKING`` count here too: a
+    part that needs another only for a type annotation still stands on it, and a floor that only
+    holds at run time is not a floor a reader can trust."""
+    graph: dict[str, dict[str, list[str]]] = {}
+    for me, targets in sorted(harness_graph(src).items()):
+        edges = graph.setdefault(part_of(me), {})
+        for target in sorted(targets):
+            if part_of(target) != part_of(me):
+                edges.setdefault(part_of(target), []).append(f"{me} -> {target}")
+    return graph
+
+
+def part_cycles(src: Path = SRC) -> str:
+    """Every import cycle among the parts of ``wd_chaos``, each with the module imports that make its
+    edges, one per line; empty when the parts stand in floors (each importing only parts below)."""
+    graph = part_graph(src)
+    out = []
+    for group in strong_groups({part: set(edges) for part, edges in graph.items()}):
+        out.append("parts " + ", ".join(group) + " import each other:")
+        out += [
+            f"  {a} -> {b}: " + "; ".join(graph[a][b]) for a in group for b in sorted(graph[a]) if b in group
+        ]
+    return "\n".join(out)
+
+
+def test_no_import_cycle_among_harness_parts() -> None:
+    """The parts of ``wd_chaos`` (``docs/guides/harness.md`` draws their floors) import each other
+    one way: a constant or a history reader two parts share lives below both, a handle is passed
+    down, never reached up for."""
+    found = part_cycles()
+    assert not found, "import cycles among wd_chaos's parts (move what both need below both):\n" + found
+
+
+@pytest.mark.parametrize(
+    "faults_text",
+    [
+        "from ..checks import core\n",
+        "def f():\n    from wd_chaos.checks.core import Verdict\n",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..checks.core import Verdict\n",
+    ],
+)
+def test_the_part_check_sees_a_cycle_between_folders(tmp_path: Path, faults_text: str) -> None:
+    """No module imports itself back, yet the folders do: ``checks/misuse`` needs ``faults/kill``
+    and ``faults/stall`` needs ``checks/core``. The module check passes it; the part check names
+    both parts and the imports that make each edge, however the import is deferred."""
+    for folder in ("wd_chaos", "wd_chaos/checks", "wd_chaos/faults"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "wd_chaos/history.py").write_text("x = 1\n")
+    (tmp_path / "wd_chaos/checks/core.py").write_text("from ..history import x\n")
+    (tmp_path / "wd_chaos/checks/misuse.py").write_text("from ..faults.kill import KEY\nfrom . import core\n")
+    (tmp_path / "wd_chaos/faults/kill.py").write_text("from .. import history\nKEY = 1\n")
+    (tmp_path / "wd_chaos/faults/stall.py").write_text(faults_text)
+    assert cycles(tmp_path) == []
+    found = part_cycles(tmp_path)
+    assert found.splitlines() == [
+        "parts checks, faults import each other:",
+        "  checks -> faults: wd_chaos.checks.misuse -> wd_chaos.faults.kill",
+        "  faults -> checks: wd_chaos.faults.stall -> wd_chaos.checks.core",
+    ], found
+
+
+def test_the_part_check_passes_floors(tmp_path: Path) -> None:
+    """Two parts that both import a third, and one above the other, make no cycle."""
+    for folder in ("wd_chaos", "wd_chaos/checks", "wd_chaos/faults"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "wd_chaos/history.py").write_text("x = 1\n")
+    (tmp_path / "wd_chaos/checks/bitten.py").write_text("from ..history import x\n")
+    (tmp_path / "wd_chaos/faults/kill.py").write_text("from ..checks.bitten import x\nfrom .. import history\n")
+    assert part_cycles(tmp_path) == ""
+    assert part_graph(tmp_path)["faults"] == {
+        "checks": ["wd_chaos.faults.kill -> wd_chaos.checks.bitten"],
+        "history": ["wd_chaos.faults.kill -> wd_chaos.history"],
+    }
 
 
 # -- no harness file over 600 lines ---------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 import without_durability.sqlite
 from wd_chaos.mutants import Mutant, catalogue, replaced
 from wd_chaos.mutants.runner import CheckResult, _pytest_config, judge
-from wd_chaos.stores import find_mutant
+from wd_chaos.mutation.catalogue import find_mutant
 from without_durability.sqlite import SqliteCheckpointer
 
 ROOT = Path(__file__).resolve().parents[1]

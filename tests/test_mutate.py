@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from wd_chaos.mutate import patch
 from wd_chaos.mutate.operators import LUA_OPERATORS, SQL_OPERATORS, edits
 from wd_chaos.mutate.runner import _first, plan_for, run_tests, targets_of
 from wd_chaos.mutate.targets import mutants, script_targets, statement_targets
+from wd_chaos.mutation import patch
 
 ROOT = Path(__file__).resolve().parent.parent
 

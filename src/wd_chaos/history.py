@@ -126,6 +126,12 @@ def _jsonable(value: object) -> object:
         return repr(value)
 
 
+CARELESS_LEDGER_KEY = "ledger~careless"
+"""The ledger key a careless effect (``client/careless.py``) writes its row under: any row with it
+committed without its record (the transact it ran in never recorded this key). Here, below the
+worker that writes it and the ``misuse`` checker that looks for it in the final state."""
+
+
 MONO_SHIFT_ENV = "WD_CHAOS_MONO_SHIFT_NS"
 """The variable a process started in a time namespace of its own (``faults/reboot.py``) is given:
 nanoseconds to add to its ``time.monotonic_ns()`` for the machine's, so its lines' ``mono`` stays

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ..faults.clock_step import repeat_cause
 from ..history import Op
 from ..rundir import FinalState
 from .core import (
@@ -14,6 +13,7 @@ from .core import (
     checker,
     operations,
 )
+from .fault_reads import repeat_cause
 
 
 @checker("at-least-once")

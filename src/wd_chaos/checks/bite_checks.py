@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from ..history import Op
 from ..rundir import FinalState
-from .core import Operation, Verdict, _bit, bite_check, operations
+from .bitten import bit
+from .core import Operation, Verdict, bite_check, operations
 
 
 @bite_check("storm")
@@ -19,7 +20,7 @@ def storm(ops: list[Op], final: FinalState) -> Verdict:
         if active:
             overlaps += 1
         active.append(o)
-    verdict = _bit("storm", [{"overlapping_ops": overlaps}] if overlaps else [], len(all_ops), "storm")
+    verdict = bit("storm", [{"overlapping_ops": overlaps}] if overlaps else [], len(all_ops), "storm")
     if overlaps:
         verdict.summary = f"{overlaps} of {len(all_ops)} operations overlapped another"
     return verdict

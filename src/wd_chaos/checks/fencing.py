@@ -7,8 +7,6 @@ import bisect
 from collections import defaultdict
 from typing import Any
 
-from ..faults.clock_step import lease_steps
-from ..faults.reboot import reboots_by_pid
 from ..history import Op
 from ..rundir import FinalState
 from .core import (
@@ -25,6 +23,7 @@ from .core import (
     checker,
     operations,
 )
+from .fault_reads import lease_steps, reboots_by_pid
 from .takeover import Takeovers
 
 

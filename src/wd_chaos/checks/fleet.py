@@ -11,7 +11,8 @@ from typing import Any
 
 from ..history import Op
 from ..rundir import FinalState
-from .core import Verdict, _bit, bite_check, operations
+from .bitten import bit
+from .core import Verdict, bite_check, operations
 
 
 def variants_by_pid(ops: list[Op]) -> dict[int, str]:
@@ -40,4 +41,4 @@ def fleet_mixed(ops: list[Op], final: FinalState) -> Verdict:
             if before != after:
                 hits.append(then.brief(f"claimed by a worker with {after} after one with {before}"))
                 break
-    return _bit("fleet-mixed", hits, len(by_workflow), "workflow(s) passed between variants")
+    return bit("fleet-mixed", hits, len(by_workflow), "workflow(s) passed between variants")

@@ -14,7 +14,8 @@ from typing import Any
 
 from ..history import Op
 from ..rundir import FinalState
-from .core import UNKNOWN, Operation, Verdict, _bit, _final_records, bite_check, checker, operations
+from .bitten import bit
+from .core import UNKNOWN, Operation, Verdict, _final_records, bite_check, checker, operations
 
 LANDING = ("record", "supply", "transact", "append")
 """Operations that add a record when they complete ok."""
@@ -274,4 +275,4 @@ def long_wait_bit(ops: list[Op], final: FinalState) -> Verdict:
             if before and not life.terminal_before(wf, load.start) and load.start - before[-1].end > idle_ns:
                 hits.append(load.brief(f"loaded after {(load.start - before[-1].end) / 1e9:.1f}s idle"))
                 break
-    return _bit("long-wait", hits, len(life.expected), "workflow(s) idle past the TTL and sweep age, kept")
+    return bit("long-wait", hits, len(life.expected), "workflow(s) idle past the TTL and sweep age, kept")

@@ -22,8 +22,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ..client.careless import CARELESS_LEDGER_KEY
-from ..history import Op
+from ..history import CARELESS_LEDGER_KEY, Op
 from ..rundir import FinalState
 from .core import UNKNOWN, Verdict, _final_values, checker, operations
 

@@ -8,10 +8,6 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-CARELESS_LEDGER_KEY = "ledger~careless"
-"""The ledger key a careless effect writes its row under: any row with it committed without its
-record (the transact it ran in never recorded this key)."""
-
 FORGED_KEY = "wd/forged"
 """A reserved key (``wd/`` belongs to the Worker's lifecycle records) that forging writers try."""
 
@@ -24,7 +20,7 @@ class CarelessFailure(RuntimeError):
 
 
 def careless_effect(inner: Any, how: str) -> Any:
-    """Wrap the kit's ledger effect ``inner`` (already built for ``CARELESS_LEDGER_KEY``) into one
+    """Wrap the kit's ledger effect ``inner`` (already built for ``history.CARELESS_LEDGER_KEY``) into one
     that writes its row, then (``how == "commits"``) executes ``COMMIT`` and ``BEGIN`` through the
     handle it was given, then raises ``CarelessFailure``. None when ``inner`` is not a callable
     (the store's effects are scripts, which cannot end a transaction)."""

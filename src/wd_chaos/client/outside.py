@@ -14,6 +14,7 @@ from without_durability import Contended, Fenced
 
 from ..config import RunConfig
 from ..history import HistoryWriter
+from ..mutation.catalogue import mutant_wrap
 from ..stores import Opened, open_store
 from .recorder import Recorder
 
@@ -38,7 +39,7 @@ class OutsideClient:
         spec = {**cfg.store, "pool_size": 1}
         if "fast_failover" in spec:
             spec["fast_failover"] = False
-        return cls(cfg, await open_store(spec), hist, rng)
+        return cls(cfg, await open_store(spec, mutant_wrap(spec)), hist, rng)
 
     async def round(self, stopping: Callable[[], bool]) -> None:
         """Three claims, each renewed twice and released; ends early once ``stopping()``."""

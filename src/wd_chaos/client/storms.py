@@ -34,6 +34,7 @@ from wd_chaos.client.recorder import Recorder
 from wd_chaos.config import RunConfig
 from wd_chaos.config import load as load_config
 from wd_chaos.history import HistoryWriter
+from wd_chaos.mutation.catalogue import mutant_wrap
 from wd_chaos.stores import Opened, open_store
 from without_durability import Contended, Fenced
 
@@ -74,7 +75,8 @@ class _StoreUser(User):
         self.loop = asyncio.new_event_loop()
         hist = HistoryWriter(self.cfg.run_dir / "procs" / f"{self.name}.jsonl", self.name)
         self.hist = hist
-        self.opened: Opened = self._run(open_store(dict(self.cfg.store)))
+        spec = dict(self.cfg.store)
+        self.opened: Opened = self._run(open_store(spec, mutant_wrap(spec)))
         self.rec = Recorder(self.opened.durable, hist)
         lease = self.cfg.lease
         self.alive = timedelta(seconds=lease.alive)
@@ -168,7 +170,8 @@ class TakeUser(_StoreUser):
     def on_start(self) -> None:
         super().on_start()
         if self.n == 0 and not DRAIN:  # one user per locust process also runs the probes (probes.py)
-            self.probe_opened = self._run(open_store(probe_namespace(dict(self.cfg.store), self.name)))
+            probe_spec = probe_namespace(dict(self.cfg.store), self.name)
+            self.probe_opened = self._run(open_store(probe_spec, mutant_wrap(probe_spec)))
             opened = self.probe_opened
             self.probe = Probe(Recorder(opened.durable, self.hist), self.name, opened.holds)
             self.probe_next = time.monotonic() + 0.5

@@ -39,7 +39,7 @@ from without_durability import Worker as LibraryWorker
 from without_durability.dag import Node, run_durably
 
 from ..config import LifecycleConfig, RunConfig
-from ..history import HistoryWriter
+from ..history import CARELESS_LEDGER_KEY, HistoryWriter
 from ..scenario import Workload
 from ..stores import Opened
 from . import careless
@@ -393,7 +393,7 @@ class Worker:
         if share <= 0 or rng.random() >= share:
             return
         how = "commits" if rng.random() < 0.75 else "fails"
-        inner = self.opened.ledger_effect(p.workflow, careless.CARELESS_LEDGER_KEY, p.token, lambda: None)
+        inner = self.opened.ledger_effect(p.workflow, CARELESS_LEDGER_KEY, p.token, lambda: None)
         effect = careless.careless_effect(inner, how)
         if effect is None:  # the store's effects are scripts: nothing a caller could end
             return

@@ -33,6 +33,7 @@ from .. import fleet
 from ..config import ConfigError, RunConfig
 from ..config import load as load_config
 from ..history import HistoryWriter
+from ..mutation.catalogue import mutant_wrap
 from ..scenario import Workload
 from ..stores import Opened, open_store
 from . import careless
@@ -194,7 +195,7 @@ async def _main(role: str, cfg: RunConfig, name: str) -> None:
 
     if role in ("worker", "reader"):
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_term)
-    opened = await open_store(spec)
+    opened = await open_store(spec, mutant_wrap(spec))
     try:
         if asked_to_stop.is_set():
             return

@@ -22,6 +22,7 @@ from typing import Any
 from ..faults import Nemesis, launching
 from ..fleet import DEPLOYED, REPLACE_MARKER
 from ..history import HistoryWriter, Tail
+from ..mutation.catalogue import mutant_wrap
 from ..stores import Spec, open_store
 from .lifeline import die_with_parent
 
@@ -237,7 +238,7 @@ class Watch:
 
 
 async def _workflows_done(spec: Spec, workflows: list[str]) -> int:
-    opened = await open_store(spec)
+    opened = await open_store(spec, mutant_wrap(spec))
     try:
         done = 0
         for wf in workflows:

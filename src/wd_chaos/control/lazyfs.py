@@ -24,7 +24,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,10 @@ INSTALL_HINT = (
     "apt-get install fuse3 (Debian's libfuse3 and fusermount3; scripts/install-servers installs it) "
     'and pip install ".[powerloss]" in a checkout (the powerloss extra)'
 )
+
+
+MOUNT = "lazyfs"
+"""The mount point's name in the run's folder (empty once the run is over)."""
 
 
 class FuseUnavailable(RuntimeError):
@@ -182,3 +188,19 @@ class LazyFS:
 
     def __exit__(self, *exc: object) -> None:
         self._stop()
+
+
+@contextlib.contextmanager
+def mounted(run_dir: Path) -> Iterator[LazyFS]:
+    """A LazyFS mounted at ``run_dir/lazyfs`` over a temporary folder (removed at exit, with
+    whatever the store left in it); ``FuseUnavailable`` when this machine allows no FUSE mount."""
+    from without_durability.testing.servers import own
+
+    with tempfile.TemporaryDirectory(prefix="wd-lazyfs-") as tmp:
+        mount = run_dir / MOUNT
+        with LazyFS(Path(tmp) / "backing", mount, log=run_dir / "lazyfs.log") as lazy:
+            # a sweep after a killed run stops the file system process and removes the folder
+            own(Path(tmp), 0, lazy.proc.pid if lazy.proc is not None else None)
+            yield lazy
+        with contextlib.suppress(OSError):
+            mount.rmdir()

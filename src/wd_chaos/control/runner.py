@@ -30,10 +30,11 @@ from ..config import validate as validate_config
 from ..faults import Nemesis, service_needs
 from ..fleet import fleet_specs
 from ..history import HistoryWriter
+from ..mutation.catalogue import find_mutant, mutant_wrap
 from ..rundir import FinalState, read_store_final
 from ..rundir import FinalUnread as FinalUnread
 from ..scenario import OptionError, Scenario, TimeLimit, WorkerCount, WorkflowCount, bounded, plan
-from ..stores import Spec, find_mutant, open_store, prepare, store_clocks
+from ..stores import Spec, open_store, prepare, store_clocks
 from .cluster import Cluster as Cluster
 from .cluster import Watch as Watch
 from .cluster import drain_storm, run_storm, run_workload, wait_for_heal
@@ -76,7 +77,7 @@ def _run_dir(base: Path, scenario: str, store: str) -> Path:
 
 
 async def _seed_workflows(spec: Spec, hist: HistoryWriter, workflows: list[str], starts: list[float]) -> None:
-    opened = await open_store(spec)
+    opened = await open_store(spec, mutant_wrap(spec))
     try:
         rec = Recorder(opened.durable, hist)
         now = await rec.now()
@@ -100,7 +101,7 @@ async def read_final(
     lifecycle run's ``lifecycle`` and ``failing`` (what its checkers judge against) with it;
     ``poll_interval``, the longest any worker polled at (``pickup``'s bound), when given;
     ``wakeup``, the run's wakeup bounds (``wakeup-pickup``'s), when its workers had wakeups."""
-    opened = await open_store(spec)
+    opened = await open_store(spec, mutant_wrap(spec))
     try:
         cp = opened.durable.checkpointer
         more = {
@@ -342,9 +343,9 @@ def _configure(p: RunPlan, svc: Any, prov: Provisioned) -> Path:
     """With the servers up: prepare the store, schedule the workflows, and write the config.json
     every process reads (refused here, not in a worker, when malformed)."""
     storm, life = p.scenario.storm, p.scenario.lifecycle
-    asyncio.run(prepare(svc.spec))
+    asyncio.run(prepare(svc.spec, mutant_wrap(svc.spec)))
     if svc.careless_spec is not None:
-        asyncio.run(prepare(svc.careless_spec))
+        asyncio.run(prepare(svc.careless_spec, mutant_wrap(svc.careless_spec)))
     if storm is None or storm.kind == "take":
         asyncio.run(_seed_workflows(svc.spec, prov.hist, p.workflows, p.starts))
     if svc.lazyfs is not None:  # a power loss tests the workload's writes, not the setup's

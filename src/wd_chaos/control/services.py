@@ -104,8 +104,7 @@ def _on_lazyfs(
     folder is the mount, or (no server) the store's file in it; synced once up, as a machine
     that has run a while has written its setup back. ``FuseUnavailable`` (a ``ServerUnavailable``)
     when no mount can be had."""
-    from ..faults.power_loss import mounted
-    from .lazyfs import FuseUnavailable
+    from .lazyfs import FuseUnavailable, mounted
 
     try:
         lazy = stack.enter_context(mounted(run_dir))

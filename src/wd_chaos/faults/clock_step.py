@@ -3,8 +3,9 @@ operator or a virtual machine resumed from a snapshot would move it.
 
 Everything about the fault is here: its scenario entry (``ClockStepFault``), what it needs from
 the environment (libfaketime, ``server_env``), the nemesis action (``start``) and its final heal
-(``heal``), the steps it made as the checkers read them off the history (``injected``), which
-repeated effects it caused (``repeat_cause``) and the check that it bit (``CLOCK_BITES``).
+(``heal``) and the check that it bit (``CLOCK_BITES``). The steps it made as the checkers read
+them off the history, and which repeated effects they caused, are read in
+``wd_chaos.checks.fault_reads``, below both the checkers and this module.
 
 Which clock moves: a server store's (Postgres, Redis) runs under libfaketime, preloaded with
 ``FAKETIME_TIMESTAMP_FILE`` naming a control file the nemesis rewrites (``+6.000``: six seconds
@@ -27,21 +28,21 @@ import glob
 import shutil
 import subprocess
 import time
-from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from ..checks.core import FENCED_WRITES, RENEWING, SLACK_NS, Operation, Verdict, _bit, bite_check, operations
+from ..checks.bitten import bit
+from ..checks.core import FENCED_WRITES, Verdict, bite_check, operations
+from ..checks.fault_reads import CLOCK_STEP as KIND
+from ..checks.fault_reads import clock_steps, lapsed, live_at, passes_of
 from ..history import Op
 from ..rundir import FinalState
 from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec
 from .nemesis import Nemesis
 from .wall_step import wall_offset
 
-KIND = "clock-step"
 CLOCK_FILE = "server-clock"
 """The control file in a run's directory that libfaketime reads in the server: a signed offset in
 seconds (``+0`` until the first step)."""
@@ -262,109 +263,7 @@ def heal(nemesis: Nemesis) -> None:
     )
 
 
-# -- what the checkers read ----------------------------------------------------------------------
-
-
-def injected(ops: list[Op]) -> list[dict[str, Any]]:
-    """The clock steps this run made, in the form ``wallclock.steps`` gives: ``seconds``,
-    ``wall`` and ``between`` (monotonic ns just before and after the control file changed)."""
-    return [
-        {
-            "seconds": float(line["seconds"]),
-            "wall": line.get("wall"),
-            "between": [int(line["before_mono"]), int(line["mono"])],
-            "injected": True,
-        }
-        for line in ops
-        if line["type"] == "fault" and line.get("fault") == KIND and line.get("phase") == "start"
-    ]
-
-
-def lease_steps(ops: list[Op], final: FinalState) -> list[dict[str, Any]]:
-    """The injected steps that moved the clock the store's leases run on: every step on a store
-    whose leases are on its wall clock (a server's ``now()``/``TIME``), none on a store that keeps
-    them on the monotonic clock (SQLite), where a lapse at a step is the store's fault."""
-    return injected(ops) if final.get("lease_clock") == "wall" else []
-
-
-def _window_end(x: Operation, mine: list[Operation]) -> float:
-    """When the liveness ``x`` (a landed write of a pass) gave ran out in real time: its alive
-    window from when it was invoked, never past the budget from when the claim was invoked."""
-    claim = next((o for o in mine if o.f == "claim" and o.invoke.get("alive") is not None), None)
-    if claim is None:
-        return float("-inf")
-    held_until = claim.start + float(claim.invoke.get("budget") or "inf") * 1e9
-    return min(x.start + float(claim.invoke["alive"]) * 1e9, held_until)
-
-
-def _live_at(mine: list[Operation], at: float) -> Operation | None:
-    """The last write of a pass that kept it alive, landed before ``at`` with its liveness window
-    still open at ``at``; None if there is none."""
-
-    kept = [x for x in mine if x.landed and x.f in RENEWING and x.end <= at and _window_end(x, mine) > at]
-    return max(kept, key=lambda x: x.end, default=None)
-
-
-def _passes(all_ops: list[Operation]) -> dict[tuple[str, int], list[Operation]]:
-    passes: dict[tuple[str, int], list[Operation]] = defaultdict(list)
-    for o in all_ops:
-        if o.workflow is not None and o.token is not None:
-            passes[(o.workflow, o.token)].append(o)
-    return passes
-
-
-def lapsed(ops: list[Op], final: FinalState) -> list[tuple[Operation, Operation, Operation]]:
-    """For each forward step on a store whose leases run on the stepped clock, the passes it
-    lapsed: ``(held, taken, refused)``: ``held`` the old pass's last write before ``taken`` (a
-    newer claim of its workflow, decided after the step began), whose liveness window still
-    covered the moment ``taken`` completed, with the step between the two; and ``refused`` the old
-    pass's next write, refused as Fenced. The breach is the one ``checkers.fencing`` lays on the
-    step, plus the fence that must follow it."""
-
-    steps = [s for s in lease_steps(ops, final) if s["seconds"] > 0]
-    if not steps:
-        return []
-    all_ops = operations(ops)
-    passes = _passes(all_ops)
-    claims = [o for o in all_ops if o.f == "claim" and o.ok and o.token is not None]
-    found = []
-    for step in steps:
-        lo, hi = step["between"]
-        for taken in claims:
-            if taken.end < lo:
-                continue
-            assert taken.workflow is not None and taken.token is not None
-            for (wf, token), mine in passes.items():
-                if wf != taken.workflow or token >= taken.token:
-                    continue
-                released = min((o.start for o in mine if o.f == "release"), default=float("inf"))
-                kept = [x for x in mine if x.landed and x.f in RENEWING and x.end <= taken.end]
-                held = max(kept, key=lambda x: x.end, default=None)
-                if held is None or released < taken.end or held.start > hi:
-                    continue  # released first, or renewed only after the step: no lapse to see
-                if taken.end + SLACK_NS >= _window_end(held, mine):
-                    continue  # the old pass's own window had run out by then: no step needed
-                later = sorted(
-                    (o for o in mine if o.f in FENCED_WRITES and o.start > held.end), key=lambda o: o.start
-                )
-                if later and later[0].outcome == "fenced":
-                    found.append((held, taken, later[0]))
-    # one lapse per old pass is enough evidence
-    unique: dict[tuple[str | None, int | None], tuple[Operation, Operation, Operation]] = {}
-    for held, taken, refused in found:
-        unique.setdefault((held.workflow, held.token), (held, taken, refused))
-    return list(unique.values())
-
-
-def repeat_cause(ops: list[Op], final: FinalState) -> Callable[[list[Operation]], bool]:
-    """Whether a pass (its operations) was lapsed by a forward step: its repeated effects are the
-    step's doing (at-least-once attributes them to it)."""
-    hit = {(held.workflow, held.token) for held, _, _ in lapsed(ops, final)}
-
-    def caused(mine: list[Operation]) -> bool:
-        return any((o.workflow, o.token) in hit for o in mine)
-
-    return caused
+# -- what it bit (the readers the checkers share are in ``checks.fault_reads``) --------------------
 
 
 def _stamps_moved(ops: list[Op], final: FinalState, step: dict[str, Any]) -> dict[str, Any] | None:
@@ -392,15 +291,15 @@ def _held_across(ops: list[Op], final: FinalState) -> list[dict[str, Any]]:
     store's clock, a pass live at the step whose next write after it was accepted, its lease kept."""
 
     all_ops = operations(ops)
-    passes = _passes(all_ops)
+    passes = passes_of(all_ops)
     hits = []
-    for step in [s for s in injected(ops) if s["seconds"] > 0]:
+    for step in [s for s in clock_steps(ops) if s["seconds"] > 0]:
         lo, hi = step["between"]
         moved = _stamps_moved(ops, final, step)
         if moved is None:
             continue
         for (_wf, _token), mine in passes.items():
-            held = _live_at(mine, lo)
+            held = live_at(mine, lo)
             nxt = sorted((o for o in mine if o.f in FENCED_WRITES and o.start > hi), key=lambda o: o.start)
             if held is not None and nxt and nxt[0].landed:
                 hits += [nxt[0].brief(f"live across a {step['seconds']:+g}s step, its write accepted"), moved]
@@ -416,10 +315,10 @@ def clock_step_bite(ops: list[Op], final: FinalState) -> Verdict:
     on the monotonic clock (SQLite): a forward step reached the store's clock (a record stamped
     ahead of real time) while a pass was live, and that pass's next write was accepted."""
 
-    tried = sum(1 for s in injected(ops) if s["seconds"] > 0)
+    tried = sum(1 for s in clock_steps(ops) if s["seconds"] > 0)
     if final.get("lease_clock") != "wall":
         hits = _held_across(ops, final)
-        return _bit(KIND, hits, tried, "forward step(s) held by a live pass (leases on the monotonic clock)")
+        return bit(KIND, hits, tried, "forward step(s) held by a live pass (leases on the monotonic clock)")
     hits = []
     for held, taken, refused in lapsed(ops, final):
         hits += [
@@ -427,7 +326,7 @@ def clock_step_bite(ops: list[Op], final: FinalState) -> Verdict:
             taken.brief(f"claimed after a forward server clock step while token {held.token} was alive"),
             refused.brief(f"token {held.token}'s next write, refused as Fenced"),
         ]
-    verdict = _bit(KIND, hits, tried, "part(s) of evidence: a forward step lapsed a live lease")
+    verdict = bit(KIND, hits, tried, "part(s) of evidence: a forward step lapsed a live lease")
     if hits:
         verdict.summary = (
             f"{len(hits) // 3} live pass(es) lapsed by a forward step, each refused on its next write"
@@ -441,7 +340,7 @@ CLOCK_STEP_COLOR = "#1b998b"
 
 def describe(ops: list[Op]) -> str:
     """The report's line about the steps this run made, if any."""
-    made = injected(ops)
+    made = clock_steps(ops)
     if not made:
         return ""
     return (

@@ -27,7 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from without_durability.testing.kit import Capability
 from without_durability.testing.replicated import Replicated
 
-from ..checks.core import WRITES, Verdict, _bit, _windows, bite_check, operations
+from ..checks.bitten import bit, injections
+from ..checks.core import WRITES, Verdict, bite_check, operations
 from ..history import Op
 from ..rundir import FinalState
 from .base import TARGET_WAIT, EventSpec, FaultKind, Marker
@@ -172,7 +173,7 @@ def failover_promoted(ops: list[Op], final: FinalState) -> Verdict:
     primary, at least one client operation failed across the failover, and writes were
     acknowledged after it (by the new primary)."""
     all_ops = operations(ops)
-    windows = _windows(ops, "failover")
+    windows = injections(ops, "failover")
     kills = {
         str(line.get("id")): line
         for line in ops
@@ -217,7 +218,7 @@ def failover_promoted(ops: list[Op], final: FinalState) -> Verdict:
                     "failed_across": len(broken),
                 }
             )
-    return _bit("failover-promoted", hits, len(windows), "failover(s) promoted a new primary under load")
+    return bit("failover-promoted", hits, len(windows), "failover(s) promoted a new primary under load")
 
 
 class FailoverEvent(EventSpec):

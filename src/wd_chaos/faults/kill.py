@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from ..checks.core import Verdict, _bit, bite_check
+from ..checks.bitten import bit
+from ..checks.core import Verdict, bite_check
 from ..history import Op
 from ..rundir import FinalState
 from .base import EventSpec, FaultKind, FaultSpec, Marker, SimulatedForm
@@ -81,7 +82,7 @@ def kill_between(ops: list[Op], final: FinalState) -> Verdict:
         ]
         if p["failpoint"] == "inside-transact" or before:
             hits.append({**p, "why": "killed between the effect and its record"})
-    return _bit("kill-between", hits, len(points), "kill(s) landed between effect and record")
+    return bit("kill-between", hits, len(points), "kill(s) landed between effect and record")
 
 
 async def simulate(sim: Any, n: int) -> None:

@@ -11,7 +11,8 @@ from pydantic import Field
 
 from without_durability.testing.kit import Capability
 
-from ..checks.core import FENCED_WRITES, Verdict, _bit, _windows, bite_check, operations, refused_after
+from ..checks.bitten import bit, injections, refused_after
+from ..checks.core import FENCED_WRITES, Verdict, bite_check, operations
 from ..history import Op
 from ..rundir import FinalState
 from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec
@@ -85,11 +86,11 @@ def services(events: list[dict[str, Any]]) -> dict[str, Any]:
 @bite_check("partition-refused")
 def partition_refused(ops: list[Op], final: FinalState) -> Verdict:
     all_ops = operations(ops)
-    windows = _windows(ops, "partition")
+    windows = injections(ops, "partition")
     hits = refused_after(
         all_ops, windows, FENCED_WRITES, "partitioned past its lease, refused after the heal"
     )
-    return _bit("partition-refused", hits, len(windows), "write(s) refused after the heal")
+    return bit("partition-refused", hits, len(windows), "write(s) refused after the heal")
 
 
 PARTITION = FaultKind(

@@ -1,5 +1,6 @@
-"""The ``power-loss`` fault: the store's data lives on a LazyFS mount (``wd_chaos.control.lazyfs``) that holds
-every write until its file is fsynced; at the fault the store's processes are SIGKILLed (the server,
+"""The ``power-loss`` fault: the store's data lives on a LazyFS mount (``wd_chaos.control.lazyfs``,
+mounted by the controller and handed down as a ``Mount``) that holds every write until its file is
+fsynced; at the fault the store's processes are SIGKILLed (the server,
 or every process that has a SQLite file open), every unsynced write is dropped, and the store is
 started again on what was synced. A SIGKILL alone keeps the page cache, so only this fault can show
 a store that acknowledges a write before it is on the disk.
@@ -15,27 +16,21 @@ from __future__ import annotations
 import contextlib
 import html
 import os
-import tempfile
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import Field
 
 from without_durability.testing.kit import Capability
 
-from ..checks.core import Verdict, _bit, bite_check
+from ..checks.bitten import bit
+from ..checks.core import Verdict, bite_check
 from ..rundir import FinalState
 from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec, Marker
 
 if TYPE_CHECKING:
-    from ..control.lazyfs import LazyFS
     from ..history import Op
     from .nemesis import Nemesis
-
-MOUNT = "lazyfs"
-"""The mount point's name in the run's folder (empty once the run is over)."""
 
 DEATH_WAIT = 10.0
 """Seconds the fault waits for the killed processes to be gone before it drops anything."""
@@ -107,12 +102,34 @@ def _wait_dead(pids: list[int], timeout: float = DEATH_WAIT) -> list[int]:
         time.sleep(0.02)
 
 
+class Amount(Protocol):
+    """What a drop would lose or did: ``bytes`` written since each file's last sync and the
+    ``files`` holding them."""
+
+    @property
+    def bytes(self) -> int: ...
+
+    @property
+    def files(self) -> int: ...
+
+
+class Mount(Protocol):
+    """What this fault needs of the file system the store's data lives on: the controller mounts
+    it (``wd_chaos.control.lazyfs.LazyFS``) and hands it down as the run's ``lazyfs`` service."""
+
+    def pending(self) -> Amount: ...
+
+    def cut_power(self, pids: list[int], timeout: float) -> bool: ...
+
+    def drop(self) -> Amount: ...
+
+
 class PowerLosses:
     """A run's power losses: the LazyFS the store's data lives on, the store's server (None: a
     file store), and when the last power loss ended (monotonic ns; the next waits for writes
     after it)."""
 
-    def __init__(self, lazyfs: LazyFS | None, server: Any) -> None:
+    def __init__(self, lazyfs: Mount | None, server: Any) -> None:
         self.lazyfs = lazyfs
         self.server = server
         self.last_cut = 0
@@ -203,24 +220,6 @@ def services(events: list[dict[str, Any]]) -> dict[str, Any]:
     return {"power_loss": {"relaxed": any(bool(e.get("relaxed")) for e in events)}}
 
 
-@contextlib.contextmanager
-def mounted(run_dir: Path) -> Iterator[LazyFS]:
-    """A LazyFS mounted at ``run_dir/lazyfs`` over a temporary folder (removed at exit, with
-    whatever the store left in it); ``FuseUnavailable`` when this machine allows no FUSE mount."""
-    from without_durability.testing.servers import own
-
-    from ..control.lazyfs import LazyFS
-
-    with tempfile.TemporaryDirectory(prefix="wd-lazyfs-") as tmp:
-        mount = run_dir / MOUNT
-        with LazyFS(Path(tmp) / "backing", mount, log=run_dir / "lazyfs.log") as lazy:
-            # a sweep after a killed run stops the file system process and removes the folder
-            own(Path(tmp), 0, lazy.proc.pid if lazy.proc is not None else None)
-            yield lazy
-        with contextlib.suppress(OSError):
-            mount.rmdir()
-
-
 @bite_check("power-loss-dropped")
 def power_loss_dropped(ops: list[Op], final: FinalState) -> Verdict:
     cuts = [
@@ -233,7 +232,7 @@ def power_loss_dropped(ops: list[Op], final: FinalState) -> Verdict:
         for c in cuts
         if int(c.get("dropped_bytes") or 0) > 0
     ]
-    return _bit("power-loss-dropped", hits, len(cuts), "power loss(es) dropped unsynced writes")
+    return bit("power-loss-dropped", hits, len(cuts), "power loss(es) dropped unsynced writes")
 
 
 def describe(ops: list[Op]) -> str:

@@ -39,7 +39,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
 
-from ..checks.core import RENEWING, Operation, Verdict, _bit, bite_check, operations
+from ..checks.bitten import bit
+from ..checks.core import RENEWING, Operation, Verdict, bite_check, operations
+from ..checks.fault_reads import REBOOT as KIND
+from ..checks.fault_reads import reboot_lines
 from ..history import MONO_SHIFT_ENV
 from ..rundir import FinalState
 from .base import EventSpec, FaultKind, FaultSpec, Marker, SimulatedForm
@@ -50,7 +53,6 @@ if TYPE_CHECKING:
     from ..history import Op
     from .nemesis import Nemesis
 
-KIND = "reboot"
 CONTROL = "reboot-clock"
 """The file in a run's folder holding the clock of the machine as the last reboot left it (JSON:
 the namespace offsets in whole seconds, absent until the first reboot): every process the run
@@ -246,26 +248,6 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
 # -- what it did ----------------------------------------------------------------------------------
 
 
-def _reboots(ops: list[Op]) -> list[Op]:
-    return [
-        line
-        for line in ops
-        if line["type"] == "fault" and line.get("fault") == KIND and line.get("phase") == "start"
-    ]
-
-
-def reboots_by_pid(ops: list[Op]) -> dict[int, list[int]]:
-    """Each process a reboot killed (by pid), with the moments (monotonic ns) of the reboots that
-    killed it. A pass of such a process held nothing after that moment: the store's rule (a claim
-    row written before the lease clock restarted is free) lets the workflow be claimed at once, and
-    ``fencing`` does not count such a claim as taken from a live pass."""
-    out: dict[int, list[int]] = defaultdict(list)
-    for r in _reboots(ops):
-        for pid in r.get("target_pids") or []:
-            out[int(pid)].append(int(r["mono"]))
-    return dict(out)
-
-
 def held_at(ops: list[Op], reboot: Op) -> list[Operation]:
     """The passes a reboot ended while they held their workflow: for each, its last write that
     kept it alive (a claim, renewal or record by a process the reboot killed) whose liveness
@@ -294,9 +276,9 @@ def reboot_held(ops: list[Op], final: FinalState) -> Verdict:
     """A reboot ended a live pass: its claim, live on the old clock, lies beyond the restarted one.
     On a store whose leases are not on this machine's monotonic clock nothing restarted for it:
     the run tested nothing (unknown)."""
-    reboots = _reboots(ops)
+    reboots = reboot_lines(ops)
     if final.get("lease_clock") != "monotonic":
-        return _bit(
+        return bit(
             "reboot-held", [], len(reboots), "reboot(s) restarted the clock the store's leases run on"
         )
     hits = [
@@ -307,12 +289,12 @@ def reboot_held(ops: list[Op], final: FinalState) -> Verdict:
         for r in reboots
         for o in held_at(ops, r)
     ]
-    return _bit("reboot-held", hits, len(reboots), "live pass(es) ended by a reboot")
+    return bit("reboot-held", hits, len(reboots), "live pass(es) ended by a reboot")
 
 
 def describe(ops: list[Op]) -> str:
     """How many reboots the run made, and how many processes each ended."""
-    made = _reboots(ops)
+    made = reboot_lines(ops)
     if not made:
         return ""
     each = ", ".join(str(len(r.get("target_pids") or [])) for r in made)

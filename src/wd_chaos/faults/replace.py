@@ -23,7 +23,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from ..checks.core import Verdict, _bit, _windows, bite_check, operations
+from ..checks.bitten import bit, injections
+from ..checks.core import Verdict, bite_check, operations
 from ..fleet import DEPLOYED, REPLACE_MARKER
 from ..history import Op
 from ..rundir import FinalState
@@ -114,7 +115,7 @@ def replaced_bite(ops: list[Op], final: FinalState) -> Verdict:
         if line["type"] == "fault" and line.get("fault") == NAME and line.get("phase") == "replaced"
     }
     all_ops = operations(ops)
-    windows = _windows(ops, NAME)
+    windows = injections(ops, NAME)
     hits = []
     for begin, stop in windows:
         new = started.get(int(begin.get("target_pid") or 0))
@@ -131,7 +132,7 @@ def replaced_bite(ops: list[Op], final: FinalState) -> Verdict:
         ]
         if took:
             hits.append(took[0].brief("the replacement took work while its predecessor was stopped"))
-    return _bit("replaced", hits, len(windows), "replacement(s) took work beside a stopped predecessor")
+    return bit("replaced", hits, len(windows), "replacement(s) took work beside a stopped predecessor")
 
 
 REPLACE = FaultKind(

@@ -18,7 +18,8 @@ from pydantic import Field
 
 from without_durability.testing.kit import Capability
 
-from ..checks.core import WRITES, Operation, Verdict, _bit, _windows, bite_check, operations
+from ..checks.bitten import bit, injections
+from ..checks.core import WRITES, Operation, Verdict, bite_check, operations
 from ..checks.coverage import window
 from ..history import Op, Tail
 from ..rundir import FinalState
@@ -143,7 +144,7 @@ def services(events: list[dict[str, Any]]) -> dict[str, Any]:
 def restart_survived(ops: list[Op], final: FinalState) -> Verdict:
     all_ops = operations(ops)
     hits = []
-    windows = _windows(ops, "restart")
+    windows = injections(ops, "restart")
     for start, stop in windows:
         if stop is None:
             continue
@@ -155,7 +156,7 @@ def restart_survived(ops: list[Op], final: FinalState) -> Verdict:
         after = [o for o in all_ops if o.ok and o.f in WRITES and o.start > stop["mono"]]
         if broken and after:
             hits.append(broken[0].brief(f"failed across the restart; {len(after)} writes succeeded after it"))
-    return _bit("restart-survived", hits, len(windows), "restart(s) interrupted operations")
+    return bit("restart-survived", hits, len(windows), "restart(s) interrupted operations")
 
 
 @window("restart-during-takeover")
@@ -174,7 +175,7 @@ def restart_during_takeover(ops: list[Operation], lines: list[Op]) -> int:
         if o.f == "release" and o.ok and o.workflow is not None:
             releases.setdefault(o.workflow, []).append(o)
     hits = 0
-    for begin, _ in _windows(lines, "restart"):
+    for begin, _ in injections(lines, "restart"):
         at = int(begin["mono"])
         for killed_at, pid, wf in kills:
             done = min(

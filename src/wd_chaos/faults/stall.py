@@ -16,16 +16,8 @@ from pydantic import Field, model_validator
 
 from without_durability.testing.kit import Capability
 
-from ..checks.core import (
-    FENCED_WRITES,
-    Operation,
-    Verdict,
-    _bit,
-    _windows,
-    bite_check,
-    operations,
-    refused_after,
-)
+from ..checks.bitten import bit, injections, refused_after
+from ..checks.core import FENCED_WRITES, Operation, Verdict, bite_check, operations
 from ..checks.coverage import window
 from ..history import Op
 from ..rundir import FinalState
@@ -138,9 +130,9 @@ def stall_fenced(ops: list[Op], final: FinalState) -> Verdict:
     waking, or (a broken store) wrote on waking all the same, which ``fencing`` fails. Neither:
     unknown, the stall touched nothing (it caught a worker between passes, or none outlived it)."""
     all_ops = operations(ops)
-    windows = _windows(ops, "stall")
+    windows = injections(ops, "stall")
     hits = refused_after(all_ops, windows, None, "stalled {duration}s, refused on waking")
-    verdict = _bit("stall-fenced", hits, len(windows), "stalled pass(es) refused on waking")
+    verdict = bit("stall-fenced", hits, len(windows), "stalled pass(es) refused on waking")
     if not hits:
         woke = [
             o
@@ -191,7 +183,7 @@ def budget_fenced(ops: list[Op], final: FinalState) -> Verdict:
         refused = [x for x in mine if x.outcome == "fenced" and x.start > deadline]
         if refused:
             hits.append(refused[0].brief("renewed, but refused once its budget ran out"))
-    return _bit("budget-fenced", hits, tried, "renewing pass(es) refused after their budget")
+    return bit("budget-fenced", hits, tried, "renewing pass(es) refused after their budget")
 
 
 async def simulate(sim: Any, n: int) -> None:
@@ -224,7 +216,7 @@ STALL = FaultKind(
 def takeover_during_stall(ops: list[Operation], lines: list[Op]) -> int:
     """Another process claimed while a worker was stopped (SIGSTOP): a takeover under a live pass."""
     hits = 0
-    for start, stop in _windows(lines, "stall"):
+    for start, stop in injections(lines, "stall"):
         begin, end = int(start["mono"]), float(stop["mono"]) if stop is not None else float("inf")
         stalled = int(start.get("target_pid") or 0)
         hits += sum(

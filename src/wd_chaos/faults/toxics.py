@@ -19,7 +19,8 @@ from pydantic import Field
 
 from without_durability.testing.kit import Capability
 
-from ..checks.core import NOT_TESTED, UNKNOWN, Operation, Verdict, _windows, bite_check, operations
+from ..checks.bitten import injections
+from ..checks.core import NOT_TESTED, UNKNOWN, Operation, Verdict, bite_check, operations
 from ..rundir import FinalState
 from .base import kinds
 from .nemesis import Active
@@ -116,7 +117,7 @@ run ended first) and the pid of the worker whose proxy carried it."""
 def windows(ops: list[Op], fault: str) -> list[Window]:
     """Every ``fault`` event of the history with a target pid."""
     out = []
-    for start, stop in _windows(ops, fault):
+    for start, stop in injections(ops, fault):
         if start.get("target_pid") is None:
             continue
         end = float("inf") if stop is None else float(stop["mono"])
@@ -153,11 +154,11 @@ def network_bite(fault: str, name: str, what: str) -> Callable[[BiteFn], BiteFn]
 
 def judge(ops: list[Op], fault: str) -> Verdict:
     """The bite verdict of toxic kind ``fault`` in this history (unknown when it did not bite)."""
-    from ..checks.core import _bit
+    from ..checks.bitten import bit
 
     name, fn, what = _BITES[fault]
     found = windows(ops, fault)
-    return _bit(name, fn(operations(ops), found, {}) if found else [], len(found), what)
+    return bit(name, fn(operations(ops), found, {}) if found else [], len(found), what)
 
 
 @bite_check("slow-network")

@@ -28,7 +28,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..checks.core import UNKNOWN, Operation, Verdict, _bit, bite_check, checker, operations
+from ..checks.bitten import bit
+from ..checks.core import UNKNOWN, Operation, Verdict, bite_check, checker, operations
 from ..checks.pickup import _held, fault_windows
 from ..checks.queue_calls import PROBE, Queue, final_key, is_wakeup
 from ..rundir import FinalState
@@ -264,7 +265,7 @@ def wakeup_resubscribed(ops: list[Op], final: FinalState) -> Verdict:
                     "was lost and replaced"
                 )
             )
-    return _bit("wakeup-resubscribed", hits, len(losses), "wakeups replaced and waking idle workers after")
+    return bit("wakeup-resubscribed", hits, len(losses), "wakeups replaced and waking idle workers after")
 
 
 WAKEUP_LOSS = FaultKind(

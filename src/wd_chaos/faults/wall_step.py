@@ -12,7 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from ..stores import WALL_OFFSET
+from without_durability.testing.kit import WALL_OFFSET
+
 from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec, SimulatedForm
 from .nemesis import Active, KindState, Nemesis
 

@@ -25,12 +25,13 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
-import importlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
 from without_durability.testing.mutants import Mutant, Swap, Wrap, mutant_class, replaced, swap
+
+from ..mutation.catalogue import CatalogueError, find_mutant, load, modules_from_env
 
 __all__ = [
     "MUTANT_ENV",
@@ -40,6 +41,7 @@ __all__ = [
     "Wrap",
     "catalogue",
     "check_killers",
+    "find_mutant",
     "install_from_env",
     "modules_from_env",
     "mutant_class",
@@ -58,7 +60,7 @@ def install_from_env() -> None:
     of the real class for this process's whole life, as ``replaced`` does in the check's own process.
     Without ``WD_MUTANT``, nothing changes. A generated mutant (``WD_MUTANT_EDIT``, see
     ``wd_chaos.mutate``) is put in place too."""
-    from ..mutate.patch import apply_from_env
+    from ..mutation.patch import apply_from_env
 
     apply_from_env()
     name = os.environ.get(MUTANT_ENV)
@@ -66,55 +68,17 @@ def install_from_env() -> None:
         return
     # The gate checked the killers before it started this process; checking them again would
     # import the conformance suite (and Hypothesis), seconds of a short run's workers' start.
-    found = {m.name: m for m in catalogue(modules_from_env(), check=False)}
+    found = {m.name: m for m in load(modules_from_env())}
     if name not in found:
         raise ValueError(f"{MUTANT_ENV}={name!r} names no mutant; the catalogue has {sorted(found)}")
     _INSTALLED.enter_context(replaced(found[name]))
-
-
-def modules_from_env() -> list[str]:
-    """The extra catalogue modules ``WD_MUTANT_MODULES`` names (comma-separated)."""
-    return [m for m in os.environ.get("WD_MUTANT_MODULES", "").split(",") if m]
-
-
-class CatalogueError(ValueError):
-    """A mutant module that cannot be loaded, a repeated name, or a killer that names nothing; the
-    message names the mutant, the killer and what was looked for."""
-
-
-def _import_mutants(path: str, optional: bool) -> list[Mutant]:
-    try:
-        module = importlib.import_module(path)
-    except ModuleNotFoundError as exc:
-        # a kit's mutants need its driver; a kit whose driver is missing contributes none
-        if optional and exc.name and not path.startswith(exc.name) and exc.name != path:
-            return []
-        raise CatalogueError(f"mutant module {path!r} cannot be imported: {exc}") from exc
-    mutants = getattr(module, "MUTANTS", None)
-    if not isinstance(mutants, list):
-        raise CatalogueError(f"mutant module {path!r} has no MUTANTS list")
-    return mutants
 
 
 def catalogue(modules: Iterable[str] = (), *, check: bool = True) -> list[Mutant]:
     """Every mutant: those each installed store kit names (``StoreKit.mutant_modules``; a kit whose
     driver is not installed contributes none), then those in ``modules`` (each a module with a
     ``MUTANTS`` list). With ``check``, every killer must exist (``check_killers``)."""
-    from without_durability.testing.kit import kits
-
-    paths: dict[str, bool] = {}
-    for kit in kits().values():
-        for path in kit.mutant_modules:
-            paths.setdefault(path, True)
-    for path in modules:
-        paths[path] = False
-    found: list[Mutant] = []
-    for path, optional in paths.items():
-        found.extend(_import_mutants(path, optional))
-    names = [m.name for m in found]
-    duplicated = sorted({n for n in names if names.count(n) > 1})
-    if duplicated:
-        raise CatalogueError(f"mutant names must be unique; repeated: {duplicated}")
+    found = load(modules)
     if check:
         check_killers(found)
     return found

@@ -10,26 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Edit:
-    """Replace ``old`` at ``start`` with ``new``; ``operator`` names the rule that made it."""
-
-    operator: str
-    start: int
-    old: str
-    new: str
-
-    def apply(self, text: str) -> str:
-        """``text`` with this edit made. Raises ``ValueError`` when ``text`` no longer holds ``old``
-        at ``start`` (the statement changed since the edit was derived)."""
-        if text[self.start : self.start + len(self.old)] != self.old:
-            found = text[self.start : self.start + len(self.old)]
-            raise ValueError(f"edit {self.operator}: expected {self.old!r} at {self.start}, found {found!r}")
-        return text[: self.start] + self.new + text[self.start + len(self.old) :]
-
+from ..mutation.patch import Edit
 
 Operator = Callable[[str], Iterator[Edit]]
 

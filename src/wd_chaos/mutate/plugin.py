@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import Phase, settings
 
-from .patch import apply_from_env
+from ..mutation.patch import apply_from_env
 
 PROFILE = "wd-mutate"
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..mutation import junit, page, session
+from ..mutation.patch import EDIT_ENV, Spec
 from ..mutation.session import Session
-from .patch import EDIT_ENV, Spec
 from .plugin import FIRST_ENV, ORDER_ENV
 from .targets import Target, describe, mutants, script_targets, statement_targets
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from importlib.resources import files
 from types import ModuleType
 
+from ..mutation.patch import LUA_PREFIX, Spec
 from .operators import LUA_OPERATORS, SQL_OPERATORS, edits
-from .patch import LUA_PREFIX, Spec
 
 _SQL = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE)\b")
 

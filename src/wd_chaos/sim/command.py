@@ -139,7 +139,7 @@ def simulate(
 
     broken = None
     if mutant:
-        from ..stores import find_mutant
+        from ..mutation.catalogue import find_mutant
 
         broken = find_mutant(mutant, store)
     return Sim(scenario, seed, mutant=broken, plan=plan, store=store).run()
@@ -381,7 +381,7 @@ def sim_command(
     store = _store(store)
     found = simulable(store) if run_all else _scenarios(scenarios)
     if mutant:
-        from ..stores import find_mutant
+        from ..mutation.catalogue import find_mutant
 
         try:
             find_mutant(mutant, store)

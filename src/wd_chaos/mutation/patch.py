@@ -2,7 +2,9 @@
 
 A generated mutant travels as JSON in ``WD_MUTANT_EDIT`` so every process of a check meets it: the
 pytest session (``-p wd_chaos.mutate.plugin``), a worker a test starts (``install_from_env`` in
-``wd_chaos.mutants``), and every process of a wd-chaos run (``open_store``).
+``wd_chaos.mutants``), and every process of a wd-chaos run (``mutation.catalogue.mutant_wrap``,
+which it opens its store with). ``wd_chaos.mutate`` derives the edits; this module, below every
+process that meets one, applies them.
 """
 
 from __future__ import annotations
@@ -14,14 +16,30 @@ import sys
 from dataclasses import asdict, dataclass
 from functools import _lru_cache_wrapper
 
-from .operators import Edit
-
 EDIT_ENV = "WD_MUTANT_EDIT"
 """Holds a ``Spec`` as JSON while a check runs on a generated mutant."""
 
 LUA_PREFIX = "lua:"
 """A target naming a script file of a store's scripts package (``lua:claim``), not a statement
 constant."""
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace ``old`` at ``start`` with ``new``; ``operator`` names the rule that made it."""
+
+    operator: str
+    start: int
+    old: str
+    new: str
+
+    def apply(self, text: str) -> str:
+        """``text`` with this edit made. Raises ``ValueError`` when ``text`` no longer holds ``old``
+        at ``start`` (the statement changed since the edit was derived)."""
+        if text[self.start : self.start + len(self.old)] != self.old:
+            found = text[self.start : self.start + len(self.old)]
+            raise ValueError(f"edit {self.operator}: expected {self.old!r} at {self.start}, found {found!r}")
+        return text[: self.start] + self.new + text[self.start + len(self.old) :]
 
 
 @dataclass(frozen=True)
