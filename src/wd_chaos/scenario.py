@@ -76,15 +76,8 @@ BiteName = Annotated[str, AfterValidator(_known_bite)]
 
 
 def _default_checks() -> list[CheckName]:
-    return with_core([
-        "fencing",
-        "first-writer-wins",
-        "order",
-        "exactly-once",
-        "at-least-once",
-        "liveness",
-        "monotonic-loads",
-    ])
+    named = ["fencing", "first-writer-wins", "order", "exactly-once", "at-least-once", "liveness"]
+    return with_core([*named, "monotonic-loads"])
 
 
 BUILT_IN: Traversable = files("wd_chaos").joinpath("scenarios")
@@ -274,7 +267,10 @@ class Scenario(_Strict):
     """What a store's kit must provide besides what the faults imply (see ``requires``)."""
     time_limit: TimeLimit = 30.0
     """The workload phase: faults happen inside it; then everything is healed."""
-    shortest: TimeLimit | None = None  # no shorter phase can judge it: the gates run it at least this long
+    shortest: TimeLimit | None = None
+    """The shortest workload phase that can judge this scenario (its faults need that long to land
+    and be recovered from): the chaos and mutant gates, which shorten every run, never run it for
+    less. Unset: no floor beyond the gate's own."""
     heal_seconds: Seconds = 30.0
     """After the final heal, how long every workflow has to finish (liveness)."""
     lease: Lease = Lease()
