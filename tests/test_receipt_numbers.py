@@ -233,3 +233,27 @@ async def test_a_queue_table_from_before_take_numbers_is_upgraded_in_place(wd_st
     assert got is not None and got.workflow == workflow and got.receipt.took > 0  # type: ignore[attr-defined]
     await sched.wake_at(got, None)
     assert await entry(workflow) is None, "an answer after the upgrade did not act"
+
+
+@pytest.mark.wd_store(["postgres", "redis-set"])
+@pytest.mark.parametrize(("path", "answer"), _cases())
+async def test_a_wakeup_while_held_survives_the_holders_answer_on_every_path(
+    wd_store: Store, path: str, answer: str
+) -> None:
+    """The receipt's time half: a wakeup moved the entry's time but left the take number as it
+    was, so an answer checking the number alone would undo the wakeup. The conformance suite asks
+    this of ``wake_at``; here of ``answer_and_take`` and ``finish_many`` too."""
+    sched, entry = _open(wd_store)
+    workflow = f"woken-{path}-{answer}-{next(_ids)}"
+    await sched.schedule(workflow, await sched.now() - timedelta(seconds=1))
+    held = await sched.take(LONG)
+    assert held is not None and held.workflow == workflow
+    await sched.schedule(workflow)  # a wakeup while held: due now
+    offset = ANSWERS[answer]
+    at = None if offset is None else await sched.now() + offset
+    await _answer(sched, path, held, at)
+    assert await entry(workflow) is not None, f"the holder's {answer!r} answer ({path}) removed the wakeup"
+    again = await sched.take(LONG)
+    assert again is not None and again.workflow == workflow, (
+        f"the wakeup while held did not survive the holder's {answer!r} answer ({path}): took {again!r}"
+    )
