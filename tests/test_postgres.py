@@ -305,6 +305,7 @@ async def test_eight_processes_migrating_at_once_all_succeed(wd_store: Store) ->
             "workflow_claim",
             "workflow_queue",
             "workflow_seq",
+            "workflow_take_seq",
             "workflow_token_seq",
             "workflow_transact_guard",
         ]

@@ -420,6 +420,22 @@ def test_a_third_party_kit_that_provides_simulated_is_simulated(monkeypatch: pyt
     assert done.exit_code == 64 and "provides 'simulated'" in done.output and "toy" in done.output, done.output
 
 
+def test_a_simulated_store_missing_a_method_cannot_be_made() -> None:
+    """A kit's simulated form must give ``ledger_effect``, ``ledger_rows`` and ``peek``: one that
+    leaves any out fails when the kit opens it, naming what is missing, not in the middle of a run."""
+    from without_durability.testing.simulated import SimulatedStore
+
+    class NoPeek(SimulatedStore):
+        def ledger_effect(self, workflow: str, key: str, token: int) -> Any:
+            return lambda state: {"row": 0, "token": token}
+
+        def ledger_rows(self) -> list[dict[str, Any]]:
+            return []
+
+    with pytest.raises(TypeError, match="peek"):
+        NoPeek()  # type: ignore[abstract]
+
+
 def test_a_kind_with_a_simulated_form_joins_the_nemesis_with_no_edit_to_sim(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

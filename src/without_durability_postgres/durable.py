@@ -16,7 +16,7 @@ from without_durability.rules import INBOX_PREFIX, check_lease, check_visibility
 from ._boundary import Flight, Pool, one_flight
 from .checkpointer import PostgresCheckpointer, PostgresEffect
 from .failover import owned_claim
-from .scheduler import PostgresScheduler, _Receipt
+from .scheduler import TAKE_SETS, PostgresScheduler, _Receipt
 
 Connection = psycopg.AsyncConnection[Any]
 Cursor = psycopg.AsyncCursor[Any]
@@ -29,11 +29,12 @@ _READ_COMMITTED = "BEGIN ISOLATION LEVEL READ COMMITTED"
 # a lock: the take holds its queue row to the commit, and a discard locks the claim row and then
 # the queue row, so waiting here could deadlock. A claim row that a transaction in flight holds (a
 # discard, a renewal, a record, a sweep) is left unclaimed (token NULL) and the take stands; the
-# last column, busy, says that this is why (no claim was tried, so it says nothing of a live
-# pass), where a NULL token without it is a refusal: a live pass holds the claim. Always one row
+# column busy says that this is why (no claim was tried, so it says nothing of a live pass),
+# where a NULL token without it is a refusal: a live pass holds the claim. The last column is the
+# take's number, the receipt's other half (scheduler.TAKE). Always one row
 # (all NULL when nothing was due), setting for TAKE_CLAIMED_LOAD, for the rest of the
 # transaction, the workflow claimed or '' (no workflow has that id).
-TAKE_AND_CLAIM = """
+TAKE_AND_CLAIM = f"""
 WITH next AS (
     SELECT workflow FROM workflow_queue
      WHERE namespace = %(namespace)s AND visibility <= now()
@@ -42,10 +43,10 @@ WITH next AS (
      FOR UPDATE SKIP LOCKED
 ), taken AS (
     UPDATE workflow_queue AS q
-       SET visibility = now() + %(visibility)s
+       SET {TAKE_SETS}
       FROM next
      WHERE q.namespace = %(namespace)s AND q.workflow = next.workflow
-    RETURNING q.workflow, q.visibility
+    RETURNING q.workflow, q.visibility, q.took
 ), free AS (
     SELECT c.workflow FROM workflow_claim c JOIN taken ON c.workflow = taken.workflow
        FOR UPDATE OF c SKIP LOCKED
@@ -68,7 +69,8 @@ WITH next AS (
 SELECT taken.workflow, taken.visibility, claimed.token,
        set_config('without_durability.claimed', COALESCE(claimed.workflow, ''), true),
        claimed.token IS NULL AND NOT EXISTS (SELECT 1 FROM free)
-           AND EXISTS (SELECT 1 FROM workflow_claim c WHERE c.workflow = taken.workflow) AS busy
+           AND EXISTS (SELECT 1 FROM workflow_claim c WHERE c.workflow = taken.workflow) AS busy,
+       taken.took
   FROM (VALUES (1)) AS one (row) LEFT JOIN taken ON true LEFT JOIN claimed ON true
 """
 
@@ -217,7 +219,7 @@ class PostgresDurable:
         taken = await taking.fetchone()
         if taken is None or taken[0] is None:
             return None
-        delivery = Delivery(str(taken[0]), _Receipt(sched.namespace, taken[1]))
+        delivery = Delivery(str(taken[0]), _Receipt(sched.namespace, taken[1], int(taken[5])))
         if taken[2] is None:  # refused, or its claim row busy: the take stands
             return delivery, None, {}, bool(taken[4])
         records = {str(k): cp.codec.decode(v) for k, v, _ in await loading.fetchall()}

@@ -501,6 +501,7 @@ class PostgresKit(StoreKit):
             "tests/test_postgres_take_and_claim.py",
             "tests/test_postgres_failover.py",
             "tests/test_postgres_sweep.py",
+            "tests/test_receipt_numbers.py",
         ),
         server_env=POSTGRES_SERVER.env,
         # budget-overrun runs the library Worker, the only client whose take reaches TAKE_AND_CLAIM

@@ -20,6 +20,7 @@ from without_durability_postgres import PostgresCheckpointer, PostgresScheduler,
 from without_durability_postgres._appends import AppendBatcher
 from without_durability_postgres._boundary import connect, one_flight
 from without_durability_postgres.checkpointer import CLAIM, PostgresEffect
+from without_durability_postgres.scheduler import RECEIPT_HOLDS, TAKE_SETS
 
 PG_TESTS = "tests/test_postgres.py"
 AAT_TESTS = "tests/test_postgres_answer_and_take.py"
@@ -218,19 +219,8 @@ class TakeWithoutLock(PostgresScheduler):
     """take picks the next row with a plain SELECT (no FOR UPDATE SKIP LOCKED): two takers read the
     same row, and the second's UPDATE, re-checked after the first commits, still matches it."""
 
-    TAKE = """
-WITH next AS (
-    SELECT workflow FROM workflow_queue
-     WHERE namespace = %(namespace)s AND visibility <= now()
-     ORDER BY visibility, workflow
-     LIMIT 1
-)
-UPDATE workflow_queue AS q
-   SET visibility = now() + %(visibility)s
-  FROM next
- WHERE q.namespace = %(namespace)s AND q.workflow = next.workflow
-RETURNING q.workflow, q.visibility
-"""
+    TAKE = PostgresScheduler.TAKE.replace("\n     FOR UPDATE SKIP LOCKED", "")
+    assert TAKE != PostgresScheduler.TAKE, "TAKE changed: the mutant no longer applies"
 
 
 def _answer_and_take(answer: str, *, exclude_answered: bool = True, answer_first: bool = True) -> str:
@@ -249,25 +239,25 @@ WITH answered AS (
      FOR UPDATE SKIP LOCKED
 )
 UPDATE workflow_queue AS q
-   SET visibility = now() + %(visibility)s
+   SET {TAKE_SETS}
   FROM next
  WHERE q.namespace = %(namespace)s AND q.workflow = next.workflow
-RETURNING q.workflow, q.visibility
+RETURNING q.workflow, q.visibility, q.took
 """
 
 
-_FINISH = """    DELETE FROM workflow_queue
-     WHERE namespace = %(namespace)s AND workflow = %(workflow)s AND visibility = %(receipt)s"""
-_WAKE_AT = """    UPDATE workflow_queue SET visibility = %(at)s
-     WHERE namespace = %(namespace)s AND workflow = %(workflow)s AND visibility = %(receipt)s"""
+_FINISH = f"""    DELETE FROM workflow_queue
+     WHERE namespace = %(namespace)s AND workflow = %(workflow)s{RECEIPT_HOLDS}"""
+_WAKE_AT = f"""    UPDATE workflow_queue SET visibility = %(at)s
+     WHERE namespace = %(namespace)s AND workflow = %(workflow)s{RECEIPT_HOLDS}"""
 
 
 class AnswerAndTakeIgnoresReceipt(PostgresScheduler):
     """answer_and_take's answer acts on the workflow whatever its receipt: a stale answer removes or
     moves a newer delivery."""
 
-    FINISH_AND_TAKE = _answer_and_take(_FINISH.replace(" AND visibility = %(receipt)s", ""))
-    WAKE_AT_AND_TAKE = _answer_and_take(_WAKE_AT.replace(" AND visibility = %(receipt)s", ""))
+    FINISH_AND_TAKE = _answer_and_take(_FINISH.replace(RECEIPT_HOLDS, ""))
+    WAKE_AT_AND_TAKE = _answer_and_take(_WAKE_AT.replace(RECEIPT_HOLDS, ""))
 
 
 class AnswerAndTakeHandsBackTheAnswered(PostgresScheduler):
@@ -660,8 +650,8 @@ class AnswerIgnoresReceipt(PostgresScheduler):
     """wake_at acts on the workflow's row whatever its visibility (its receipt): a superseded
     holder's late answer deletes or moves the delivery a newer take holds."""
 
-    FINISH = _FINISH.replace(" AND visibility = %(receipt)s", "")
-    WAKE_AT = _WAKE_AT.replace(" AND visibility = %(receipt)s", "")
+    FINISH = _FINISH.replace(RECEIPT_HOLDS, "")
+    WAKE_AT = _WAKE_AT.replace(RECEIPT_HOLDS, "")
 
 
 class WakeupWhileHeldDropped(PostgresScheduler):

@@ -31,8 +31,12 @@ ON CONFLICT (namespace, workflow) DO UPDATE
 """
 
 # SKIP LOCKED: a second taker steps over the row the first is hiding instead of queueing behind
-# it, so two takes never hand out one delivery. The visibility set here is the receipt.
-TAKE = """
+# it, so two takes never hand out one delivery. The receipt is the visibility set here and the
+# take's number: the time alone can repeat (a take for 3u, a wakeup at u, a take for 2u both hide
+# the row until the same instant, and a server clock can be stepped back), and the number, drawn
+# from one sequence for the whole table, cannot.
+TAKE_SETS = "visibility = now() + %(visibility)s, took = nextval('workflow_take_seq')"
+TAKE = f"""
 WITH next AS (
     SELECT workflow FROM workflow_queue
      WHERE namespace = %(namespace)s AND visibility <= now()
@@ -41,33 +45,37 @@ WITH next AS (
      FOR UPDATE SKIP LOCKED
 )
 UPDATE workflow_queue AS q
-   SET visibility = now() + %(visibility)s
+   SET {TAKE_SETS}
   FROM next
  WHERE q.namespace = %(namespace)s AND q.workflow = next.workflow
-RETURNING q.workflow, q.visibility
+RETURNING q.workflow, q.visibility, q.took
 """
 
 # TAKE for up to %(limit)s rows at once: the same statement, so each row is still handed out once.
 TAKE_MANY = TAKE.replace("LIMIT 1", "LIMIT %(limit)s")
 
-# Each answer acts only if the row still holds the visibility this delivery's take set: a wakeup
-# moved it (that one stands), a cancel removed it (not reinstated), a later take reset it (this
-# answer is stale). The comparison and the write are one statement.
-WAKE_AT = """
+# Each answer acts only if the row still holds this delivery's receipt: the visibility its take
+# set and the take's number. A wakeup moved the visibility (that one stands), a cancel removed the
+# row (not reinstated), a later take renumbered it (this answer is stale). The comparison and the
+# write are one statement.
+RECEIPT_HOLDS = " AND visibility = %(receipt)s AND took = %(took)s"
+WAKE_AT = f"""
 UPDATE workflow_queue SET visibility = %(at)s
- WHERE namespace = %(namespace)s AND workflow = %(workflow)s AND visibility = %(receipt)s
+ WHERE namespace = %(namespace)s AND workflow = %(workflow)s{RECEIPT_HOLDS}
 """
-FINISH = """
+FINISH = f"""
 DELETE FROM workflow_queue
- WHERE namespace = %(namespace)s AND workflow = %(workflow)s AND visibility = %(receipt)s
+ WHERE namespace = %(namespace)s AND workflow = %(workflow)s{RECEIPT_HOLDS}
 """
 
 # FINISH for many deliveries in one statement: each row is compared with its own receipt, exactly as
 # one FINISH per delivery would, so batching changes the number of commits and nothing else.
 FINISH_MANY = """
 DELETE FROM workflow_queue AS q
- USING unnest(%(workflows)s::text[], %(receipts)s::timestamptz[]) AS a(workflow, receipt)
+ USING unnest(%(workflows)s::text[], %(receipts)s::timestamptz[], %(tooks)s::bigint[])
+       AS a(workflow, receipt, took)
  WHERE q.namespace = %(namespace)s AND q.workflow = a.workflow AND q.visibility = a.receipt
+   AND q.took = a.took
 """
 
 # An answer and the next take as one statement, so a worker's hot path costs one round trip and one
@@ -82,7 +90,7 @@ DELETE FROM workflow_queue AS q
 #   row before rechecking and skipping it. Were the take allowed to lock its row first, two such
 #   statements could each hold the row the other's answer waits for: a deadlock. Answer first, and
 #   a statement holds no lock while it waits.
-_THEN_TAKE = """
+_THEN_TAKE = f"""
 ), next AS (
     SELECT workflow FROM workflow_queue
      WHERE namespace = %(namespace)s AND visibility <= now() AND workflow <> %(workflow)s
@@ -92,24 +100,24 @@ _THEN_TAKE = """
      FOR UPDATE SKIP LOCKED
 )
 UPDATE workflow_queue AS q
-   SET visibility = now() + %(visibility)s
+   SET {TAKE_SETS}
   FROM next
  WHERE q.namespace = %(namespace)s AND q.workflow = next.workflow
-RETURNING q.workflow, q.visibility
+RETURNING q.workflow, q.visibility, q.took
 """
 FINISH_AND_TAKE = (
-    """
+    f"""
 WITH answered AS (
     DELETE FROM workflow_queue
-     WHERE namespace = %(namespace)s AND workflow = %(workflow)s AND visibility = %(receipt)s
+     WHERE namespace = %(namespace)s AND workflow = %(workflow)s{RECEIPT_HOLDS}
     RETURNING 1"""
     + _THEN_TAKE
 )
 WAKE_AT_AND_TAKE = (
-    """
+    f"""
 WITH answered AS (
     UPDATE workflow_queue SET visibility = %(at)s
-     WHERE namespace = %(namespace)s AND workflow = %(workflow)s AND visibility = %(receipt)s
+     WHERE namespace = %(namespace)s AND workflow = %(workflow)s{RECEIPT_HOLDS}
     RETURNING 1"""
     + _THEN_TAKE
 )
@@ -121,6 +129,7 @@ CANCEL = "DELETE FROM workflow_queue WHERE namespace = %(namespace)s AND workflo
 class _Receipt:
     namespace: str
     visible_at: datetime
+    took: int
 
 
 class PostgresScheduler:
@@ -199,7 +208,7 @@ class PostgresScheduler:
                 row = await (await conn.execute(self.TAKE, params)).fetchone()
         if row is None:
             return None
-        return Delivery(str(row[0]), _Receipt(self.namespace, row[1]))
+        return Delivery(str(row[0]), _Receipt(self.namespace, row[1], int(row[2])))
 
     async def take_many(self, visibility: timedelta, limit: int) -> list[Delivery]:
         """Batching option: up to ``limit`` visible workflows in one statement, each hidden for
@@ -211,7 +220,7 @@ class PostgresScheduler:
         params = {"namespace": self.namespace, "visibility": visibility, "limit": limit}
         async with statement(self.pool, f"taking from namespace {self.namespace!r}") as conn:
             rows = await (await conn.execute(self.TAKE_MANY, params)).fetchall()
-        return [Delivery(str(w), _Receipt(self.namespace, at)) for w, at in rows]
+        return [Delivery(str(w), _Receipt(self.namespace, at, int(took))) for w, at, took in rows]
 
     async def finish_many(self, deliveries: list[Delivery]) -> None:
         """Batching option: ``wake_at(d, None)`` for every delivery, in one statement; each is
@@ -223,6 +232,7 @@ class PostgresScheduler:
             "namespace": self.namespace,
             "workflows": [d.workflow for d in deliveries],
             "receipts": [r.visible_at for r in receipts],
+            "tooks": [r.took for r in receipts],
         }
         async with statement(self.pool, f"answering {len(deliveries)} deliveries") as conn:
             await conn.execute(self.FINISH_MANY, params)
@@ -243,6 +253,7 @@ class PostgresScheduler:
             "namespace": self.namespace,
             "workflow": delivery.workflow,
             "receipt": receipt.visible_at,
+            "took": receipt.took,
             "at": at,
         }
         async with statement(self.pool, f"answering for {delivery.workflow!r}") as conn:
@@ -260,6 +271,7 @@ class PostgresScheduler:
             "namespace": self.namespace,
             "workflow": delivery.workflow,
             "receipt": receipt.visible_at,
+            "took": receipt.took,
             "at": at,
             "visibility": visibility,
         }
@@ -268,7 +280,7 @@ class PostgresScheduler:
             row = await (await conn.execute(query, params)).fetchone()
         if row is None:
             return None
-        return Delivery(str(row[0]), _Receipt(self.namespace, row[1]))
+        return Delivery(str(row[0]), _Receipt(self.namespace, row[1], int(row[2])))
 
     async def cancel(self, workflow: str) -> None:
         """See ``Scheduler.cancel``."""

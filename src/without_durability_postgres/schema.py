@@ -95,6 +95,25 @@ CREATE TABLE IF NOT EXISTS workflow_queue (
 )
 """
 
+# took: the number of the take that last hid the row, half of its receipt (scheduler.TAKE). From
+# one sequence for the whole table, so no two takes share one, whatever their times. Added to a
+# queue table made before it existed, looking first as ADD_CLAIM_OWNER does; a constant default
+# changes only the catalog. A process of an earlier release neither sets nor checks it: its takes
+# leave the number as it was (their visibility still tells them apart) and its answers act as before.
+CREATE_TAKE_SEQ = "CREATE SEQUENCE IF NOT EXISTS workflow_take_seq"
+
+ADD_QUEUE_TOOK = """
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+         WHERE attrelid = 'workflow_queue'::regclass AND attname = 'took' AND NOT attisdropped
+    ) THEN
+        ALTER TABLE workflow_queue ADD COLUMN took bigint NOT NULL DEFAULT 0;
+    END IF;
+END $$
+"""
+
 # take scans a namespace for the earliest visible row.
 CREATE_QUEUE_DUE = "CREATE INDEX IF NOT EXISTS workflow_queue_due ON workflow_queue (namespace, visibility)"
 
@@ -189,6 +208,8 @@ MIGRATIONS: tuple[str, ...] = (
     ADD_CLAIM_OWNER,
     CREATE_CLAIM_OWNED,
     CREATE_QUEUE,
+    CREATE_TAKE_SEQ,
+    ADD_QUEUE_TOOK,
     CREATE_QUEUE_DUE,
     CREATE_TRANSACT_GUARD,
     CREATE_TRANSACT_GUARD_CHECK,
@@ -205,8 +226,9 @@ async def migrate(pool: AsyncConnectionPool[Any]) -> None:
 
     Safe to call from every worker of a fleet booting at once: all callers serialize on one
     advisory lock and each creates only what is still missing, in one transaction. It is not a
-    migration tool: the one change it makes to a table that already exists is adding the claim
-    table's nullable ``owner`` column (fast failover's) where it is missing.
+    migration tool: the changes it makes to tables that already exist are adding the claim
+    table's nullable ``owner`` column (fast failover's) and the queue table's ``took`` column (the
+    take's number in each receipt) where they are missing.
     """
     async with connect(pool, "migrating the schema") as conn:
         await conn.execute(TAKE_MIGRATE_LOCK, {"key": MIGRATE_LOCK})

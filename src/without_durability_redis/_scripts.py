@@ -42,7 +42,16 @@ SCRIPTS = {
         ("claim", "renew", "release", "discard", "record", "supply", "append", "transact"), "checkpoint"
     ),
     **dict.fromkeys(
-        ("set_schedule", "set_take", "set_wake", "set_answer_take", "set_take_many", "set_finish_many", "now"),
+        (
+            "set_schedule",
+            "set_take",
+            "set_wake",
+            "set_answer_take",
+            "set_take_many",
+            "set_finish_many",
+            "set_cancel",
+            "now",
+        ),
         "plain",
     ),
     **dict.fromkeys(

@@ -241,6 +241,7 @@ REDIS_MUTATE_PLAN = MutatePlan(
         "tests/test_redis.py",
         "tests/test_redis_answer_and_take.py",
         "tests/test_redis_coalesce.py",
+        "tests/test_receipt_numbers.py",
     ),
     stores=("redis-set", "redis-stream"),
     name="redis",

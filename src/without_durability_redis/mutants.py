@@ -301,13 +301,14 @@ MUTANTS.append(
 
 
 class SetAnswerIgnoresReceipt(RedisSetScheduler):
-    """The sorted set's wake_at answers for whatever score the member has: a superseded holder's
-    late answer removes or moves the delivery a newer take holds, and removes a wakeup since."""
+    """The sorted set's wake_at answers for whatever score and take number the member has: a
+    superseded holder's late answer removes or moves the delivery a newer take holds, and removes
+    a wakeup since."""
 
     script_overrides = {  # noqa: RUF012
         "set_wake": _edit(
             script_source("set_wake"),
-            "if not score or tonumber(score) ~= tonumber(ARGV[2]) then",
+            "if not score or tonumber(score) ~= tonumber(ARGV[2]) or redis.call('HGET', KEYS[2], ARGV[1]) ~= ARGV[3] then",
             "if not score then",
         )
     }

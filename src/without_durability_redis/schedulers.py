@@ -35,6 +35,7 @@ log = logging.getLogger("without_durability_redis.schedulers")
 @dataclass(frozen=True, slots=True)
 class _SetReceipt:
     visible_at: int  # the score the take set, microseconds
+    took: int  # the take's number
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,15 +88,23 @@ class RedisSetScheduler(_Base):
 
     ``take`` is one script that finds the earliest visible member and moves its score to now +
     visibility; scripts run one at a time, so two takes never hand out the same delivery. The
-    receipt is the score the take set, so ``wake_at`` answers only while that score is still there:
-    a cancel removed it (not reinstated), a wakeup or another take moved it (that one stands).
-    There is no blocking read: a poller waits out its poll interval.
+    receipt is the score the take set and the take's number (every take of the namespace is
+    numbered, ``<prefix>takes:{namespace}``, and each member's last number kept in the hash
+    ``<prefix>took:{namespace}``), so ``wake_at`` answers only while both are still there: a cancel
+    removed the member (not reinstated), a wakeup moved its score (that one stands), another take
+    renumbered it (this answer is stale), even when that take set the very same score. There is no
+    blocking read: a poller waits out its poll interval.
     """
 
     def __init__(self, client: Client, *, namespace: str = "default", prefix: str = "wd:") -> None:
         super().__init__(client, namespace=namespace, prefix=prefix)
         self.key = f"{prefix}queue:{{{namespace}}}"
+        self.took_key = f"{prefix}took:{{{namespace}}}"
+        """The hash of each queued workflow's last take number (same hash slot as ``key``)."""
+        self.takes_key = f"{prefix}takes:{{{namespace}}}"
+        """The counter every take of the namespace draws its number from."""
         self._clock_key = self.key
+        self._keys = [self.key, self.took_key, self.takes_key]
 
     async def schedule(self, workflow: str, at: datetime | None = None) -> None:
         """See ``Scheduler.schedule``."""
@@ -106,10 +115,10 @@ class RedisSetScheduler(_Base):
     async def take(self, visibility: timedelta) -> Delivery | None:
         """See ``Scheduler.take``: the visible workflow with the earliest time."""
         check_visibility(visibility)
-        reply = await self._run("take", "set_take", [self.key], [span(visibility)])
+        reply = await self._run("take", "set_take", self._keys, [span(visibility)])
         if reply is None:
             return None
-        return Delivery(text(reply[0]), _SetReceipt(int(text(reply[1]))))
+        return Delivery(text(reply[0]), _SetReceipt(int(text(reply[1])), int(reply[2])))
 
     async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
         """See ``Scheduler.wake_at``."""
@@ -118,8 +127,8 @@ class RedisSetScheduler(_Base):
         await self._run(
             f"wake_at {delivery.workflow!r}",
             "set_wake",
-            [self.key],
-            [delivery.workflow, receipt.visible_at, self._at(at)],
+            self._keys[:2],
+            [delivery.workflow, receipt.visible_at, receipt.took, self._at(at)],
         )
 
     async def answer_and_take(
@@ -133,12 +142,12 @@ class RedisSetScheduler(_Base):
         reply = await self._run(
             f"answering for {delivery.workflow!r} and taking",
             "set_answer_take",
-            [self.key],
-            [delivery.workflow, receipt.visible_at, self._at(at), span(visibility)],
+            self._keys,
+            [delivery.workflow, receipt.visible_at, receipt.took, self._at(at), span(visibility)],
         )
         if reply is None:
             return None
-        return Delivery(text(reply[0]), _SetReceipt(int(text(reply[1]))))
+        return Delivery(text(reply[0]), _SetReceipt(int(text(reply[1])), int(reply[2])))
 
     async def take_many(self, visibility: timedelta, limit: int) -> list[Delivery]:
         """Batching option: up to ``limit`` visible workflows, earliest first, in one script, each
@@ -146,18 +155,21 @@ class RedisSetScheduler(_Base):
         Keep ``limit`` to what will be answered well within ``visibility``."""
         check_visibility(visibility)
         _check_limit(limit)
-        reply = await self._run("take_many", "set_take_many", [self.key], [span(visibility), limit])
-        hidden = _SetReceipt(int(text(reply[0])))
-        return [Delivery(text(w), hidden) for w in reply[1:]]
+        reply = await self._run("take_many", "set_take_many", self._keys, [span(visibility), limit])
+        hidden = int(text(reply[0]))
+        pairs = zip(reply[1::2], reply[2::2], strict=True)
+        return [Delivery(text(w), _SetReceipt(hidden, int(took))) for w, took in pairs]
 
     async def finish_many(self, deliveries: list[Delivery]) -> None:
         """Batching option: ``wake_at(d, None)`` for every delivery, in one script; each is removed
         only if it is still the delivery that was taken (as ``wake_at`` decides)."""
         args: list[object] = []
         for d in deliveries:
-            args += [d.workflow, self._receipt(d).visible_at]
+            receipt = self._receipt(d)
+            args += [d.workflow, receipt.visible_at, receipt.took]
         if args:
-            await self._run(f"answering {len(deliveries)} deliveries", "set_finish_many", [self.key], args)
+            what = f"answering {len(deliveries)} deliveries"
+            await self._run(what, "set_finish_many", self._keys[:2], args)
 
     def _receipt(self, delivery: Delivery) -> _SetReceipt:
         if not isinstance(delivery.receipt, _SetReceipt):
@@ -167,9 +179,7 @@ class RedisSetScheduler(_Base):
     async def cancel(self, workflow: str) -> None:
         """See ``Scheduler.cancel``."""
         check_id(workflow)
-        with boundary(self.client, f"cancel {workflow!r}"):
-            await self._scripts.ready()
-            await self.client.zrem(self.key, workflow)
+        await self._run(f"cancel {workflow!r}", "set_cancel", self._keys[:2], [workflow])
 
 
 class RedisStreamScheduler(_Base):

@@ -18,6 +18,7 @@ This module imports nothing of any store or of the harness.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 from typing import Any
 
@@ -28,26 +29,28 @@ Wrap = Callable[[Any], Any]
 """Turns a fresh ``Durable`` into another (a catalogue mutant's ``wrap``)."""
 
 
-class SimulatedStore:
-    """A store in a simulated run (see the module docstring). Subclass it in the store's kit."""
+class SimulatedStore(abc.ABC):
+    """A store in a simulated run (see the module docstring). Subclass it in the store's kit and
+    give it the three abstract methods; a subclass missing one cannot be made (TypeError names
+    it), so a kit finds out when it opens its simulated store, not mid-run."""
 
     durable: Any
     """The store as a process started now opens it (after the latest ``reboot``), a mutant's
     ``wrap`` applied."""
 
+    @abc.abstractmethod
     def ledger_effect(self, workflow: str, key: str, token: int) -> LedgerEffect:
         """A ``transact`` effect that appends one ledger row ``(workflow, key, token)`` in the
         store's own data, inside the transaction, and returns ``{"row": ..., "token": token}``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def ledger_rows(self) -> list[dict[str, Any]]:
         """Every ledger row (``row``, ``workflow``, ``key``, ``token``), in order, read at once."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def peek(self, workflow: str, key: str | None) -> tuple[int, bool]:
         """How many records ``workflow`` holds, and whether it holds ``key`` (False for None),
         read at once: no step of the loop, no call a process could see."""
-        raise NotImplementedError
 
     def reboot(self) -> None:
         """The simulated machine rebooted: reopen what a reboot reopens (nothing by default: a
