@@ -55,6 +55,8 @@ class SimulatedStore(abc.ABC):
     def reboot(self) -> None:
         """The simulated machine rebooted: reopen what a reboot reopens (nothing by default: a
         store whose records stand for a file's keeps them as they are)."""
+        return None  # an optional hook: a default that does nothing, not an abstract method
 
     def close(self) -> None:
         """Release what the store holds (nothing by default). Called once, after the run."""
+        return None
