@@ -65,21 +65,27 @@ CREATE TABLE IF NOT EXISTS workflow_claim (
 )
 """
 
-# owner: the presence id of the worker that made the claim, when it asked for fast failover
-# (failover.py), else NULL. Added to a claim table made before it existed, looking first: an ALTER
-# TABLE, even one with IF NOT EXISTS, takes the table's strongest lock, and every booting worker
-# migrates. A nullable column without a default changes only the catalog.
-ADD_CLAIM_OWNER = """
+def _add_column(table: str, column: str, definition: str) -> str:
+    """A statement adding ``column`` to ``table`` where it is missing, looking first: an ALTER
+    TABLE, even one with IF NOT EXISTS, takes the table's strongest lock, and every booting worker
+    migrates."""
+    return f"""
 DO $$
 BEGIN
     IF NOT EXISTS (
         SELECT 1 FROM pg_attribute
-         WHERE attrelid = 'workflow_claim'::regclass AND attname = 'owner' AND NOT attisdropped
+         WHERE attrelid = '{table}'::regclass AND attname = '{column}' AND NOT attisdropped
     ) THEN
-        ALTER TABLE workflow_claim ADD COLUMN owner integer;
+        ALTER TABLE {table} ADD COLUMN {column} {definition};
     END IF;
 END $$
 """
+
+
+# owner: the presence id of the worker that made the claim, when it asked for fast failover
+# (failover.py), else NULL. Added to a claim table made before it existed (_add_column). A nullable
+# column without a default changes only the catalog.
+ADD_CLAIM_OWNER = _add_column("workflow_claim", "owner", "integer")
 
 # The reap (failover.REAP) looks only at live claims with an owner.
 CREATE_CLAIM_OWNED = (
@@ -97,22 +103,12 @@ CREATE TABLE IF NOT EXISTS workflow_queue (
 
 # took: the number of the take that last hid the row, half of its receipt (scheduler.TAKE). From
 # one sequence for the whole table, so no two takes share one, whatever their times. Added to a
-# queue table made before it existed, looking first as ADD_CLAIM_OWNER does; a constant default
+# queue table made before it existed (_add_column); a constant default
 # changes only the catalog. A process of an earlier release neither sets nor checks it: its takes
 # leave the number as it was (their visibility still tells them apart) and its answers act as before.
 CREATE_TAKE_SEQ = "CREATE SEQUENCE IF NOT EXISTS workflow_take_seq"
 
-ADD_QUEUE_TOOK = """
-DO $$
-BEGIN
-    IF NOT EXISTS (
-        SELECT 1 FROM pg_attribute
-         WHERE attrelid = 'workflow_queue'::regclass AND attname = 'took' AND NOT attisdropped
-    ) THEN
-        ALTER TABLE workflow_queue ADD COLUMN took bigint NOT NULL DEFAULT 0;
-    END IF;
-END $$
-"""
+ADD_QUEUE_TOOK = _add_column("workflow_queue", "took", "bigint NOT NULL DEFAULT 0")
 
 # take scans a namespace for the earliest visible row.
 CREATE_QUEUE_DUE = "CREATE INDEX IF NOT EXISTS workflow_queue_due ON workflow_queue (namespace, visibility)"
