@@ -65,6 +65,7 @@ CREATE TABLE IF NOT EXISTS workflow_claim (
 )
 """
 
+
 def _add_column(table: str, column: str, definition: str) -> str:
     """A statement adding ``column`` to ``table`` where it is missing, looking first: an ALTER
     TABLE, even one with IF NOT EXISTS, takes the table's strongest lock, and every booting worker
