@@ -1,4 +1,4 @@
-"""The core scheduler checkers (take-exclusive, stale-answer, wakeup-stands, queue-bounded) on
+"""The core scheduler checkers (take-exclusive, receipts-distinct, stale-answer, wakeup-stands, queue-bounded) on
 hand-made histories: each says no on a history shaped like its bug, and yes on the correct one."""
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ def run(name: str, h: H, final: dict[str, Any] | None = None) -> checks.Verdict:
 
 
 def test_the_scheduler_checkers_are_core() -> None:
-    assert set(checks.CORE) == {"take-exclusive", "stale-answer", "wakeup-stands", "queue-bounded", "pickup"}
+    assert set(checks.CORE) == {
+        "take-exclusive", "receipts-distinct", "stale-answer", "wakeup-stands", "queue-bounded", "pickup",
+    }  # fmt: skip
     assert checks.with_core(["fencing", "stale-answer"])[:2] == ["fencing", "stale-answer"]
     assert set(checks.with_core(["fencing"])) == {"fencing", *checks.CORE}
 
@@ -356,3 +358,42 @@ def test_the_final_queue_speaks_only_for_the_runs_own_workflows() -> None:
     assert run("wakeup-stands", woken(None, "none"), final).valid == checks.UNKNOWN
     assert run("stale-answer", stale(None, "answer"), final).valid is True
     assert run("wakeup-stands", woken(None, "none"), {**final, "expected_workflows": [WF]}).valid is False
+
+
+# -- receipts-distinct ------------------------------------------------------------------------------
+
+
+def _retaken_at_the_same_instant(receipts: tuple[str, str]) -> H:
+    """Take for 3 s; a wakeup a second later; a take for 2 s: both hid the workflow until the same
+    instant. Then the first holder answers (late) and the second too."""
+    h = H()
+    h.call("schedule", "w0", workflow=WF)
+    h.take(receipts[0], "w1", visibility=3.0)
+    h.wait(1.0)
+    h.call("schedule", "w0", workflow=WF)
+    h.take(receipts[1], "w2", visibility=2.0)
+    h.answer(receipts[0], None, "w1")
+    h.answer(receipts[1], None, "w2")
+    return h
+
+
+def test_receipts_distinct_says_no_to_two_takes_handed_one_receipt() -> None:
+    verdict = run("receipts-distinct", _retaken_at_the_same_instant(("R(t+3)", "R(t+3)")))
+    assert verdict.valid is False and verdict.counts == {"takes": 2, "repeated": 1}, verdict
+    assert [e.get("process") for e in verdict.evidence] == ["w1", "w2"]
+    assert "same receipt" in verdict.evidence[1]["why"]
+    # the checkers that match answers to takes by receipt cannot see it: both answers look current
+    h = _retaken_at_the_same_instant(("R(t+3)", "R(t+3)"))
+    assert run("stale-answer", h).valid is not False and run("take-exclusive", h).valid is not False
+
+
+def test_receipts_distinct_says_yes_to_numbered_receipts_and_excuses_the_transports_copies() -> None:
+    assert run("receipts-distinct", _retaken_at_the_same_instant(("R(t+3, 1)", "R(t+3, 2)"))).valid is True
+    copied = _retaken_at_the_same_instant(("R(t+3)", "R(t+3)"))
+    assert run("receipts-distinct", copied, {"redelivered_receipts": ["R(t+3)"]}).valid is True
+    twice = _retaken_at_the_same_instant(("R(t+3)", "R(t+3)"))
+    twice.take("R(t+3)", "w3")
+    assert run("receipts-distinct", twice, {"redelivered_receipts": ["R(t+3)"]}).valid is False
+    unrecorded = _retaken_at_the_same_instant(("R", "R"))
+    unrecorded.lines = [{**o, "receipt": None} if o.get("receipt") == "R" else o for o in unrecorded.lines]
+    assert run("receipts-distinct", unrecorded).counts["takes"] == 0

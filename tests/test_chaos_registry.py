@@ -45,6 +45,7 @@ def test_the_built_in_checkers_are_all_found() -> None:
         "lease-lapses", "cancel-sticks", "own-receipt", "answer-then-take", "misuse", "written-at",
         "stale-landing", "tokens-unique", "errors-classified", "cancelled-calls", "no-hung-pass",
         "half-open-gives-up", "stale-answer", "wakeup-stands", "queue-bounded", "pickup", "wakeup-pickup",
+        "receipts-distinct",
     }  # fmt: skip
     assert {"stall-fenced", "kill-between", "partition-refused", "restart-survived", "storm"} <= set(
         registry.bites()

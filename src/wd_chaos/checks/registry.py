@@ -9,10 +9,11 @@ import pkgutil
 
 from .core import Check, Checker
 
-CORE = ("take-exclusive", "stale-answer", "wakeup-stands", "queue-bounded", "pickup")
+CORE = ("take-exclusive", "receipts-distinct", "stale-answer", "wakeup-stands", "queue-bounded", "pickup")
 """The core checkers: every scenario runs them, whatever its ``checks`` list says (a scenario may add
 checkers, never drop one of these). They judge the scheduler, which every run uses (``pickup``: how
-long a due workflow waited for a take, and that no take found nothing while one was due)."""
+long a due workflow waited for a take, and that no take found nothing while one was due;
+``receipts-distinct``: that no two takes of a workflow were handed one receipt)."""
 
 PACKAGES = ("wd_chaos.checks", "wd_chaos.faults")
 """The packages whose modules hold checks: the checkers, and each fault kind's bite checks."""
