@@ -21,6 +21,7 @@ from without_durability.errors import StoreUnavailable
 from without_durability.protocols import Durable, Scheduler
 
 from ..checks import Verdict
+from ..client.recorder import receipt_text
 from ..client.workload import Recorder, classify, error_fields
 from ..history import HistoryWriter, Op
 from . import SIM_CHECKS as _SIM_CHECKS
@@ -127,6 +128,9 @@ class World:
         self._last_mono = 0
         self._pids = 100
         self.stash: Delivery | None = None
+        self.redelivered: list[str] = []
+        """The receipt of each delivery the wire handed out a second time, as the history records
+        it (the final state's ``redelivered_receipts``: ``receipts-distinct`` excuses these)."""
         self.rebooted = False
         self.closed = False
         self.stats: dict[str, int] = {}
@@ -312,6 +316,7 @@ class SimScheduler:
         if world.stash is not None:
             again, world.stash = world.stash, None
             world.count("duplicate")
+            world.redelivered.append(str(receipt_text(again.receipt)))
             return again
         got = await self.inner.take(visibility)
         if (

@@ -37,12 +37,13 @@ import functools
 import logging
 import random
 import sys
+import types
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
-from without_durability import Fenced, InvalidInput, RetryPolicy, Worker
+from without_durability import Delivery, Fenced, InvalidInput, RetryPolicy, Worker
 from without_durability.errors import Contended
 from without_durability.testing.kit import find_kit
 from without_durability.testing.simulated import SimulatedStore
@@ -51,7 +52,9 @@ from .. import wallclock
 from ..checks import UNKNOWN, bites, checkers, overall, run_checker
 from ..checks.core import paired_once
 from ..checks.coverage import coverage
+from ..checks.receipts_distinct import REDELIVERED
 from ..client import careless
+from ..client.recorder import Recorder, receipt_text
 from ..client.testflow import library_body
 from ..client.workload import plan_writes, recording_durable
 from ..faults.base import kinds, simulated_forms
@@ -78,6 +81,9 @@ def open_simulated(store: str, world: World, mutant: Any) -> SimulatedStore:
     kit = find_kit(store)
     wrap = mutant.wrap if mutant is not None else None
     return kit.open_simulated(world.wall, world.lease_micros, wrap)
+
+RETAKE_UNIT = 0.25
+"""The retake probe's time unit, in virtual seconds (a binary fraction: sums of it are exact)."""
 
 # -- the processes -------------------------------------------------------------------------------------
 
@@ -422,12 +428,57 @@ class Sim:
         if serving:
             await asyncio.wait(serving, timeout=self.lease.budget + 1)
         del reader
+        await self.retake_probe()
         # the final reads, after everything: what cancelled-calls and the checkers compare against
         _, final_rec, _ = self.process("final-reader", faults=False)
         for wf in self.workflows:
             with contextlib.suppress(Exception):
                 await final_rec.read(wf, "load")
         return await self.final()
+
+    async def retake_probe(self) -> None:
+        """Two takes of one workflow whose visibilities end at the same virtual instant: a take for
+        3u, a wakeup u later, a take for 2u. In a queue of its own (``scheduler_in``: no worker
+        takes from it) and with no wire between it and the store, so no latency moves the clock
+        between the calls. Then the first holder answers late (done, retry later or retry now, by
+        the seed), a take must find nothing, and the second holder answers. ``receipts-distinct``
+        judges the two receipts (a receipt that is the hidden-until time alone repeats here)."""
+        sched = self.sim_store.scheduler_in(f"retake-{self.seed}")
+        if sched is None:
+            return
+        world = self.world
+        hist = SimHistory(world, "retaker", world.pid())
+        proc = f"retaker#{hist.pid}"
+        rec = Recorder(types.SimpleNamespace(checkpointer=None, scheduler=sched), hist)
+        wf, unit = f"probe/retake/{self.seed}", timedelta(seconds=RETAKE_UNIT)
+
+        async def take(visibility: timedelta) -> Delivery | None:
+            return await rec._call(
+                "take", {"visibility": visibility.total_seconds(), "probe": True}, lambda: sched.take(visibility),
+                lambda d: {"workflow": d and d.workflow, "receipt": d and receipt_text(d.receipt)},
+            )  # fmt: skip
+
+        async def probe() -> None:
+            start = await rec.now()
+            await rec.schedule(wf, start - unit)
+            first = await take(3 * unit)
+            await asyncio.sleep(RETAKE_UNIT)
+            await rec.schedule(wf)  # a wakeup while the first take holds it: due again now
+            # hidden until the first take's instant, to the microsecond (measured, not assumed)
+            second = await take(start + 3 * unit - await rec.now())
+            if first is None or second is None:
+                return
+            late = (None, 4 * unit, timedelta(0))[self.seed % 3]
+            await rec.wake_at(first, None if late is None else await rec.now() + late)
+            await take(unit)  # the second take hides it: nothing is due
+            await rec.wake_at(second, None)
+
+        self.loop.free = proc  # its steps cost no time: the calls land at the instants chosen
+        try:
+            with contextlib.suppress(Exception):
+                await self.spawn(proc, probe())
+        finally:
+            self.loop.free = None
 
     async def final(self) -> FinalState:
         """The store's final state, read as the process runner reads it (``read_store_final``),
@@ -441,6 +492,7 @@ class Sim:
             "store_clock": "local",
             "lease_clock": "monotonic",
             "redelivers": True,  # the wire hands one delivery out twice now and then (take-exclusive)
+            REDELIVERED: list(self.world.redelivered),  # those deliveries' receipts (receipts-distinct)
         }
         return await read_store_final(self.store.checkpointer, self.workflows, ledger, more, read_errors=True)
 

@@ -93,6 +93,14 @@ class MemorySimulated(SimulatedStore):
             MemoryCheckpointer(clock=clock, lease_clock=lease_clock), MemoryScheduler(clock=clock)
         )
         self.durable: Any = wrap(durable) if wrap is not None else durable
+        self.clock, self.lease_clock, self.wrap = clock, lease_clock, wrap
+
+    def scheduler_in(self, namespace: str) -> Any:
+        """A Memory scheduler of its own (the Memory store's namespaces are separate objects), the
+        mutant's ``wrap`` applied to a durable around it."""
+        checkpointer = MemoryCheckpointer(clock=self.clock, lease_clock=self.lease_clock)
+        durable = MemoryDurable(checkpointer, MemoryScheduler(clock=self.clock, namespace=namespace))
+        return (self.wrap(durable) if self.wrap is not None else durable).scheduler
 
     def ledger_effect(self, workflow: str, key: str, token: int) -> MemoryEffect:
         """An effect that appends one row to ``state["chaos_ledger"]``."""

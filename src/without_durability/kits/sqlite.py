@@ -286,6 +286,14 @@ class SqliteSimulated(SimulatedStore):
         )
         return int(row[0]), key is not None and bool(row[1])
 
+    def scheduler_in(self, namespace: str) -> Any:
+        """The store's scheduler in ``namespace``, on the newest connection to the run's file (the
+        same queue table, another namespace), the mutant's ``wrap`` applied to a durable around it."""
+        conn = self.conns[-1]
+        checkpointer = SqliteCheckpointer(conn, clock=self.clock, lease_clock=self.lease_clock)
+        durable = SqliteDurable(checkpointer, SqliteScheduler(conn, clock=self.clock, namespace=namespace))
+        return self._wrapped(durable).scheduler
+
     def reboot(self) -> None:
         """Open the same file again on a new connection, for the processes started from now on."""
         durable = simulated_durable(self.clock, self.lease_clock, self.path)

@@ -3,7 +3,8 @@ its kit's ``StoreKit.open_simulated`` (kits that provide ``simulated``).
 
 A simulator runs every caller (workers, writers, readers) in one process on one seeded event
 loop, on clocks it hands the store. Beyond the store's own interfaces (``durable``) it asks five
-things of it, each answered by the store's own package, which alone may look inside the store:
+things of it (and a sixth, optional: ``scheduler_in``, a queue in another namespace), each answered
+by the store's own package, which alone may look inside the store:
 
 - ``ledger_effect`` and ``ledger_rows``: the in-store ledger a ``transact`` appends to, and what
   it holds (the checkers' evidence of an effect committed with its record);
@@ -51,6 +52,15 @@ class SimulatedStore(abc.ABC):
     def peek(self, workflow: str, key: str | None) -> tuple[int, bool]:
         """How many records ``workflow`` holds, and whether it holds ``key`` (False for None),
         read at once: no step of the loop, no call a process could see."""
+
+    def scheduler_in(self, namespace: str) -> Any:
+        """The store's ``Scheduler`` in another ``namespace``: a queue of its own, which no worker
+        of the run takes from, on the run's clocks and with the mutant's ``wrap`` applied; or None
+        (the default) for a store with one queue. The simulator's retake probe uses it to make two
+        takes' visibilities end at the same instant on the virtual clock and see whether their
+        receipts differ (``receipts-distinct``); without it that probe does not run."""
+        del namespace
+        return None
 
     def reboot(self) -> None:
         """The simulated machine rebooted: reopen what a reboot reopens (nothing by default: a
