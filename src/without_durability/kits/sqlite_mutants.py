@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from without_durability import sqlite as store
@@ -433,7 +434,38 @@ class WakeupWhileHeldDropped(SqliteScheduler):
         )
 
 
+class ReceiptIsTheTimeAlone(SqliteScheduler):
+    """A take's receipt is the time it hid the workflow until, alone, as it was before schema
+    version 3: two takes whose visibilities end at the same instant (a take for 3u, a wakeup at u,
+    a take for 2u) are handed one receipt, and the first holder's late answer acts on the second's
+    delivery."""
+
+    async def take(self, visibility: timedelta) -> Delivery | None:
+        got = await super().take(visibility)
+        if got is None:
+            return None
+        return Delivery(got.workflow, dataclasses.replace(got.receipt, took=0))  # type: ignore[type-var]
+
+    async def wake_at(self, delivery: Delivery, at: datetime | None) -> None:
+        receipt: Any = delivery.receipt
+        params = {"namespace": self.namespace, "workflow": delivery.workflow, "taken": receipt.visible_at}
+        statement = (store.statements.ANSWER_DONE if at is None else store.statements.ANSWER_AGAIN)
+        params["at"] = None if at is None else _micros(at)
+        await self.conn.write(lambda cur: cur.execute(statement.replace(" AND took = :took", ""), params))
+
+
 MUTANTS += [
+    Mutant(
+        "sqlite-receipt-is-the-time-alone",
+        "sqlite",
+        "a-receipt-names-one-take",
+        "a take's receipt is its hidden-until time alone, so two takes can be handed one receipt",
+        (
+            "test_two_takes_whose_visibilities_end_together_get_different_receipts",
+            "sim:lease-stall:receipts-distinct",
+        ),
+        swap("scheduler", ReceiptIsTheTimeAlone),
+    ),
     Mutant(
         "sqlite-answer-ignores-receipt",
         "sqlite",
