@@ -211,6 +211,16 @@ def test_stale_answer_fails_a_stale_answer_that_requeued_a_held_workflow(kind: s
     assert [e.get("process") for e in verdict.evidence] == ["w1", "w2", "w1", "w3"]
 
 
+def test_stale_answer_passes_the_transports_copy_of_the_newer_take_where_it_redelivers() -> None:
+    """sim transact-stall seed 199 (memory): after a stale answer, the wire handed the newer take's
+    delivery (its own receipt) to another caller. That is a copy of the newer take, not a re-queue;
+    where the transport does not redeliver, the same history is a re-queue."""
+    h = stale("now", "")
+    h.take("r2", "w1")  # the newer holder's receipt, handed out again
+    assert run("stale-answer", h, {"redelivers": True}).valid is True
+    assert run("stale-answer", h).valid is False
+
+
 @pytest.mark.parametrize("then", ["answer", "answer-first"])
 def test_stale_answer_fails_a_stale_done_that_removed_the_newer_holders_delivery(then: str) -> None:
     verdict = run("stale-answer", stale(None, then), {"queue": {}})

@@ -9,6 +9,7 @@ from ..rundir import FinalState
 from .core import Verdict, _Breach, _unjudged, checker, operations
 from .queue_calls import (
     Queue,
+    final_key,
     hidden_until,
     in_final_queue,
     queue_steps,
@@ -31,12 +32,15 @@ def stale_answer(ops: list[Op], final: FinalState) -> Verdict:
       (read only where the kit reads its queue; a cancel or discard since excuses): the stale
       answer deleted the delivery the newer take held.
 
-    Answers whose receipt the history does not record are not judged."""
+    Answers whose receipt the history does not record are not judged. Where the final state says
+    the transport hands a delivery out twice (``redelivers``: the simulator's wire), a take handed
+    the newer holder's own receipt is that take's copy, not a re-queue."""
     all_ops = operations(ops)
     q = Queue.of(all_ops)
     bad: list[dict[str, Any]] = []
     explained: list[dict[str, Any]] = []  # a step of the queue's clock ended the newer take's visibility
     steps = queue_steps(ops, final)
+    copies = bool(final_key(final, "redelivers"))
     stale = 0
     for a, mine, holder in stale_answers(q):
         wf = str(a.workflow)
@@ -46,7 +50,12 @@ def stale_answer(ops: list[Op], final: FinalState) -> Verdict:
             holder.brief("took it again: the answer below is stale"),
             a.brief("a stale answer: made with the first take's receipt"),
         ]
-        later = [t for t in q.takes.get(wf, []) if t.end > holder.end]
+        # a take handed the newer holder's own receipt again, where the transport hands deliveries
+        # out twice (the simulator's wire), is a copy of that take, not one the stale answer allowed
+        later = [
+            t for t in q.takes.get(wf, [])
+            if t.end > holder.end and not (copies and t.got("receipt") == holder.got("receipt"))
+        ]  # fmt: skip
         nxt = later[0] if later else None
         if (
             nxt is not None
