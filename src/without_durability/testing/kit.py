@@ -397,6 +397,16 @@ def default_kit() -> str:
     )
 
 
+def server_recipes() -> list[ServerRecipe]:
+    """The server recipe of every installed kit that has one (``StoreKit.recipe``), each once, in
+    kit-name order: where a tool looks up what it knows about a server by its URL's scheme."""
+    found: list[ServerRecipe] = []
+    for _, kit in sorted(kits().items()):
+        if kit.recipe is not None and kit.recipe not in found:
+            found.append(kit.recipe)
+    return found
+
+
 def missing_driver(name: str) -> bool:
     """Whether ``name`` is a registered kit (or an alias-like prefix of one: ``redis`` of
     ``redis-set``) that failed to load here for want of its driver: a missing extra, not a typo."""
