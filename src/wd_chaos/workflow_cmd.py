@@ -155,9 +155,7 @@ class _SimulatedStore(click.ParamType[str]):
     name = "store"
 
     def _choice(self) -> click.Choice[str]:
-        from .sim import simulated_stores
-
-        return click.Choice(simulated_stores())
+        return click.Choice(_simulated_kits())
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str | None:
         return self._choice().get_metavar(param, ctx)
@@ -169,11 +167,17 @@ class _SimulatedStore(click.ParamType[str]):
         return self._choice().shell_complete(ctx, param, incomplete)
 
 
+def _simulated_kits() -> list[str]:
+    """The installed kits that provide ``simulated``, by name (read here, not through ``sim``:
+    this command stands on no other part of the harness)."""
+    from without_durability.testing.kit import kits
+
+    return sorted(name for name, kit in kits().items() if "simulated" in kit.provides)
+
+
 def _default_store() -> str:
     """The first installed kit by name that provides ``simulated`` (as ``wd-chaos sim``'s default)."""
-    from .sim import simulated_stores
-
-    found = simulated_stores()
+    found = _simulated_kits()
     if not found:
         raise click.UsageError("no installed store kit provides 'simulated': name one with --store")
     return found[0]
