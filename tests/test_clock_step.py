@@ -47,11 +47,11 @@ def _start(stack: contextlib.ExitStack, kind: str, folder: Path) -> tuple[str, P
     the control file."""
     kit = find_kit(kind)
     assert kit.server_binary is not None
-    reason = clockstep.why_unavailable(kit.server_binary)
+    reason = clockstep.why_unavailable(kit.server_binary, kit.recipe)
     if reason:
         pytest.fail(f"needs a {kind} server on a stepped clock (bash scripts/install-servers): {reason}")
     control = folder / clockstep.CLOCK_FILE
-    env = clockstep.server_env(kit.server_binary, control)
+    env = clockstep.server_env(kit.server_binary, control, kit.recipe)
     server = stack.enter_context(kit.server(env=env))
     return server.url, control.resolve()
 

@@ -147,12 +147,57 @@ def _print(
     console.print("[bold green]VALID[/]" if valid else "[bold red]INVALID[/]")
 
 
+class _SimulatedStore(click.ParamType[str]):
+    """``--store``: a choice among the installed kits that provide ``simulated``. Their stores run
+    on clocks they are handed, the kind the workflow kit moves across a sleep (a server's clock
+    cannot be). Read when the option is parsed or shown, not at import: loading kits costs time."""
+
+    name = "store"
+
+    def _choice(self) -> click.Choice[str]:
+        return click.Choice(_simulated_kits())
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str | None:
+        return self._choice().get_metavar(param, ctx)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        return self._choice().convert(value, param, ctx)
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> Any:
+        return self._choice().shell_complete(ctx, param, incomplete)
+
+
+def _simulated_kits() -> list[str]:
+    """The installed kits that provide ``simulated``, by name (read here, not through ``sim``:
+    this command stands on no other part of the harness)."""
+    from without_durability.testing.kit import kits
+
+    return sorted(name for name, kit in kits().items() if "simulated" in kit.provides)
+
+
+def _default_store() -> str:
+    """The first installed kit by name that provides ``simulated`` (as ``wd-chaos sim``'s default)."""
+    found = _simulated_kits()
+    if not found:
+        raise click.UsageError("no installed store kit provides 'simulated': name one with --store")
+    return found[0]
+
+
+class _ShownDefault(click.Option):
+    """An option whose default is a function, shown in ``--help`` by its value (Click would
+    show "(dynamic)")."""
+
+    def get_default(self, ctx: click.Context, call: bool = True) -> Any:
+        return super().get_default(ctx, call=True)
+
+
 @click.command("workflow", epilog=EXAMPLES)
 @click.argument("target", metavar="MODULE:FUNCTION")
 @click.option(
     "--store",
-    type=click.Choice(["memory", "sqlite"]),
-    default="memory",
+    cls=_ShownDefault,
+    type=_SimulatedStore(),
+    default=_default_store,
     show_default=True,
     help="The store the body runs on (its transact effects must be in that store's language).",
 )

@@ -28,13 +28,16 @@ from without_durability.testing.servers import (
     supervised,
 )
 
+SERVER_USER = "postgres"
+"""The user a private Postgres runs as when started by root (Postgres refuses root)."""
+
 
 def _postgres_user_prefix(folder: Path) -> list[str]:
     """Postgres refuses to run as root: as root, hand ``folder`` to the ``postgres`` user and run as it."""
     if os.geteuid() != 0:
         return []
     try:
-        entry = pwd.getpwnam("postgres")
+        entry = pwd.getpwnam(SERVER_USER)
     except KeyError as exc:
         raise ServerUnavailable(
             "running as root, and Postgres refuses root: create a 'postgres' user "
@@ -42,7 +45,7 @@ def _postgres_user_prefix(folder: Path) -> list[str]:
         ) from exc
     for path in [folder, *folder.rglob("*")]:
         os.chown(path, entry.pw_uid, entry.pw_gid)
-    return as_user("postgres")
+    return as_user(SERVER_USER)
 
 
 @contextlib.contextmanager
@@ -70,7 +73,7 @@ def local_postgres(
         data = root / "data" if datadir is None else datadir / "data"
         prefix = _postgres_user_prefix(root)
         if datadir is not None and prefix:  # initdb, as the postgres user, creates data in it
-            entry = pwd.getpwnam("postgres")
+            entry = pwd.getpwnam(SERVER_USER)
             os.chown(datadir, entry.pw_uid, entry.pw_gid)
         init = subprocess.run(
             [
@@ -168,11 +171,26 @@ def postgres_container() -> Iterator[Server]:
         )
 
 
+def login_postgres(url: str, timeout: float) -> None:
+    """Authenticate at ``url`` and run ``SELECT 1``, the connect, the handshake and the query each
+    held to about ``timeout`` seconds; the driver's error when refused (psycopg imported here)."""
+    import psycopg
+
+    # connect_timeout bounds the connect and the startup handshake; statement_timeout the query
+    with psycopg.connect(url, connect_timeout=max(1, round(timeout)), autocommit=True) as conn:
+        conn.execute(f"SET statement_timeout = {int(timeout * 1000)}")
+        conn.execute("SELECT 1").fetchone()
+
+
 POSTGRES_SERVER = ServerRecipe(
     "postgres",
     "WD_POSTGRES_URL",
     (("initdb", "/usr/lib/postgresql/*/bin/initdb"), ("postgres", "/usr/lib/postgresql/*/bin/postgres")),
     local_postgres,
     postgres_container,
+    run_as=SERVER_USER,
+    schemes=(("postgresql", 5432), ("postgres", 5432)),
+    login=login_postgres,
+    example="postgresql://user@host:5432/postgres",
 )
 """Where a Postgres comes from: ``WD_POSTGRES_URL``, then a container, then a private instance."""

@@ -173,7 +173,30 @@ def redis_container() -> Iterator[Server]:
         yield Server("redis", f"redis://{host}:{port}/0", host, port, "testcontainers")
 
 
-REDIS_SERVER = ServerRecipe("redis", "WD_REDIS_URL", (("redis-server", ""),), local_redis, redis_container)
+def login_redis(url: str, timeout: float) -> None:
+    """PING the server at ``url`` (after the AUTH and HELLO the URL asks for), each step held to
+    about ``timeout`` seconds; the driver's error when refused (redis-py imported here)."""
+    from redis import Redis
+
+    client = Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+    try:
+        client.ping()  # the connection sends AUTH and HELLO first when the URL asks for them
+    finally:
+        client.close()
+
+
+_SCHEMES = (("redis", 6379), ("rediss", 6379))  # a server's and a cluster node's URLs alike
+
+REDIS_SERVER = ServerRecipe(
+    "redis",
+    "WD_REDIS_URL",
+    (("redis-server", ""),),
+    local_redis,
+    redis_container,
+    schemes=_SCHEMES,
+    login=login_redis,
+    example="redis://host:6379/0",
+)
 """Where one redis-server comes from: ``WD_REDIS_URL``, then a container, then a private instance
 (``provide(REDIS_SERVER, fsync_always=True)`` asks a private one for an fsync per write)."""
 
@@ -182,6 +205,9 @@ REDIS_CLUSTER_SERVER = ServerRecipe(
     "WD_REDIS_CLUSTER_URLS",
     (("redis-server", ""), ("redis-cli", "")),
     local_redis_cluster,
+    schemes=_SCHEMES,
+    login=login_redis,
+    example="redis://host:7000,redis://host:7001",
 )
 """Where a Redis Cluster comes from: ``WD_REDIS_CLUSTER_URLS`` (every node's URL), or a private
 3-node cluster (no container recipe: a cluster's nodes announce addresses a container would hide)."""

@@ -18,6 +18,8 @@ import click
 from click.shell_completion import CompletionItem
 from rich.live import Live
 
+from without_durability.testing.kit import default_kit
+
 from ..control.kits import stores_for
 from ..control.runner import Options, check_options, run
 from ..control.services import ServerUnavailable, check_available, preflight
@@ -289,10 +291,11 @@ def run_cmd(
 def _jobs(
     name: str | None, run_all: bool, store: str | None, scenario_dirs: Sequence[Path]
 ) -> list[tuple[Scenario, str]]:
-    """The (scenario, store) pairs asked for: NAME on ``store`` (default sqlite), or with ``--all``
-    every scenario expected valid on every store it applies to (only ``store``, when given)."""
+    """The (scenario, store) pairs asked for: NAME on ``store`` (default: the kit registry's
+    ``default_kit``), or with ``--all`` every scenario expected valid on every store it applies to
+    (only ``store``, when given)."""
     if name:
-        return [(_scenario_or_usage(name, scenario_dirs), store or "sqlite")]
+        return [(_scenario_or_usage(name, scenario_dirs), store or default_kit())]
     if not run_all:
         raise click.UsageError("give a scenario NAME or --all (see wd-chaos list)")
     jobs: list[tuple[Scenario, str]] = []

@@ -13,10 +13,12 @@ import random
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from without_durability.testing.kit import default_kit
 
 from .. import __version__, history
 
@@ -49,7 +51,8 @@ Progress = Callable[[dict[str, Any]], None]
 class Options:
     """What the command line may change about a scenario."""
 
-    store: str = "sqlite"
+    store: str = field(default_factory=default_kit)
+    """The kit to run on; unset, the registry's ``default_kit`` (a store that needs no server)."""
     seed: int | None = None
     time_limit: float | None = None
     workers: int | None = None

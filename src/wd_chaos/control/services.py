@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from without_durability.testing.kit import KitError, StoreKit, find_kit
+from without_durability.testing.kit import KitError, StoreKit, find_kit, server_recipes
 from without_durability.testing.replicated import Replicated
 from without_durability.testing.servers import (
     INSTALL_HINT,
@@ -25,6 +25,7 @@ from without_durability.testing.servers import (
     ServerRecipe,
     ServerUnavailable,
     choose,
+    for_scheme,
     probe,
     provide,
     sweep_stale,
@@ -144,7 +145,7 @@ def check_available(
     if reason:
         return reason
     if clock_step and kit.server_binary is not None:
-        reason = stepped_clock.why_unavailable(kit.server_binary)
+        reason = stepped_clock.why_unavailable(kit.server_binary, kit.recipe)
         if reason:
             return reason
     if partition:
@@ -184,19 +185,18 @@ def _malformed(variable: str, value: str, example: str) -> ServerUnavailable:
     )
 
 
-_EXAMPLES = {
-    "WD_POSTGRES_URL": "postgresql://user@host:5432/postgres",
-    "WD_REDIS_URL": "redis://host:6379/0",
-    "WD_REDIS_CLUSTER_URLS": "redis://host:7000,redis://host:7001",
-    "WD_TOXIPROXY_URL": "http://host:8474",
-}
+def _recipes(first: ServerRecipe | None = None) -> list[ServerRecipe]:
+    """``first`` (the recipe whose variable is read), then every installed kit's and toxiproxy's:
+    where a URL's scheme says which server it is for, its default port and its login."""
+    return [*([first] if first is not None else []), *server_recipes(), TOXIPROXY_SERVER]
 
 
 def reach(recipe: ServerRecipe, timeout: float = REACH_TIMEOUT) -> str | None:
     """When ``recipe``'s URL variable is set: check each URL in it is well formed, that its
     address accepts a TCP connection within ``timeout`` seconds, and that the server there lets
-    us in with the URL's own credentials (``login``: Postgres authenticates and answers a query,
-    Redis answers PING after AUTH/HELLO, toxiproxy its version); returns the address(es) reached,
+    us in with the URL's own credentials (``login``, the server recipe's: Postgres authenticates
+    and answers a query, Redis answers PING after AUTH/HELLO, toxiproxy its version; a port the
+    URL leaves out is the recipe's default for its scheme); returns the address(es) reached,
     or raises ``ServerUnavailable`` naming the variable, the server's own error and what to do.
     None when it is not set (the server will come from elsewhere)."""
     from urllib.parse import urlsplit
@@ -205,7 +205,7 @@ def reach(recipe: ServerRecipe, timeout: float = REACH_TIMEOUT) -> str | None:
     value = os.environ.get(variable) or ""
     if not value.strip():
         return None
-    example = _EXAMPLES.get(variable, "scheme://host:port")
+    example = recipe.example or "scheme://host:port"
     reached = []
     for url in (u.strip() for u in value.split(",") if u.strip()):
         try:
@@ -218,7 +218,8 @@ def reach(recipe: ServerRecipe, timeout: float = REACH_TIMEOUT) -> str | None:
         if host is None:  # e.g. postgresql:///db, a Unix socket: nothing to reach over TCP
             reached.append(url)
             continue
-        port = port or _DEFAULT_PORTS.get(parts.scheme, 0)
+        known = for_scheme(parts.scheme, _recipes(recipe))
+        port = port or (known.default_port(parts.scheme) if known is not None else 0)
         try:
             with socket.create_connection((host, port), timeout=timeout):
                 pass
@@ -251,55 +252,14 @@ def _first_line(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def _login_postgres(url: str, timeout: float) -> None:
-    import psycopg
-
-    # connect_timeout bounds the connect and the startup handshake; statement_timeout the query
-    with psycopg.connect(url, connect_timeout=max(1, round(timeout)), autocommit=True) as conn:
-        conn.execute(f"SET statement_timeout = {int(timeout * 1000)}")
-        conn.execute("SELECT 1").fetchone()
-
-
-def _login_redis(url: str, timeout: float) -> None:
-    from redis import Redis
-
-    client = Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
-    try:
-        client.ping()  # the connection sends AUTH and HELLO first when the URL asks for them
-    finally:
-        client.close()
-
-
-def _login_http(url: str, timeout: float) -> None:
-    import json
-    import urllib.request
-
-    parts = urlsplit(url)
-    version = urlunsplit(parts._replace(path="/version", query="", fragment=""))
-    with urllib.request.urlopen(version, timeout=timeout) as answer:  # toxiproxy's API answers its version
-        body = answer.read(4096).decode("utf-8", "replace").strip()
-    if not body:
-        raise ValueError("GET /version answered nothing (a toxiproxy server answers its version)")
-    if body.startswith("{"):
-        json.loads(body)
-
-
-_LOGINS = {
-    "postgresql": _login_postgres,
-    "postgres": _login_postgres,
-    "redis": _login_redis,
-    "rediss": _login_redis,
-    "http": _login_http,
-    "https": _login_http,
-}
-
-
 def login(url: str, timeout: float = LOGIN_TIMEOUT) -> str | None:
     """Log in to the server at ``url`` with its own credentials and make one trivial request,
     every step held to about ``timeout`` seconds; None when it answered, else the server's (or
     the driver's) own error on one line. A scheme with no login known here, or a driver not
-    installed (the run says so itself), is None."""
-    check = _LOGINS.get(urlsplit(url).scheme)
+    installed (the run says so itself), is None. The login is the ``ServerRecipe.login`` of the
+    recipe the URL's scheme names (an installed kit's, or toxiproxy's)."""
+    recipe = for_scheme(urlsplit(url).scheme, _recipes())
+    check = None if recipe is None else recipe.login
     if check is None:
         return None
     try:
@@ -309,9 +269,6 @@ def login(url: str, timeout: float = LOGIN_TIMEOUT) -> str | None:
     except Exception as exc:
         return _first_line(exc)
     return None
-
-
-_DEFAULT_PORTS = {"postgresql": 5432, "postgres": 5432, "redis": 6379, "rediss": 6379, "http": 80, "https": 443}
 
 
 def _plan_recipe(role: str, recipe: ServerRecipe, *, private: bool = False) -> Planned:
@@ -428,7 +385,8 @@ def services(
         else:
             env = None
             if clock_step and kit.server_binary is not None:
-                env = stepped_clock.server_env(kit.server_binary, run_dir / stepped_clock.CLOCK_FILE)
+                control = run_dir / stepped_clock.CLOCK_FILE
+                env = stepped_clock.server_env(kit.server_binary, control, kit.recipe)
             server = stack.enter_context(kit.server(restartable=restart, env=env))
             if restart and (server is None or server.source != "local"):
                 where = "no server" if server is None else f"{server.source} ({server.url}): unset its URL variable"

@@ -64,6 +64,31 @@ def _tell_death(code: int, log: Path, lines: int = 40) -> None:
     )
 
 
-TOXIPROXY_SERVER = ServerRecipe("toxiproxy", "WD_TOXIPROXY_URL", (("toxiproxy-server", ""),), local_toxiproxy)
+def login_toxiproxy(url: str, timeout: float) -> None:
+    """GET the API's ``/version`` at ``url`` within about ``timeout`` seconds: a toxiproxy answers
+    its version (plain text, or a JSON object); raises when nothing, or not JSON that says so."""
+    import json
+    import urllib.request
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    version = urlunsplit(parts._replace(path="/version", query="", fragment=""))
+    with urllib.request.urlopen(version, timeout=timeout) as answer:  # toxiproxy's API answers its version
+        body = answer.read(4096).decode("utf-8", "replace").strip()
+    if not body:
+        raise ValueError("GET /version answered nothing (a toxiproxy server answers its version)")
+    if body.startswith("{"):
+        json.loads(body)
+
+
+TOXIPROXY_SERVER = ServerRecipe(
+    "toxiproxy",
+    "WD_TOXIPROXY_URL",
+    (("toxiproxy-server", ""),),
+    local_toxiproxy,
+    schemes=(("http", 80), ("https", 443)),
+    login=login_toxiproxy,
+    example="http://host:8474",
+)
 """Where toxiproxy comes from: ``WD_TOXIPROXY_URL``, else a private instance. No container: the
 proxies it makes must reach the store on this machine's loopback, which a container cannot."""

@@ -29,7 +29,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -42,6 +42,9 @@ from ..rundir import FinalState
 from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec
 from .nemesis import Nemesis
 from .wall_step import wall_offset
+
+if TYPE_CHECKING:
+    from without_durability.testing.servers import ServerRecipe
 
 CLOCK_FILE = "server-clock"
 """The control file in a run's directory that libfaketime reads in the server: a signed offset in
@@ -130,53 +133,65 @@ def build_shim(folder: Path) -> str:
     return str(out)
 
 
-def why_unavailable(binary_name: str) -> str | None:
-    """Why the server program ``binary_name`` (a kit's ``server_binary``: postgres, redis-server)
-    cannot run on a stepped clock here (what to install), or None."""
-    from without_durability.testing.servers import ServerUnavailable, find_binary
+def _find_server(binary_name: str, recipe: ServerRecipe | None) -> str:
+    """The path of the server program, on PATH or where the kit's recipe says to look."""
+    from without_durability.testing.servers import find_binary
+
+    pattern = recipe.binary_glob(binary_name) if recipe is not None else ""
+    return find_binary(binary_name, *([pattern] if pattern else []))
+
+
+def why_unavailable(binary_name: str, recipe: ServerRecipe | None = None) -> str | None:
+    """Why the server program ``binary_name`` (a kit's ``server_binary``: postgres, redis-server;
+    looked for where the kit's ``recipe`` says, besides PATH) cannot run on a stepped clock here
+    (what to install), or None."""
+    from without_durability.testing.servers import ServerUnavailable
 
     try:
-        binary = find_binary(binary_name, "/usr/lib/postgresql/*/bin/postgres")
+        binary = _find_server(binary_name, recipe)
         if not _linked_with_jemalloc(binary):
             find_libfaketime()
         elif not (shutil.which("cc") or shutil.which("gcc")):
-            return "a clock-step run on Redis needs a C compiler: apt-get install gcc libc6-dev (scripts/install-servers)"
+            return (
+                f"a clock-step run on {binary_name} (linked with jemalloc) needs a C compiler: "
+                "apt-get install gcc libc6-dev (scripts/install-servers)"
+            )
     except ServerUnavailable as exc:
         return str(exc)
     return None
 
 
-def _readable_by_the_server(kind: str, control: Path) -> None:
-    """Postgres started by root runs as the ``postgres`` user (``servers.as_user``): a control file
-    it cannot read would leave its clock unmoved and the run proving nothing, so refuse it."""
+def _readable_by_the_server(recipe: ServerRecipe | None, control: Path) -> None:
+    """A server started by root runs as its recipe's ``run_as`` user (``servers.as_user``): a
+    control file it cannot read would leave its clock unmoved and the run proving nothing, so
+    refuse it."""
     import os
 
     from without_durability.testing.servers import ServerUnavailable, as_user
 
-    if kind != "postgres" or os.geteuid() != 0:
+    if recipe is None or not recipe.run_as or os.geteuid() != 0:
         return
-    probe = subprocess.run([*as_user("postgres"), "test", "-r", str(control)], check=False)
+    probe = subprocess.run([*as_user(recipe.run_as), "test", "-r", str(control)], check=False)
     if probe.returncode != 0:
         raise ServerUnavailable(
-            f"the postgres server runs as user postgres and cannot read the clock control file "
-            f"{control}: give a --report-dir every user can read (for example under /tmp)"
+            f"the {recipe.kind} server runs as user {recipe.run_as} and cannot read the clock control "
+            f"file {control}: give a --report-dir every user can read (for example under /tmp)"
         )
 
 
-def server_env(binary_name: str, control: Path) -> dict[str, str]:
-    """The environment that runs the server program ``binary_name`` (postgres, redis-server) on a
-    clock ``control`` steps
-    (creating it at ``+0``): libfaketime, or, for a server linked with jemalloc (Debian's Redis),
-    which hangs under libfaketime at start (libfaketime issue #130), the small ``clockshim.c``
-    reading the same control file."""
-    from without_durability.testing.servers import find_binary
-
+def server_env(binary_name: str, control: Path, recipe: ServerRecipe | None = None) -> dict[str, str]:
+    """The environment that runs the server program ``binary_name`` (a kit's ``server_binary``,
+    found where its ``recipe`` says besides PATH) on a clock ``control`` steps (creating it at
+    ``+0``): libfaketime, or, for a server linked with jemalloc (Debian's Redis), which hangs
+    under libfaketime at start (libfaketime issue #130), the small ``clockshim.c`` reading the
+    same control file. With the recipe, a server that runs as another user (``run_as``) must be
+    able to read ``control``, or ``ServerUnavailable``."""
     # absolute: a server changes its working directory (Redis to --dir, Postgres to its data)
     control = control.resolve()
     if not control.exists():
         control.write_text("+0\n")
-    _readable_by_the_server(binary_name, control)
-    binary = find_binary(binary_name, "/usr/lib/postgresql/*/bin/postgres")
+    _readable_by_the_server(recipe, control)
+    binary = _find_server(binary_name, recipe)
     if _linked_with_jemalloc(binary):
         return {"LD_PRELOAD": build_shim(control.parent), "WD_CLOCK_FILE": str(control)}
     return {

@@ -179,6 +179,7 @@ class SqliteKit(StoreKit):
     name = "sqlite"
     description = "one SQLite file in WAL mode (stdlib sqlite3)"
     provides = frozenset({"workers", "power-loss", "simulated"})
+    default = True  # no server to start: a first run works on a bare machine
     mutant_modules = ("without_durability.kits.sqlite_mutants",)
     mutate_plan = MutatePlan(
         statements=("without_durability.sqlite",),  # the store's module (or package) of statements

@@ -200,6 +200,9 @@ class StoreKit:
     (empty: its own name); a kit that runs another kit's code on a different deployment may name it."""
     aliases: tuple[str, ...] = ()
     """Other names that reach this kit (a store's older or shorter name)."""
+    default: bool = False
+    """Whether a tool runs on this kit when the user names no store (``default_kit``). The
+    built-in SQLite kit declares it: it needs no server and every worker process opens one file."""
     provides: frozenset[Capability] = frozenset()
     server_key: str = ""
     """Kits with the same key share one server per test session (empty: the kit's own name)."""
@@ -374,6 +377,34 @@ def resolve(name: str) -> str:
         f"no store kit {name!r}{broken}; installed: {', '.join(sorted(found)) or 'none'} "
         f"(a package registers one under the entry-point group {ENTRY_POINT_GROUP})"
     )
+
+
+def default_kit() -> str:
+    """The name of the kit a tool runs on when the user names no store (``wd-chaos run`` without
+    ``--store``): the installed kit that declares ``default`` (the first by name if several do),
+    else the first by name that provides ``workers`` and needs no server (no ``recipe``). A
+    ``KitError`` naming the installed kits when none qualifies."""
+    found = kits()
+    declared = [name for name, kit in sorted(found.items()) if kit.default]
+    serverless = [
+        name for name, kit in sorted(found.items()) if "workers" in kit.provides and kit.recipe is None
+    ]
+    for name in (*declared, *serverless):
+        return name
+    raise KitError(
+        f"no store kit declares itself the default or runs workers without a server; installed: "
+        f"{', '.join(sorted(found)) or 'none'}: name one with --store"
+    )
+
+
+def server_recipes() -> list[ServerRecipe]:
+    """The server recipe of every installed kit that has one (``StoreKit.recipe``), each once, in
+    kit-name order: where a tool looks up what it knows about a server by its URL's scheme."""
+    found: list[ServerRecipe] = []
+    for _, kit in sorted(kits().items()):
+        if kit.recipe is not None and kit.recipe not in found:
+            found.append(kit.recipe)
+    return found
 
 
 def missing_driver(name: str) -> bool:

@@ -33,7 +33,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -242,13 +242,42 @@ class ServerRecipe:
     """How to have one kind of server: ``env`` names the variable holding a URL (comma-separated
     URLs for a cluster); ``binaries`` the programs a private instance needs, each with a glob to
     look in besides PATH (or ""); ``local(**options)`` starts a private instance and yields its
-    ``Server``; ``container()``, if given, does the same with testcontainers."""
+    ``Server``; ``container()``, if given, does the same with testcontainers. The rest tell a
+    tool what it needs to know about the server without naming it: the user it runs as, and how
+    to check a URL the user gave (``schemes``, ``login``, ``example``)."""
 
     kind: str
     env: str
     binaries: tuple[tuple[str, str], ...]
     local: Callable[..., AbstractContextManager[Server]]
     container: Callable[[], AbstractContextManager[Server]] | None = None
+    run_as: str = ""
+    """The user a private instance runs as when this process is root (through ``as_user``), for
+    a server that refuses root; a file the server must read has to be readable by that user.
+    Empty: the server runs as this process's user."""
+    schemes: tuple[tuple[str, int], ...] = ()
+    """The URL schemes this server is reached at, each with the port a URL of it means when it
+    names none (``for_scheme`` finds the recipe of a URL; ``default_port`` reads the port)."""
+    login: Callable[[str, float], None] | None = None
+    """``login(url, timeout)``: log in to the server at ``url`` with the URL's own credentials and
+    make one trivial request, each step held to about ``timeout`` seconds; returns when the
+    server answered, raises its (or the driver's) error when not, and ``ImportError`` when the
+    driver is not installed (imported when called, never with the recipe). None: no login known."""
+    example: str = ""
+    """A well-formed value for ``env``, for a message about a malformed one (empty: none given)."""
+
+    def default_port(self, scheme: str) -> int:
+        """The port a URL of ``scheme`` means when it names none (0: not one of ``schemes``)."""
+        return dict(self.schemes).get(scheme, 0)
+
+    def binary_glob(self, name: str) -> str:
+        """The glob this recipe looks in besides PATH for its program ``name`` ("" when none)."""
+        return next((pattern for binary, pattern in self.binaries if binary == name), "")
+
+
+def for_scheme(scheme: str, recipes: Iterable[ServerRecipe]) -> ServerRecipe | None:
+    """The first of ``recipes`` reached at URLs of ``scheme`` (``ServerRecipe.schemes``), or None."""
+    return next((recipe for recipe in recipes if scheme in dict(recipe.schemes)), None)
 
 
 def _from_env(recipe: ServerRecipe) -> Server | None:
