@@ -48,7 +48,9 @@ def setup(nemesis: Nemesis) -> Path:
 def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     """Arm the failpoint: a file the workers look for, taken by the first to reach it."""
     (nemesis.state("kill", setup) / f"{ev['failpoint']}.{ev['id']}").touch()
-    nemesis.line(ev, "armed")
+    # the plan drew a worker, but a failpoint is taken by whichever worker reaches it first (its
+    # own "start" line names it): naming the drawn one here would blame a worker that was not killed
+    nemesis.line({**ev, "target": "the first worker to reach it"}, "armed")
     return True
 
 
