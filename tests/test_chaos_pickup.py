@@ -274,3 +274,36 @@ def test_summary_and_report_carry_the_figures() -> None:
     assert pickup_of([verdict]) == verdict.counts and pickup_of([]) == {}
     assert pickup_plot(healthy().lines, final)
     assert pickup_plot(H().lines, final) == ""
+
+
+def test_an_answer_after_another_with_its_receipt_decides_nothing() -> None:
+    """sim lease-stall seed 119 (sqlite): the wire handed one delivery to two workers; the copy's
+    holder answered "retry at 1.5 s" first, so the real holder's later "retry at 1.0 s" found the
+    delivery already answered. Empty takes between 1.0 and 1.5 s are right, not a lost wakeup."""
+    from datetime import datetime, timedelta
+
+    start = datetime(2026, 1, 1)
+
+    def wall(ns: int) -> str:
+        return (start + timedelta(microseconds=ns // 1000)).isoformat() + "+00:00"
+
+    def answer(h: H, who: str, at_s: float) -> None:
+        h.n += 1
+        base = {"op": f"{who}:1:{h.n}", "f": "wake_at", "process": who, "pid": hash(who) % 1000}
+        at = wall(int(at_s * 1e9))
+        invoke = {"type": "invoke", "mono": h.t, "wall": wall(h.t), **base, "workflow": WF, "at": at, "receipt": "r1"}
+        h.lines.append(invoke)
+        h.wait(0.01)
+        h.lines.append({"type": "complete", "outcome": "ok", "mono": h.t, "wall": wall(h.t), **base})
+
+    h = H()
+    h.take("r1", "w1")
+    h.take("r1", "w3")  # the copy
+    answer(h, "w3", 1.5)
+    h.wait(0.45)
+    answer(h, "w1", 1.0)
+    idle_polls(h, 0.95)
+    h.wait(0.05)
+    h.take("r2", IDLE)
+    verdict = run(h, {"store_clock": "local", "redelivers": True})
+    assert verdict.valid is True, (verdict.summary, verdict.evidence)

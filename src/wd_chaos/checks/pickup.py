@@ -226,6 +226,12 @@ def _dues(q: Queue, pk: Pickups, local: bool, expected: object) -> list[Due]:
             holder = q.current(wf, a.start)
             if holder is None or holder.got("receipt") != receipt:
                 continue  # stale, or a take the history does not show
+            if any(b is not a and b.invoke.get("receipt") == receipt and b.end < a.start for b in answers):
+                # an earlier answer with this receipt decided (two callers held one delivery: the
+                # simulator's wire hands one out twice; a restarted worker answers again): this one
+                # found the delivery already answered, so its time is not when the workflow is due
+                pk.skip("an earlier answer with its receipt decided")
+                continue
             at_mono = _mono_of(a.complete, at)
             if at_mono is not None:
                 out.append(Due(a, wf, max(a.end, at_mono), a.start, "the holder's 'retry at a time'"))
