@@ -502,6 +502,7 @@ class PostgresKit(StoreKit):
             "tests/test_postgres_failover.py",
             "tests/test_postgres_sweep.py",
             "tests/test_receipt_numbers.py",
+            "tests/test_postgres_holds.py",
         ),
         server_env=POSTGRES_SERVER.env,
         # budget-overrun runs the library Worker, the only client whose take reaches TAKE_AND_CLAIM
