@@ -211,6 +211,23 @@ def test_stale_answer_fails_a_stale_answer_that_requeued_a_held_workflow(kind: s
     assert [e.get("process") for e in verdict.evidence] == ["w1", "w2", "w1", "w3"]
 
 
+def test_stale_answer_excuses_a_fast_failover_takeover_after_the_newer_holder_was_struck() -> None:
+    """CI10, kill-between on Postgres with fast failover: a restarted worker answered its dead
+    predecessor's delivery late (stale, acting on nothing); then the newer holder killed itself at
+    a failpoint and the reaping take handed the workflow on. That take is the takeover fast failover
+    documents, not the stale answer's doing; without the fault, or with fast failover off, the same
+    history is a re-queue."""
+    h = stale("now", "retake")
+    newer = next(o for o in h.lines if o.get("type") == "complete" and o.get("receipt") == "r2")
+    kill = {"type": "fault", "fault": "kill", "phase": "start", "process": "w2", "pid": newer["pid"],
+            "mono": newer["mono"] + 1}  # fmt: skip
+    struck = H()
+    struck.lines = sorted([*h.lines, kill], key=lambda o: o["mono"])
+    assert run("stale-answer", struck, {"fast_failover": True}).valid is True
+    assert run("stale-answer", struck, {"fast_failover": False}).valid is False
+    assert run("stale-answer", h, {"fast_failover": True}).valid is False
+
+
 def test_stale_answer_passes_the_transports_copy_of_the_newer_take_where_it_redelivers() -> None:
     """sim transact-stall seed 199 (memory): after a stale answer, the wire handed the newer take's
     delivery (its own receipt) to another caller. That is a copy of the newer take, not a re-queue;

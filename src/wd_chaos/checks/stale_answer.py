@@ -17,6 +17,7 @@ from .queue_calls import (
     stale_answers,
     visibility_ns,
 )
+from .takeover import Takeovers
 
 
 @checker("stale-answer")
@@ -34,13 +35,17 @@ def stale_answer(ops: list[Op], final: FinalState) -> Verdict:
 
     Answers whose receipt the history does not record are not judged. Where the final state says
     the transport hands a delivery out twice (``redelivers``: the simulator's wire), a take handed
-    the newer holder's own receipt is that take's copy, not a re-queue."""
+    the newer holder's own receipt is that take's copy, not a re-queue; with fast failover, a take
+    after a fault struck the newer holder's process is the takeover it documents (``Takeovers``)."""
     all_ops = operations(ops)
     q = Queue.of(all_ops)
     bad: list[dict[str, Any]] = []
     explained: list[dict[str, Any]] = []  # a step of the queue's clock ended the newer take's visibility
     steps = queue_steps(ops, final)
     copies = bool(final_key(final, "redelivers"))
+    # with fast failover, a re-take after a fault struck the newer holder is the design (takeover),
+    # not the stale answer's doing
+    takeovers = Takeovers.of(ops, final)
     stale = 0
     for a, mine, holder in stale_answers(q):
         wf = str(a.workflow)
@@ -62,6 +67,7 @@ def stale_answer(ops: list[Op], final: FinalState) -> Verdict:
             and nxt.end > a.start
             and nxt.start < hidden_until(holder)
             and q.reopened(wf, holder, holder.start, nxt.end) is None
+            and not takeovers.excuses(holder.invoke.get("pid"), holder.start, nxt.end)
         ):
             evidence = [
                 *brief,
