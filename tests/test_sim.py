@@ -245,6 +245,34 @@ def test_the_summary_counts_the_faults_and_the_coverage_windows_reached() -> Non
     assert all(0 <= n <= 3 for n in windows.values()) and any(windows.values()), windows
 
 
+def test_the_retake_probe_says_how_it_ended_in_the_history_and_the_summary(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The probe answers on the real store; a scheduler that fails its calls is said (a history
+    line and the summary's count), not hidden behind a run that reads as probed."""
+    answered = simulate(SCENARIO, 0, None, None, store="memory")
+    assert answered.probes == {"retake": "answered"}, answered.probes
+    lines = [o for o in answered.lines if o.get("what") == "retake-probe"]
+    assert [o["outcome"] for o in lines] == ["answered"], lines
+
+    from without_durability.kits.memory import MemorySimulated
+
+    class Refusing:
+        async def schedule(self, *args: Any, **kwargs: Any) -> None:
+            raise ConnectionError("the probe's queue is down")
+
+        def __getattr__(self, name: str) -> Any:
+            return self.schedule
+
+    monkeypatch.setattr(MemorySimulated, "scheduler_in", lambda self, namespace: Refusing())
+    failed = simulate(SCENARIO, 0, None, None, store="memory")
+    assert failed.probes == {"retake": "error: ConnectionError"}, failed.probes
+    assert [o["outcome"] for o in failed.lines if o.get("what") == "retake-probe"] == ["error: ConnectionError"]
+    done = CliRunner().invoke(main, ["sim", "--seeds", "2", "--json", "--jobs", "1", "--store", "memory"])
+    (summary,) = _lines(done.output)
+    assert summary["probes"] == {"retake": {"error": 2}}, summary
+
+
 def test_progress_is_drawn_on_a_terminal_only(capsys: pytest.CaptureFixture[str]) -> None:
     import io
 

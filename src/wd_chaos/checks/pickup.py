@@ -166,7 +166,7 @@ def _mono_of(line: Op | None, at: object) -> float | None:
     return float(line["mono"]) + max(ahead, 0.0) * 1e9
 
 
-def _held(q: Queue, wf: str, w: Operation) -> tuple[str, float, Operation | None]:
+def held_at(q: Queue, wf: str, w: Operation) -> tuple[str, float, Operation | None]:
     """Whether a take held ``wf`` when wakeup ``w`` landed: ``("free", w.end, None)``, ``("held",
     due, answer)`` (due at the holder's answer, or when its visibility ran out), or ``("unsure",
     0, None)`` (its holder's answer ran beside the wakeup, or was of unknown outcome)."""
@@ -202,7 +202,7 @@ def _dues(q: Queue, pk: Pickups, local: bool, expected: object) -> list[Due]:
             at = w.invoke.get("at") if w.f == "schedule" else None
             if at is None and not is_wakeup(w):
                 continue  # a plain append or supply schedules nothing
-            state, due, own = _held(q, wf, w)
+            state, due, own = held_at(q, wf, w)
             if at is not None:
                 at_mono = _mono_of(w.complete, at) if local else None
                 if at_mono is None or state != "free":

@@ -67,7 +67,8 @@ def plan(fault: PowerLossFault, scenario: Any) -> dict[str, object]:
     return {"target": "store", "relaxed": fault.relaxed, "wait": fault.wait}
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (a zombie has closed its files)."""
     import psutil
 
     try:
@@ -87,7 +88,7 @@ def _group_alive(groups: set[int]) -> list[int]:
     return found
 
 
-def _wait_dead(pids: list[int], timeout: float = DEATH_WAIT) -> list[int]:
+def wait_dead(pids: list[int], timeout: float = DEATH_WAIT) -> list[int]:
     """Wait until ``pids`` and every member of their process groups are gone (a zombie has closed
     its files); returns those still alive after ``timeout``."""
     groups = set()
@@ -96,7 +97,7 @@ def _wait_dead(pids: list[int], timeout: float = DEATH_WAIT) -> list[int]:
             groups.add(os.getpgid(pid))
     deadline = time.monotonic() + timeout
     while True:
-        left = [p for p in pids if _alive(p)] + _group_alive(groups)
+        left = [p for p in pids if alive(p)] + _group_alive(groups)
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.02)
@@ -158,7 +159,7 @@ def _victims(nemesis: Nemesis) -> list[int]:
 
     server = nemesis.state("power-loss", setup).server
     if server is None:
-        return sorted(pid for pid in nemesis.pids().values() if _alive(pid))
+        return sorted(pid for pid in nemesis.pids().values() if alive(pid))
     pids = [int(server.pid)]
     with contextlib.suppress(psutil.Error):
         pids += [c.pid for c in psutil.Process(server.pid).children(recursive=True)]
@@ -178,7 +179,7 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     if state.server is None:
         # every process with the file open dies with the power, and the run restarts only its
         # workers: the cut waits for the others (the outside writers) to finish their work
-        others = [n for n, pid in nemesis.pids().items() if not n.startswith("worker") and _alive(pid)]
+        others = [n for n, pid in nemesis.pids().items() if not n.startswith("worker") and alive(pid)]
         if others and not late:
             return False
         if others:
@@ -195,7 +196,7 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     victims = _victims(nemesis)
     nemesis.line(ev, "start", target_pids=victims, pending_bytes=pending.bytes, ends_sessions=True)
     on_write = lazy.cut_power(victims, float(ev.get("wait") or TARGET_WAIT))
-    left = _wait_dead(victims)
+    left = wait_dead(victims)
     if left:
         raise RuntimeError(f"power-loss: processes {left} outlived SIGKILL for {DEATH_WAIT:g} s")
     dropped = lazy.drop()

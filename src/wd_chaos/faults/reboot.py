@@ -47,7 +47,7 @@ from ..history import MONO_SHIFT_ENV
 from ..rundir import FinalState
 from .base import EventSpec, FaultKind, FaultSpec, Marker, SimulatedForm
 from .kill import KILL
-from .power_loss import OTHERS_WAIT, _alive, _wait_dead
+from .power_loss import OTHERS_WAIT, alive, wait_dead
 
 if TYPE_CHECKING:
     from ..history import Op
@@ -215,7 +215,7 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     at, uptime = float(ev["at"]), int(ev.get("uptime") or 2)
     if not _held(nemesis):
         return False
-    others = [n for n, pid in nemesis.pids().items() if not n.startswith("worker") and _alive(pid)]
+    others = [n for n, pid in nemesis.pids().items() if not n.startswith("worker") and alive(pid)]
     if others and elapsed < at + OTHERS_WAIT:
         return False
     if others:
@@ -227,7 +227,7 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     if not state.probed:
         probe(uptime)  # before anything is killed: a run that cannot reboot is a harness error
         state.probed = True
-    victims = sorted(pid for pid in nemesis.pids().values() if _alive(pid))
+    victims = sorted(pid for pid in nemesis.pids().values() if alive(pid))
     held = _held(nemesis)
     clock = offsets(uptime)
     # the new clock first: a worker the supervisor starts after the kill boots on it
@@ -237,7 +237,7 @@ def start(nemesis: Nemesis, ev: dict[str, Any], elapsed: float) -> bool:
     nemesis.line(ev, "start", target_pids=victims, busy=held, offsets=clock)
     for pid in victims:
         _kill(pid)
-    left = _wait_dead(victims)
+    left = wait_dead(victims)
     if left:
         raise RuntimeError(f"reboot: processes {left} outlived SIGKILL")
     state.last_ns = time.monotonic_ns()

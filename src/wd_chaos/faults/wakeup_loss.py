@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..checks.bitten import bit
 from ..checks.core import UNKNOWN, Operation, Verdict, bite_check, checker, operations
-from ..checks.pickup import _held, fault_windows
+from ..checks.pickup import fault_windows, held_at
 from ..checks.queue_calls import PROBE, Queue, final_key, is_wakeup
 from ..rundir import FinalState
 from .base import TARGET_WAIT, EventSpec, FaultKind, FaultSpec
@@ -168,7 +168,7 @@ def measure(ops: list[Op], final: FinalState) -> dict[str, Any]:
         for w in wakeups:
             if not w.ok or w.complete is None or not is_wakeup(w):
                 continue
-            state, due, _ = _held(q, wf, w)
+            state, due, _ = held_at(q, wf, w)
             if state != "free":  # its holder takes again after answering: no wakeup is needed
                 skip("held when it arrived")
                 continue

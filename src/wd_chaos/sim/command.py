@@ -72,6 +72,8 @@ class Judged:
     """Hits of each coverage window the scenario names (counted, not judged)."""
     bites: dict[str, bool] = field(default_factory=dict)
     """Whether each replayed bite check of the faults the run drew bit (counted, not judged)."""
+    probes: dict[str, str] = field(default_factory=dict)
+    """How each of the run's probes ended (``Result.probes``)."""
 
 
 EVIDENCE_FIELDS = ("f", "workflow", "key", "token", "op", "process", "pid", "role", "why")
@@ -168,6 +170,7 @@ def _judge(job: Job) -> Judged:
         dict(result.stats),
         dict(result.coverage),
         dict(result.bites),
+        dict(result.probes),
     )
 
 
@@ -423,6 +426,8 @@ def sim_command(
     faults: Counter[str] = Counter()
     reached: dict[str, Counter[str]] = {sc.name: Counter(dict.fromkeys(sc.coverage, 0)) for sc in found}
     bitten: dict[str, tuple[int, int]] = {}
+    probed: dict[str, Counter[str]] = {}
+    """Per probe: how many runs ended it each way (a probe the store made fail shows here)."""
     """Per replayed bite check: the runs where it bit, and the runs that drew its fault."""
     progress = Progress(len(jobs_list))
     try:
@@ -431,6 +436,8 @@ def sim_command(
                 runs += 1
                 faults.update(judged.stats)
                 reached[judged.scenario].update(w for w, hits in judged.coverage.items() if hits)
+                for name, how in judged.probes.items():
+                    probed.setdefault(name, Counter())[how.partition(":")[0]] += 1
                 for name, bit in judged.bites.items():
                     bitten[name] = bitten.get(name, (0, 0))
                     bitten[name] = (bitten[name][0] + bit, bitten[name][1] + 1)
@@ -455,6 +462,7 @@ def sim_command(
             click.echo("--shrink: no seed failed, nothing to shrink", err=True)
         else:
             _shrink(first_failing, found, store, mutant, plan, shrink_runs, as_json)
+    probes = {name: dict(sorted(hows.items())) for name, hows in sorted(probed.items())}
     summary = {
         "runs": runs,
         "runs_per_minute": round(runs * 60 / elapsed, 1),
@@ -469,6 +477,7 @@ def sim_command(
         "faults": dict(sorted(faults.items())),
         "coverage": {name: dict(windows) for name, windows in reached.items() if windows},
         "bites": {name: {"bit": bit, "runs": n} for name, (bit, n) in sorted(bitten.items())},
+        "probes": probes,
     }
     if as_json:
         click.echo(json.dumps(summary))
@@ -479,6 +488,8 @@ def sim_command(
             f"({where}, {summary['seconds']} s)",
             err=as_json,
         )
+        for name, hows in probes.items():
+            click.echo(f"{name} probe: " + ", ".join(f"{n} {how}" for how, n in hows.items()))
     sys.exit(worst)
 
 

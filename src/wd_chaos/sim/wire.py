@@ -88,6 +88,9 @@ class Result:
     bites: dict[str, bool] = field(default_factory=dict)
     """The bite checks of the kinds whose simulated form fired, replayed on the run: whether each
     bit (counted, never judged)."""
+    probes: dict[str, str] = field(default_factory=dict)
+    """Each probe the run made after its workload and how it ended (``retake``: ``answered``,
+    ``not-taken``, or ``error: <type>``); counted in a sweep's summary, never judged."""
 
     def history_bytes(self) -> bytes:
         """The history as ``history.jsonl`` holds it (one sorted-key JSON line each, then the

@@ -145,6 +145,8 @@ class Sim:
         self.starts = sorted(round(self.rng.uniform(0, work.spread_seconds), 3) for _ in self.workflows)
         self.workers: dict[str, tuple[str, Worker[Any]]] = {}
         self.serving: dict[str, asyncio.Task[Any]] = {}
+        self.probes: dict[str, str] = {}
+        """Each probe's outcome (``retake``: answered, not-taken, or the error that ended it)."""
         """Live worker by name: its process id on the loop and its library Worker."""
         self.killed: dict[str, tuple[int, str]] = {}
         """A killed worker's name, its old pid and the kind that killed it, until a new
@@ -467,18 +469,24 @@ class Sim:
             # hidden until the first take's instant, to the microsecond (measured, not assumed)
             second = await take(start + 3 * unit - await rec.now())
             if first is None or second is None:
+                outcome["retake"] = "not-taken"  # the coincidence could not be staged
                 return
             late = (None, 4 * unit, timedelta(0))[self.seed % 3]
             await rec.wake_at(first, None if late is None else await rec.now() + late)
             await take(unit)  # the second take hides it: nothing is due
             await rec.wake_at(second, None)
+            outcome["retake"] = "answered"
 
+        outcome: dict[str, str] = {}
         self.loop.free = proc  # its steps cost no time: the calls land at the instants chosen
         try:
-            with contextlib.suppress(Exception):
-                await self.spawn(proc, probe())
+            await self.spawn(proc, probe())
+        except Exception as exc:  # a store that fails the probe's calls: said, not hidden
+            outcome["retake"] = f"error: {type(exc).__name__}"
         finally:
             self.loop.free = None
+        self.probes.update(outcome)
+        hist.event("info", what="retake-probe", outcome=outcome.get("retake", "unfinished"))
 
     async def final(self) -> FinalState:
         """The store's final state, read as the process runner reads it (``read_store_final``),
@@ -536,6 +544,7 @@ class Sim:
             list(self.world.fired),
             dict(reached),
             bit,
+            dict(self.probes),
         )
 
     def bites(self, lines: list[Any], final: FinalState) -> dict[str, bool]:

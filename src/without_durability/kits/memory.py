@@ -98,6 +98,8 @@ class MemorySimulated(SimulatedStore):
     def scheduler_in(self, namespace: str) -> Any:
         """A Memory scheduler of its own (the Memory store's namespaces are separate objects), the
         mutant's ``wrap`` applied to a durable around it."""
+        # a checkpointer nobody uses: a mutant's wrap takes a whole durable (a scheduler mutant
+        # reaches the scheduler through it), so the probe's queue is broken as the run's is
         checkpointer = MemoryCheckpointer(clock=self.clock, lease_clock=self.lease_clock)
         durable = MemoryDurable(checkpointer, MemoryScheduler(clock=self.clock, namespace=namespace))
         return (self.wrap(durable) if self.wrap is not None else durable).scheduler

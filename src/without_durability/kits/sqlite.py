@@ -291,6 +291,7 @@ class SqliteSimulated(SimulatedStore):
         """The store's scheduler in ``namespace``, on the newest connection to the run's file (the
         same queue table, another namespace), the mutant's ``wrap`` applied to a durable around it."""
         conn = self.conns[-1]
+        # a durable, not the scheduler alone: the mutant's wrap takes a whole durable
         checkpointer = SqliteCheckpointer(conn, clock=self.clock, lease_clock=self.lease_clock)
         durable = SqliteDurable(checkpointer, SqliteScheduler(conn, clock=self.clock, namespace=namespace))
         return self._wrapped(durable).scheduler
