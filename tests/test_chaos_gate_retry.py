@@ -13,6 +13,7 @@ import pytest
 from wd_chaos import gate
 from wd_chaos.checks import Verdict
 from wd_chaos.control.runner import Options, Outcome
+from wd_chaos.control.toxi import ToxiproxyStuck
 from wd_chaos.scenario import find
 
 NOT_BITTEN = Verdict(
@@ -28,12 +29,17 @@ FENCING_BROKEN = Verdict("fencing", False, "1 stale write accepted", [{"why": "s
 
 def _runs(codes: list[int], monkeypatch: pytest.MonkeyPatch) -> list[Options]:
     """Make the gate's runs answer ``codes`` in turn (2: the stall did not bite; 1: fencing failed
-    and the stall did not bite; 0: all valid); returns the options of each run."""
+    and the stall did not bite; 0: all valid; 3: toxiproxy got stuck under it); returns the
+    options of each run."""
     calls: list[Options] = []
 
     def fake(scenario: Any, opts: Options, progress: Any = None) -> Outcome:
         calls.append(opts)
         code = codes[len(calls) - 1]
+        if code == 3:
+            stuck = ToxiproxyStuck("toxiproxy did not answer 'add toxic bandwidth-4-1 to proxy p' within 15 s")
+            stuck.run_dir = Path(f"reports/run-{len(calls)}")
+            raise stuck
         verdicts, valid = {
             0: ([FENCING_HELD, BITTEN], True),
             1: ([FENCING_BROKEN, NOT_BITTEN], False),
@@ -57,6 +63,21 @@ def test_an_unknown_run_is_run_again_on_another_seed(monkeypatch: pytest.MonkeyP
     assert [c.seed for c in calls] == [None, 2, 3] and {c.client for c in calls} == {"worker"}
     assert len(warned) == 2 and "reports/run-1" in str(warned[0].message)
     assert len(judged.misses) == 2 and "reports/run-2 (seed 2)" in judged.misses[1]
+
+
+def test_a_run_toxiproxy_got_stuck_under_is_run_again_and_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fault injector failing is no verdict on the store: the case runs again on another
+    seed, and runs that all failed so name each folder and the cause."""
+    calls = _runs([3, 0], monkeypatch)
+    with pytest.warns(UserWarning, match="could not finish, running it again on another seed"):
+        judged = gate.run_judged(find("slow-network"), Options(store="postgres"))
+    assert judged.outcome.valid is True and [c.seed for c in calls] == [None, 2]
+    assert judged.misses == [
+        "reports/run-1 (seed 1): toxiproxy did not answer 'add toxic bandwidth-4-1 to proxy p' within 15 s"
+    ]
+    _runs([3, 3, 3], monkeypatch)
+    with pytest.warns(UserWarning), pytest.raises(gate.AllUnknown, match="reports/run-3 \\(seed 3\\): toxiproxy"):
+        gate.run_judged(find("slow-network"), Options(store="postgres"))
 
 
 def test_a_real_verdict_ends_the_runs_at_once(monkeypatch: pytest.MonkeyPatch) -> None:

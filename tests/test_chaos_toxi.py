@@ -100,3 +100,48 @@ def _dead(pid: int) -> bool:
         return zombie and len(os.listdir(f"/proc/{pid}/task")) <= 1
     except FileNotFoundError:
         return True
+
+
+class _Flood(socketserver.BaseRequestHandler):
+    """Sends until the connection dies: a reply its client never reads."""
+
+    def handle(self) -> None:
+        chunk = b"x" * 65536
+        with contextlib.suppress(OSError):
+            while True:
+                self.request.sendall(chunk)
+
+
+def test_a_stuck_toxiproxy_is_said_within_the_bound_and_every_later_call_fails_at_once() -> None:
+    """toxiproxy's own deadlock (its issue 558), made on purpose: a client that stops reading
+    blocks the chain an added toxic must interrupt, and its death then holds the proxy's lock for
+    good. The call is given up after the bound with ``ToxiproxyStuck``, never waited on forever."""
+    from wd_chaos.control.toxi import ToxiproxyStuck
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Flood)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with local_toxiproxy() as toxiproxy:
+            toxi = Toxi(toxiproxy.url, timeout=2.0)
+            listen = toxi.proxy("wd-test-flood", f"127.0.0.1:{server.server_address[1]}")
+            host, port = listen.rsplit(":", 1)
+            reader = socket.socket()
+            reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            reader.connect((host, int(port)))
+            time.sleep(1.0)  # the buffers fill: the reader never reads
+            started = time.monotonic()
+            with pytest.raises(ToxiproxyStuck, match="add toxic slow-0 to proxy wd-test-flood"):
+                toxi.add("wd-test-flood", "slow-0", "latency", "downstream", {"latency": 10})
+            assert time.monotonic() - started < 5.0
+            reader.close()  # the deadlock for good: the dead link's clean-up waits on the lock
+            started = time.monotonic()
+            with pytest.raises(ToxiproxyStuck, match="did not answer"):
+                toxi.remove("wd-test-flood", "slow-0")
+            with pytest.raises(ToxiproxyStuck):
+                toxi.heal_all()
+            assert time.monotonic() - started < 0.5, "a call after the first stuck one waited again"
+            toxi.remove_all()  # bounded and quiet: the server goes next
+    finally:
+        server.shutdown()
+        server.server_close()

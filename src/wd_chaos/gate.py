@@ -26,6 +26,7 @@ from .analyze import Outcome
 from .control.kits import chaos_kits, why_not
 from .control.runner import Options, check_options, run
 from .control.services import check_available
+from .control.toxi import ToxiproxyStuck
 from .faults import service_needs
 from .rundir import shrink_command
 from .scenario import OptionError, Scenario, ScenarioError, available, find
@@ -198,7 +199,9 @@ def run_judged(
     ``runs`` times. A valid run of a scenario that loses writes by design (``expect =
     "lost-writes"``) showed no loss to count and counts as unknown here. Each unknown run is kept, a ``UserWarning`` names it, and the next run takes
     another seed (``opts.seed``, else the scenario's, plus the retry's number), since the same seed
-    would likely time the same way. ``runs`` unknown runs raise ``AllUnknown`` naming each;
+    would likely time the same way. A run that toxiproxy's stuck control API ended
+    (``ToxiproxyStuck``) counts as such a miss too: its faults could not be placed or removed,
+    and its folder says so. ``runs`` unknown runs raise ``AllUnknown`` naming each;
     servers that cannot be had raise ``Unavailable`` before anything starts."""
     reason = check_available(opts.store, **service_needs([{"fault": f.kind} for f in scenario.faults]))
     if reason:
@@ -207,7 +210,18 @@ def run_judged(
     misses: list[str] = []
     for attempt in range(max(1, runs)):
         this = replace(opts, seed=opts.seed if attempt == 0 else base + attempt)
-        outcome = run(scenario, this, progress)
+        try:
+            outcome = run(scenario, this, progress)
+        except ToxiproxyStuck as exc:  # the fault injector failed, not the store: no verdict
+            missed = f"{exc.run_dir} (seed {base if attempt == 0 else base + attempt}): {exc}"
+            misses.append(missed)
+            if attempt + 1 < runs:
+                warnings.warn(
+                    f"{scenario.name} on {opts.store}: could not finish, running it again on another "
+                    f"seed: {missed}",
+                    stacklevel=2,
+                )
+            continue
         lossless = scenario.expect == "lost-writes" and outcome.valid is True
         if (outcome.valid is True and not lossless) or outcome.valid is False:
             return Judged(outcome, scenario, this, misses)
@@ -221,7 +235,7 @@ def run_judged(
             )
     raise AllUnknown(
         f"{scenario.name} on {opts.store}: unknown in all {len(misses)} runs, each on another seed, "
-        "so it tested nothing (its fault never bit, or a window it must reach was never reached):\n  "
+        "so it tested nothing (its fault never bit, a window it must reach was never reached, or the run could not finish):\n  "
         + "\n  ".join(misses)
     )
 

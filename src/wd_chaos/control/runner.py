@@ -43,6 +43,7 @@ from .cluster import drain_storm, run_storm, run_workload, wait_for_heal
 from .kits import check_store
 from .lifeline import Lifeline
 from .services import check_urls, clean_up, services, sweep_stale
+from .toxi import ToxiproxyStuck
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -506,6 +507,8 @@ def run(scenario: Scenario, opts: Options, progress: Progress | None = None) -> 
         # Ctrl-C, a server that would not start, a crashed storm: say so in the folder, keep the
         # per-process histories for a post-mortem, and let the caller report it
         prov.interrupted(exc)
+        if isinstance(exc, ToxiproxyStuck):  # the caller may run the case again: say where this one is
+            exc.run_dir = prov.run_dir
         raise
     return collect(p, prov, final, cleaned)
 

@@ -160,9 +160,15 @@ class Nemesis:
 
     def heal(self) -> None:
         """The final heal: end every active fault, log the events still pending as skipped, and run
-        each kind's own heal (failpoints disarmed, cuts healed, a stepped clock put right)."""
+        each kind's own heal (failpoints disarmed, cuts healed, a stepped clock put right). One
+        that fails (a fault tool that stopped answering) does not keep the others from theirs:
+        the first failure is raised once every one has had its turn."""
+        failed: list[BaseException] = []
         for act in self.active:
-            act.undo()
+            try:
+                act.undo()
+            except Exception as exc:
+                failed.append(exc)
         self.active.clear()
         for name in self.pending:
             self.hist.event(
@@ -175,5 +181,10 @@ class Nemesis:
         self.pending.clear()
         for k in kinds().values():
             if k.heal is not None:
-                k.heal(self)
+                try:
+                    k.heal(self)
+                except Exception as exc:
+                    failed.append(exc)
+        if failed:
+            raise failed[0]
         self.hist.event("fault", fault="heal", phase="start")
