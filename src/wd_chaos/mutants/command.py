@@ -128,6 +128,12 @@ def chaos_runner(seconds: float, real_runs: dict[tuple[str, str], Path] | None =
         before = set(out.glob(f"*-{scenario}-*"))
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         ran = sorted(set(out.glob(f"*-{scenario}-*")) - before)
+        if (not ran or not (ran[-1] / "summary.json").is_file()) and "ToxiproxyStuck" in done.stderr:
+            # the fault injector failed, not the store: once more on another seed (as the gate does)
+            again = (seed if seed is not None else find(scenario).seed) + 1
+            command = [*command[: command.index("--seed")]] if seed is not None else command
+            done = subprocess.run([*command, "--seed", str(again)], capture_output=True, text=True, check=False)
+            ran = sorted(set(out.glob(f"*-{scenario}-*")) - before)
         if not ran or not (ran[-1] / "summary.json").is_file():
             raise RuntimeError(
                 f"wd-chaos run {scenario} on {mutant or store} exited {done.returncode} without a "
