@@ -18,7 +18,7 @@ import pytest
 OUTSIDE = Path(__file__).parent / "outside_kit"
 
 
-ENTRY_POINTS = "byid = byid_queue:KIT\njobs = jobs_queue:JOBS_KIT\nkeyed-jobs = jobs_queue:KEYED_KIT\n"
+ENTRY_POINTS = "byid = byid_queue:KIT\nsecs = secs_queue:KIT\njobs = jobs_queue:JOBS_KIT\nkeyed-jobs = jobs_queue:KEYED_KIT\n"
 
 
 def _installed(tmp_path: Path) -> dict[str, str]:
@@ -86,3 +86,15 @@ def test_a_queue_that_drops_a_wakeup_while_held_is_invalid_naming_the_lost_wakeu
     assert verdicts["wakeup-stands"]["valid"] is False, {n: v["summary"] for n, v in verdicts.items()}
     calls = {e.get("f") for e in verdicts["wakeup-stands"]["evidence"]}  # arrive and deliver record as supply and append
     assert {"take", "wake_at"} <= calls and calls & {"schedule", "supply", "append"}, verdicts["wakeup-stands"]["evidence"]
+
+
+def test_a_queue_whose_receipt_is_its_visibility_in_seconds_is_invalid_naming_both_takes(tmp_path: Path) -> None:
+    """Visibility kept in whole seconds and the receipt that visibility alone: a workflow woken
+    while held and taken again within the second is handed out under its first receipt again.
+    receipts-distinct names the two takes (and the first holder's late answer acts on the second
+    delivery, which stale-answer may name too)."""
+    verdicts = _run(tmp_path, "lease-stall", "secs", seeds=2)
+    distinct = verdicts["receipts-distinct"]
+    assert distinct["valid"] is False, {n: v["summary"] for n, v in verdicts.items()}
+    takes = [e for e in distinct["evidence"] if e.get("f") == "take"]
+    assert len(takes) >= 2, distinct["evidence"]
