@@ -110,3 +110,25 @@ async def test_a_malformed_graph_is_refused_before_anything_runs(
 
     with pytest.raises(InvalidInput, match=message):
         await one_pass(wd_store, wf("bad"), body)
+
+
+async def test_a_cycle_is_refused_naming_a_node_on_it(wd_store: Store) -> None:
+    graph = [Node("a", None, ("b",)), Node("b", None, ("a",)), Node("c", None)]  # type: ignore[arg-type]
+
+    async def body(run: Run[Any]) -> object:
+        return await run_durably(graph, run)
+
+    with pytest.raises(InvalidInput, match=r"cycle through \['(a|b)', '(a|b)', '(a|b)'\]"):
+        await one_pass(wd_store, wf("cycle"), body)
+
+
+def test_prefix_is_keyword_only_and_a_node_is_immutable() -> None:
+    """``prefix`` is keyword-only (a positional string is refused, not taken as the prefix), and
+    a Node cannot be changed once made (a graph is shared by passes)."""
+    import dataclasses
+    import inspect
+
+    assert inspect.signature(run_durably).parameters["prefix"].kind is inspect.Parameter.KEYWORD_ONLY
+    node = Node("a", None)  # type: ignore[arg-type]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        node.name = "b"  # type: ignore[misc]

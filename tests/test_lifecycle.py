@@ -58,6 +58,39 @@ def test_bad_policies_are_refused_naming_the_field(field: str, value: Any) -> No
         RetryPolicy(**{field: value})
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("initial_interval", -S),
+        ("non_retryable_error_types", ("",)),
+        ("non_retryable_error_types", (5,)),
+    ],
+)
+def test_the_refusals_hold_past_their_edge(field: str, value: Any) -> None:
+    """A negative interval, an empty name and a name that is no string are refused too."""
+    with pytest.raises(InvalidInput, match=field):
+        RetryPolicy(**{field: value})
+
+
+def test_the_edges_the_docstring_allows_are_accepted() -> None:
+    """A coefficient of 1 (a constant interval, with a cap equal to it) and a single attempt are
+    policies: refusing them would break callers the docstring lets in."""
+    constant = RetryPolicy(initial_interval=2 * S, backoff_coefficient=1, maximum_interval=2 * S)
+    assert [constant.delay(n) for n in (1, 2, 5)] == [2 * S, 2 * S, 2 * S]
+    assert RetryPolicy(backoff_coefficient=1.5).delay(2) == 1.5 * S
+    once = RetryPolicy(maximum_attempts=1)
+    assert [once.exhausted(n) for n in (0, 1, 2)] == [False, True, True]
+
+
+def test_an_error_message_is_kept_to_its_documented_length() -> None:
+    from without_durability.lifecycle import MAX_MESSAGE, error_record, failure_record
+
+    long = ValueError("x" * (MAX_MESSAGE + 500))
+    assert MAX_MESSAGE == 2000  # the number the docs give
+    assert error_record(long, 1)["message"] == "x" * 2000
+    assert failure_record(long, 3)["message"] == "x" * 2000
+
+
 def test_status_reads_generations_attempts_and_terminal_states() -> None:
     assert status_of({"a": 1}).state == "open"
     failed = {error_key(0, 1): {}, error_key(0, 2): {}, failed_key(0): {"attempts": 2}}

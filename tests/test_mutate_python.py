@@ -163,3 +163,30 @@ def test_a_failing_test_id_is_read_whole_spaces_included() -> None:
         "tests/test_x.py",
         "tests/test_a.py::test_b",
     ]
+
+
+def test_the_runtime_plan_names_files_and_tests_that_exist_and_its_equivalents_load() -> None:
+    """``wd-chaos mutate --runtime``: the files it mutates and the tests it runs are the project's,
+    and its shipped equivalents are the runtime's own, each with its reason."""
+    from wd_chaos.mutate.runner import RUNTIME, equivalents, plan_equivalents
+
+    root = Path(__file__).resolve().parents[1]
+    assert all((root / f).is_file() for f in (*RUNTIME.python, *RUNTIME.tests)), RUNTIME
+    listed = equivalents(plan_equivalents(RUNTIME))
+    assert listed and all(k.startswith("runtime:py:without_durability.") for k in listed), listed
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--runtime", "--store", "sqlite"], "drop --store"),
+        ([], "--store"),
+    ],
+)
+def test_runtime_and_store_are_one_or_the_other(args: list[str], says: str) -> None:
+    from click.testing import CliRunner
+
+    from wd_chaos.cli import main
+
+    done = CliRunner().invoke(main, ["mutate", *args])
+    assert done.exit_code == 64 and says in done.output, done.output  # a usage error

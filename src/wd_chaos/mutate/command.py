@@ -11,16 +11,17 @@ from pathlib import Path
 import click
 
 from ..options import probe_dir
-from .runner import StorePlan, mutate, plan_equivalents, plan_for, servers
+from .runner import RUNTIME, StorePlan, mutate, plan_equivalents, plan_for, servers
 from .targets import mutants
 
 
 @click.command("mutate")
 @click.option(
     "--store",
-    required=True,
+    default=None,
     help="A store kit's name (sqlite, postgres, redis, yours): its kit's mutate_plan says what to "
-    "mutate and run; or your own store's name with --statements, --tests and --wd-store.",
+    "mutate and run; or your own store's name with --statements, --tests and --wd-store. "
+    "Required, unless --runtime.",
 )
 @click.option(
     "--budget-minutes",
@@ -72,8 +73,15 @@ from .targets import mutants
     help="Mutate the store's Python decision code (its MutatePlan's python files) with cosmic-ray, "
     "in a copy of the project, instead of its statements.",
 )
+@click.option(
+    "--runtime",
+    is_flag=True,
+    help="Mutate the library's runtime (Worker, Run, RetryPolicy and the lifecycle, the dag) with "
+    "cosmic-ray, as --python does a store's decision code, through the runtime's own tests; "
+    "takes no --store.",
+)
 def mutate_command(
-    store: str,
+    store: str | None,
     budget_minutes: float,
     report_dir: Path,
     only: tuple[str, ...],
@@ -87,11 +95,23 @@ def mutate_command(
     equivalent: Path | None,
     resume: Path | None,
     python: bool,
+    runtime: bool,
 ) -> None:
     """Derive mutants from STORE's own statements (SQL constants) or scripts (Lua), run each through
     the store's conformance suite and its own tests (fail fast), then survivors through short wd-chaos
     runs, and write mutate.json and mutate.html. Exit 0 when every mutant run is killed or listed as
     equivalent and none was left unrun, else 1."""
+    if runtime:
+        if store is not None or statements or wd_stores:
+            raise click.UsageError(
+                "--runtime mutates the library's own runtime, not a store: drop --store, "
+                "--statements and --wd-store"
+            )
+        plan = replace(RUNTIME, tests=tests) if tests else RUNTIME
+        _python(plan, budget_minutes, report_dir, equivalent, resume)
+        return
+    if store is None:
+        raise click.UsageError("Missing option '--store' (a store kit's name), or give --runtime")
     plan = _plan(store, statements, tests, wd_stores, pytest_args)
     if python:
         _python(plan, budget_minutes, report_dir, equivalent, resume)

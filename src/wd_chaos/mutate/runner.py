@@ -96,6 +96,30 @@ def plan_for(store: str) -> StorePlan:
     )
 
 
+RUNTIME = StorePlan(
+    "runtime",
+    wd_stores=("memory",),
+    tests=(
+        "tests/test_worker.py",
+        "tests/test_run.py",
+        "tests/test_dag.py",
+        "tests/test_lifecycle.py",
+        "tests/test_conformance.py",  # the Worker's lifecycle and the Run protocol, on Memory
+    ),
+    python=(
+        "src/without_durability/worker.py",
+        "src/without_durability/run.py",
+        "src/without_durability/dag.py",
+        "src/without_durability/lifecycle.py",
+    ),
+    equivalents="wd_chaos.mutate:runtime_equivalent.toml",
+)
+"""``wd-chaos mutate --runtime``: the library's own Python above the stores (the Worker's loop,
+``Run``'s steps, sleeps and inbox, ``RetryPolicy`` and the lifecycle, the dag), mutated with the
+operators the stores' Python gets and run through the runtime's tests (which open their own
+Memory and SQLite stores; needs no server)."""
+
+
 def plan_equivalents(plan: StorePlan) -> Traversable | None:
     """The file of equivalent mutants ``plan``'s kit ships in its own package (``package:file``),
     or None when it names none; a ``ValueError`` saying what to write when the name is malformed."""
