@@ -62,12 +62,18 @@ def test_bad_policies_are_refused_naming_the_field(field: str, value: Any) -> No
     ("field", "value"),
     [
         ("initial_interval", -S),
+        ("backoff_coefficient", "2"),
+        ("backoff_coefficient", float("inf")),
+        ("maximum_attempts", True),
+        ("maximum_attempts", 2.5),
         ("non_retryable_error_types", ("",)),
         ("non_retryable_error_types", (5,)),
     ],
 )
 def test_the_refusals_hold_past_their_edge(field: str, value: Any) -> None:
-    """A negative interval, an empty name and a name that is no string are refused too."""
+    """A negative interval, a coefficient that is no finite number, an attempt count that is a
+    bool or a float, an empty name and a name that is no string are refused too, each by name
+    (never a TypeError from deeper in)."""
     with pytest.raises(InvalidInput, match=field):
         RetryPolicy(**{field: value})
 
