@@ -124,3 +124,16 @@ async def test_resume_runs_no_body_for_a_finished_or_failed_workflow(wd_store: S
             with pytest.raises(WorkflowFailed):
                 await resume(wd_store.durable, held, body)
     assert ran == [], f"resume ran the body of a terminal workflow: {ran}"
+
+
+def test_a_policy_and_a_status_cannot_be_changed_once_made() -> None:
+    """One RetryPolicy serves every worker and pass, and a Status is what a load said: both are
+    frozen, so no holder can change what the others read."""
+    import dataclasses
+
+    policy = RetryPolicy()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        policy.maximum_attempts = 3  # type: ignore[misc]
+    status = status_of({})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        status.state = "failed"  # type: ignore[misc]

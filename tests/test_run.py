@@ -13,6 +13,7 @@ from without_durability import (
     Blocked,
     Fenced,
     Finished,
+    InvalidValue,
     Run,
     Sleeping,
     Suspended,
@@ -292,3 +293,38 @@ async def test_a_fence_inside_a_task_group_is_raised_as_fenced(wd_store: Store) 
     pass_ = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
     with pytest.raises(Fenced):
         await resume(wd_store.durable, pass_, body)
+
+
+@pytest.mark.parametrize("held", [5, "soon", "2030-01-01T00:00:00"], ids=["not-text", "not-iso", "naive"])
+async def test_a_sleep_on_a_key_that_holds_no_time_is_refused_by_name(wd_store: Store, held: object) -> None:
+    """A sleep whose key another record took (not text, not ISO-8601, or a time with no zone) is
+    an ``InvalidValue`` naming the key and what it found: never a bare TypeError or ValueError
+    from the parsing."""
+
+    async def make() -> object:
+        return held
+
+    async def body(run: Run[Any]) -> object:
+        await run.step("nap", make, as_any)
+        return await run.sleep("nap", timedelta(seconds=1))
+
+    with pytest.raises(InvalidValue, match="key 'nap': sleep found"):
+        await one_pass(wd_store, wf("sleep-taken"), body)
+
+
+async def test_a_task_group_branch_that_failed_ends_the_pass_with_the_group(wd_store: Store) -> None:
+    """A failure in a fan-out is raised as the TaskGroup raised it (the group, with the failure
+    inside), as a body's own ``except*`` expects: only a fence inside is raised on its own."""
+
+    async def fail() -> object:
+        raise LookupError("declined")
+
+    async def body(run: Run[Any]) -> object:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(fail())
+            group.create_task(run.step("ship", fail, as_any))
+        return None
+
+    with pytest.raises(ExceptionGroup) as caught:
+        await one_pass(wd_store, wf("group-fails"), body)
+    assert caught.group_contains(LookupError, match="declined"), caught.value
