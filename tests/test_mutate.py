@@ -9,6 +9,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -311,3 +312,42 @@ def test_a_mutant_meets_its_statements_killers_first_then_the_others_fastest_fir
     assert _first("m:A", killers, timings) == ("t::fast_a", "t::slow_a", "t::b")
     assert _first("m:C", killers, timings) == ("t::b", "t::fast_a", "t::slow_a")
     assert _first("m:C", {}, timings) == ()
+
+
+def test_the_confirm_step_rechecks_this_jobs_kills_only_and_says_when_it_cannot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A kill kept from a resumed report is not run again (its test may have been renamed since,
+    and one unknown node id makes pytest refuse the whole session: every kill of a fast-failover
+    sweep was once taken back so); a session that ends with no verdict is said, not silent."""
+    from wd_chaos.mutate import runner
+    from wd_chaos.mutation.session import Session
+
+    def outcomes() -> dict[str, runner.Outcome]:
+        fresh = runner.Outcome("m1", "t", "op", "a", "b", verdict="killed", killed_by="tests/x.py::test_now")
+        kept = runner.Outcome(
+            "m2", "t", "op", "a", "b", verdict="killed", killed_by="tests/x.py::test_renamed_since",
+            why=f"{runner.RESUMED}reports/baseline/mutate-postgres.json",
+        )  # fmt: skip
+        return {"m1": fresh, "m2": kept}
+
+    asked: list[tuple[str, ...]] = []
+    said: list[str] = []
+
+    def real(code: int) -> Any:
+        def run(plan: Any, spec: Any, *, tests: tuple[str, ...], **kw: Any) -> Session:
+            asked.append(tests)
+            return Session(code, 1.0, stdout="ERROR: not found: tests/x.py::test_now" if code == 4 else "")
+
+        return run
+
+    monkeypatch.setattr(runner, "run_tests", real(0))
+    got = outcomes()
+    runner._confirm(plan_for("sqlite"), got, said.append)
+    assert asked == [("tests/x.py::test_now",)] and [o.verdict for o in got.values()] == ["killed", "killed"]
+    assert said == ["confirmed 1/1 killing tests pass on the real store"], said
+    monkeypatch.setattr(runner, "run_tests", real(4))
+    got = outcomes()
+    runner._confirm(plan_for("sqlite"), got, said.append)
+    assert got["m1"].verdict == "survived" and got["m2"].verdict == "killed"
+    assert "could not confirm the kills" in said[1] and "not found" in said[1], said

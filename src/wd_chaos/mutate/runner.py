@@ -339,7 +339,7 @@ def mutate(
                 continue
             if spec.id in earlier:
                 outcome.verdict, outcome.killed_by = "killed", earlier[spec.id]
-                outcome.why = f"killed in {resume}"
+                outcome.why = f"{RESUMED}{resume}"
                 continue
             if time.monotonic() + min(per_mutant, base.seconds) > deadline:
                 progress(f"[{n}/{len(specs)}] {spec.id}: not run, the budget is spent")
@@ -395,6 +395,10 @@ def _killers_in(report: Path) -> list[tuple[str, str]]:
     ]
 
 
+RESUMED = "killed in "
+"""How a kill kept from a resumed report starts its ``why``."""
+
+
 def _first(target: str, killers: dict[str, list[str]], timings: dict[str, float]) -> tuple[str, ...]:
     """The tests to run first on a mutant of ``target``: those that killed its statement's other
     mutants, then those that killed any, each group fastest first (by the real store's run)."""
@@ -407,12 +411,17 @@ def _first(target: str, killers: dict[str, list[str]], timings: dict[str, float]
 
 def _confirm(plan: StorePlan, outcomes: dict[str, Outcome], progress: Progress, jobs: int = 1) -> None:
     """A kill counts only when its failing test passes on the real store: run every distinct
-    killing test once more on the real store, and take back the kills of any that fail there."""
+    killing test of this job once more on the real store, and take back the kills of any that
+    fail there. A kill kept from a resumed report was confirmed by the job that made it (its test
+    may have been renamed since, which would make pytest refuse the whole session)."""
     killers = sorted(
         {
             o.killed_by
             for o in outcomes.values()
-            if o.verdict == "killed" and "::" in o.killed_by and not o.killed_by.startswith("timeout")
+            if o.verdict == "killed"
+            and "::" in o.killed_by
+            and not o.killed_by.startswith("timeout")
+            and not o.why.startswith(RESUMED)
         }
     )
     if not killers:
@@ -420,6 +429,10 @@ def _confirm(plan: StorePlan, outcomes: dict[str, Outcome], progress: Progress, 
     check = run_tests(plan, None, tests=tuple(killers), fail_fast=False, jobs=jobs)
     failing = set(check.failures) if check.code != 0 else set()
     if check.code not in (0, 1):
+        progress(
+            f"could not confirm the kills: the real store's session exited {check.code} (not a test "
+            f"verdict), so none is counted:\n{(check.stdout + check.stderr)[-1500:]}"
+        )
         failing = set(killers)
     for o in outcomes.values():
         if o.verdict == "killed" and o.killed_by in failing:
