@@ -328,3 +328,54 @@ async def test_a_task_group_branch_that_failed_ends_the_pass_with_the_group(wd_s
     with pytest.raises(ExceptionGroup) as caught:
         await one_pass(wd_store, wf("group-fails"), body)
     assert caught.group_contains(LookupError, match="declined"), caught.value
+
+
+async def test_a_fence_inside_a_nested_task_group_is_raised_as_fenced(wd_store: Store) -> None:
+    """A branch that runs a TaskGroup of its own: the fence two groups deep is still found and
+    raised as ``Fenced`` (not the outer group), beside a sibling group that failed otherwise."""
+    w = wf("taskgroup-nested-fenced")
+
+    async def charge() -> object:
+        await wd_store.checkpointer.discard(w)
+        return "charged"
+
+    async def nested(run: Run[Any]) -> None:
+        async with asyncio.TaskGroup() as inner:
+            inner.create_task(run.step("charge", charge, as_any))
+
+    async def body(run: Run[Any]) -> object:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(nested(run))
+        return None
+
+    pass_ = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    with pytest.raises(Fenced):
+        await resume(wd_store.durable, pass_, body)
+
+
+async def test_a_body_reads_its_workflow_pass_and_store_as_attributes(wd_store: Store) -> None:
+    w = wf("attributes")
+    seen: list[object] = []
+
+    async def body(run: Run[Any]) -> object:
+        seen.extend([run.workflow, run.pass_.workflow, run.durable is wd_store.durable])
+        return None
+
+    assert await one_pass(wd_store, w, body) == Finished(None)
+    assert seen == [w, w, True], seen
+
+
+async def test_a_fan_out_whose_branches_are_still_in_flight_reports_every_wait(wd_store: Store) -> None:
+    """The wait ends the gather while two sleeps are still on their way to the store: the pass
+    ends only when neither is inside an operation, so all three waits are reported (on a store
+    whose calls really yield, the two sleeps' round trips overlap)."""
+    w = wf("fan-in-flight")
+    u = unit(wd_store)
+
+    async def body(run: Run[Any]) -> object:
+        await asyncio.gather(run.awaiting("reply", as_any), run.sleep("first", 4 * u), run.sleep("second", 5 * u))
+        return "done"
+
+    outcome = await one_pass(wd_store, w, body)
+    assert isinstance(outcome, Sleeping), f"expected Sleeping, got {outcome}"
+    assert sorted(outcome.waits) == ["first", "reply", "second"], f"a wait went unreported: {outcome}"

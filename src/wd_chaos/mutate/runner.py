@@ -98,7 +98,7 @@ def plan_for(store: str) -> StorePlan:
 
 RUNTIME = StorePlan(
     "runtime",
-    wd_stores=("memory",),
+    wd_stores=("memory", "sqlite"),  # SQLite's calls really yield: overlapping operations show there
     tests=(
         "tests/test_worker.py",
         "tests/test_run.py",
