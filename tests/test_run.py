@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -379,3 +379,99 @@ async def test_a_fan_out_whose_branches_are_still_in_flight_reports_every_wait(w
     outcome = await one_pass(wd_store, w, body)
     assert isinstance(outcome, Sleeping), f"expected Sleeping, got {outcome}"
     assert sorted(outcome.waits) == ["first", "reply", "second"], f"a wait went unreported: {outcome}"
+
+
+class _SlowRecords:
+    """The store's own Durable, whose records take ``by`` of the store's clock to land (as a
+    record across a slow network does): a sleep measured from before its record may be over by
+    the time the record is back."""
+
+    def __init__(self, store: Store, by: timedelta) -> None:
+        self.store, self.by, self.inner = store, by, store.durable
+        self.scheduler = store.durable.scheduler
+        outer = self
+
+        class Checkpointer:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(outer.inner.checkpointer, name)
+
+            async def record(self, pass_: Any, key: str, value: object) -> Any:
+                got = await outer.inner.checkpointer.record(pass_, key, value)
+                await outer.store.clock.advance(outer.by)
+                return got
+
+        self.checkpointer = Checkpointer()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_a_sleep_whose_deadline_passed_during_its_record_does_not_wait(wd_store: Store) -> None:
+    """The store's clock is asked again after the deadline is recorded: a sleep that was over by
+    then goes on in the same pass, and a zero sleep never waits."""
+    u = unit(wd_store)
+
+    async def body(run: Run[Any]) -> object:
+        await run.sleep("zero", timedelta(0))
+        await run.sleep("nap", u)
+        return "woke"
+
+    w = wf("sleep-over")
+    slow = _SlowRecords(wd_store, 2 * u)
+    pass_ = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    assert await resume(slow, pass_, body) == Finished("woke")  # type: ignore[arg-type]
+    w = wf("sleep-zero")
+    assert isinstance(await one_pass(wd_store, w, body), Sleeping)  # the nap waits on a still clock
+    assert "zero" in await wd_store.checkpointer.load(w)
+
+
+@pytest.mark.parametrize("ending", ["error", "fenced", "group-error", "group-fenced"])
+async def test_a_stray_branch_does_nothing_after_its_pass_failed(wd_store: Store, ending: str) -> None:
+    """However the pass ended (the body raised, was fenced, or a TaskGroup raised either), an
+    operation a stray branch starts afterwards does nothing."""
+    w = wf(f"stray-{ending}")
+    release = asyncio.Event()
+    ran: list[str] = []
+    stray: list[asyncio.Future[object]] = []
+
+    async def late() -> object:
+        ran.append("late")
+        return 1
+
+    async def branch(run: Run[Any]) -> object:
+        await release.wait()
+        return await run.step("late", late, as_any)
+
+    async def charge() -> object:
+        await wd_store.checkpointer.discard(w)
+        return "charged"
+
+    async def end(run: Run[Any]) -> object:
+        if ending.endswith("fenced"):
+            return await run.step("charge", charge, as_any)
+        raise LookupError("declined")
+
+    async def body(run: Run[Any]) -> object:
+        stray.append(asyncio.ensure_future(branch(run)))
+        if ending.startswith("group"):
+            async with asyncio.TaskGroup() as group:
+                group.create_task(end(run))
+            return None
+        return await end(run)
+
+    pass_ = await wd_store.checkpointer.claim(w, alive=LONG, budget=LONG)
+    with pytest.raises((LookupError, ExceptionGroup, Fenced)):
+        await resume(wd_store.durable, pass_, body)
+    release.set()
+    with pytest.raises(BaseException):  # noqa: B017, PT011 - which refusal is the Run's to choose
+        await stray[0]
+    assert ran == [], "an operation started after its pass ended ran its effect"
+
+
+def test_a_pass_outcome_cannot_be_changed_once_made() -> None:
+    import dataclasses
+
+    made = (Finished(1), "value"), (Blocked(("a",)), "waits"), (Sleeping(datetime(2030, 1, 1, tzinfo=UTC), ("b",)), "waits")
+    for outcome, name in made:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(outcome, name, None)

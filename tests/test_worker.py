@@ -368,3 +368,109 @@ async def test_a_pass_ends_though_its_renewal_swallowed_the_cancel(wd_store: Sto
     assert once.result()
     assert durable.checkpointer.swallowed, "no cancel landed in a renewal: this shows nothing"
     assert (await wd_store.checkpointer.load(w)).get("wd/finished") == "done"
+
+
+class Bell:
+    """A wakeup of the test's own (``Worker.wakeup`` is any object with ``wait(at_most)``): rings
+    when told, never by itself; ``broken`` makes every wait raise, ``deaf`` makes it ignore its
+    ``at_most``. Counts its waits."""
+
+    def __init__(self, *, broken: bool = False, deaf: bool = False) -> None:
+        self.rung = asyncio.Event()
+        self.broken, self.deaf, self.waits = broken, deaf, 0
+
+    async def wait(self, at_most: timedelta) -> None:
+        self.waits += 1
+        if self.broken:
+            raise RuntimeError("the wakeup's connection is gone")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.rung.wait(), None if self.deaf else at_most.total_seconds())
+        self.rung.clear()
+
+
+def _idler(store: Store, done: list[str], *, poll: float, wakeup: Any = None) -> Worker[Any]:
+    async def body(run: Run[Any]) -> object:
+        done.append(run.workflow)
+        return None
+
+    return Worker(
+        store.durable, body, alive=LONG, budget=LONG, visibility=LONG,
+        poll_interval=timedelta(seconds=poll), wakeup=wakeup,
+    )  # fmt: skip
+
+
+async def _until(check: Any, within: float) -> bool:
+    deadline = asyncio.get_running_loop().time() + within
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+async def test_an_idle_worker_takes_as_soon_as_its_wakeup_rings_and_stops_at_once(wd_store: Store) -> None:
+    done: list[str] = []
+    bell = Bell()
+    work = _idler(wd_store, done, poll=30.0, wakeup=bell)
+    running = asyncio.ensure_future(work.run())
+    assert await _until(lambda: bell.waits > 0, 5.0), "the idle worker never waited on its wakeup"
+    w = wf("bell")
+    await wd_store.scheduler.schedule(w)
+    bell.rung.set()
+    assert await _until(lambda: done == [w], 5.0), f"a rung wakeup left the workflow to the 30 s poll: {done}"
+    work.stop()
+    await asyncio.wait_for(running, 5.0)
+
+
+async def test_a_worker_without_a_wakeup_polls_runs_due_work_back_to_back_and_stops_at_once(
+    wd_store: Store,
+) -> None:
+    """Nothing due: it sleeps out its poll interval between takes (no spinning); due work: it takes
+    the next at once after a pass, not after a poll; stop ends its idling at once."""
+    done: list[str] = []
+    takes: list[int] = []
+    work = _idler(wd_store, done, poll=0.2)
+    inner_take = work.durable.scheduler.take
+
+    async def counted(visibility: timedelta) -> Any:
+        takes.append(1)
+        return await inner_take(visibility)
+
+    work.durable.scheduler.take = counted  # type: ignore[method-assign]
+    try:
+        running = asyncio.ensure_future(work.run())
+        await asyncio.sleep(0.5)
+        assert 1 <= len(takes) <= 6, f"{len(takes)} takes in 0.5 s at a 0.2 s poll: it spins"
+        work.poll_interval = timedelta(seconds=30)
+        await asyncio.sleep(0.25)  # it is idling on the 30 s poll now
+        work.stop()
+        await asyncio.wait_for(running, 5.0)
+        work = _idler(wd_store, done, poll=30.0)
+        ws = [wf("row") for _ in range(3)]
+        for w in ws:
+            await wd_store.scheduler.schedule(w)
+        running = asyncio.ensure_future(work.run())
+        assert await _until(lambda: sorted(done) == sorted(ws), 5.0), f"due work waited for a poll: {done}"
+        work.stop()
+        await asyncio.wait_for(running, 5.0)
+    finally:
+        del work.durable.scheduler.take
+
+
+@pytest.mark.parametrize("kind", ["broken", "deaf"])
+async def test_a_broken_or_deaf_wakeup_costs_latency_never_the_worker(wd_store: Store, kind: str) -> None:
+    """A wakeup whose wait raises is treated as none (the poll interval is slept out, not a
+    tight loop of failing waits); one that never returns is cut off at the poll interval. Either
+    way due work is taken after a poll, and stop still ends the worker."""
+    done: list[str] = []
+    bell = Bell(broken=kind == "broken", deaf=kind == "deaf")
+    work = _idler(wd_store, done, poll=0.2, wakeup=bell)
+    w = wf(kind)
+    running = asyncio.ensure_future(work.run())
+    await asyncio.sleep(0.1)
+    await wd_store.scheduler.schedule(w)
+    assert await _until(lambda: done == [w], 5.0), f"a {kind} wakeup lost the workflow: {done}"
+    await asyncio.sleep(0.5)
+    assert bell.waits <= 8, f"{bell.waits} waits on a {kind} wakeup in about a second at a 0.2 s poll"
+    work.stop()
+    await asyncio.wait_for(running, 5.0)
