@@ -160,16 +160,25 @@ class PgqScheduler:
         params = EntrypointExecutionParameter(
             retry_after=visibility, serialized=False, concurrency_limit=self.concurrency_limit
         )
-        async with self._queries(f"dequeue from {self.entrypoint!r}") as (queries, _):
+        async with self._queries(f"dequeue from {self.entrypoint!r}") as (queries, conn):
             jobs = await queries.dequeue(
                 batch_size=1,
                 entrypoints={self.entrypoint: params},
                 queue_manager_id=self.queue_manager_id,
                 global_concurrency_limit=None,
             )
-        if not jobs:
-            return None
-        (job,) = jobs
+            if not jobs:
+                return None
+            job, *extra = jobs
+            for other in extra:
+                # MAPPING: PgQueuer's dequeue limits its queued and its stalled branch to
+                # ``batch_size`` each, so one call may pick two jobs; a take hands out one, and the
+                # other goes back to ``queued`` as it was picked (only while this pick still holds it)
+                await conn.execute(
+                    f"""UPDATE {self.table} SET status = 'queued', queue_manager_id = NULL
+                         WHERE id = %s AND status = 'picked' AND updated = %s AND queue_manager_id = %s""",
+                    (int(other.id), other.updated, self.queue_manager_id),
+                )
         assert job.payload is not None, job
         return Delivery(job.payload.decode(), PgqReceipt(self.entrypoint, int(job.id), job.updated))
 
