@@ -72,7 +72,9 @@ class PgqScheduler:
     # -- connections ---------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def _queries(self, what: str, workflow: str = "") -> AsyncIterator[tuple[Queries, psycopg.AsyncConnection[Any]]]:
+    async def _queries(
+        self, what: str, workflow: str = ""
+    ) -> AsyncIterator[tuple[Queries, psycopg.AsyncConnection[Any]]]:
         """PgQueuer's ``Queries`` on a pooled connection, in autocommit as ``PsycopgDriver``
         requires (set back before the connection returns to the pool the checkpointer shares).
         Driver errors leave as ``without_durability_postgres.errors.classify`` says."""
@@ -204,7 +206,9 @@ class PgqScheduler:
                 self.qbq.build_log_job_query(), [receipt.job], ["successful"], [None]
             )
             mark = await (
-                await conn.execute(f"DELETE FROM {WAKEUPS} WHERE job = %s RETURNING at, since", (receipt.job,))
+                await conn.execute(
+                    f"DELETE FROM {WAKEUPS} WHERE job = %s RETURNING at, since", (receipt.job,)
+                )
             ).fetchone()
             wakeup = None if mark is None or mark[1] <= receipt.picked else mark[0]
             again = at if wakeup is None else (wakeup if at is None else min(at, wakeup))
@@ -227,7 +231,7 @@ class PgqScheduler:
             )
             ids = [int(r[0]) for r in await cur.fetchall()]
             if ids:
-                await queries.mark_job_as_cancelled(ids)  # type: ignore[arg-type]
+                await queries.mark_job_as_cancelled(ids)
 
 
 async def install(pool: AsyncConnectionPool[Any]) -> None:

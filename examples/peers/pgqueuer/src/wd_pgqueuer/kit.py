@@ -48,7 +48,7 @@ class PgqKit(PostgresKit):
         async def read_queue() -> dict[str, int]:
             async with scheduler.pool.connection() as conn:
                 cur = await conn.execute(
-                    READ_QUEUE.format(table=scheduler.table),  # type: ignore[arg-type]
+                    READ_QUEUE.format(table=scheduler.table),
                     (scheduler.entrypoint,),
                 )
                 return {str(w): int(n) for w, n in await cur.fetchall()}
