@@ -463,7 +463,7 @@ async def test_a_stray_branch_does_nothing_after_its_pass_failed(wd_store: Store
     with pytest.raises((LookupError, ExceptionGroup, Fenced)):
         await resume(wd_store.durable, pass_, body)
     release.set()
-    with pytest.raises(BaseException):  # noqa: B017, PT011 - which refusal is the Run's to choose
+    with pytest.raises(BaseException):  # noqa: B017 - which refusal is the Run's to choose
         await stray[0]
     assert ran == [], "an operation started after its pass ended ran its effect"
 
