@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from without_durability import Contended, Pass, RetryPolicy, Run, StoreUnavailable, Worker
+from without_durability.lifecycle import FINISHED
 from without_durability.testing.conformance import unit
 from without_durability.testing.harness import StoreUnderTest
 
@@ -126,10 +127,13 @@ async def test_worker_wakes_a_sleeping_workflow_at_its_deadline(wd_store: Store)
     assert woke == [True]
 
 
-async def test_renewal_keeps_a_step_longer_than_alive_claimed(wd_store: Store) -> None:
+@pytest.mark.parametrize("first_fails", [False, True], ids=["renewals", "a-renewal-fails-first"])
+async def test_renewal_keeps_a_step_longer_than_alive_claimed(wd_store: Store, first_fails: bool) -> None:
+    """The tick renews throughout a long step; a renewal that fails (the store gone for a moment)
+    is logged and the tick goes on, so the next one keeps the claim."""
     w = wf("long")
     u = unit(wd_store)
-    durable = CountingDurable(wd_store.durable)
+    durable = CountingDurable(Flaky(wd_store.durable, renewals=1) if first_fails else wd_store.durable)
     stolen: list[object] = []
     done: list[object] = []
 
@@ -474,3 +478,125 @@ async def test_a_broken_or_deaf_wakeup_costs_latency_never_the_worker(wd_store: 
     assert bell.waits <= 8, f"{bell.waits} waits on a {kind} wakeup in about a second at a 0.2 s poll"
     work.stop()
     await asyncio.wait_for(running, 5.0)
+
+
+def test_the_defaults_the_docstring_gives() -> None:
+    """A renewal every third of ``alive`` and a contended claim retried a second later, unless
+    given; ``stopping`` reads whether ``stop`` was called."""
+    from without_durability.memory import MemoryCheckpointer, MemoryDurable, MemoryScheduler
+
+    work = Worker(
+        MemoryDurable(MemoryCheckpointer(), MemoryScheduler()), lambda run: None, alive=timedelta(seconds=3), budget=LONG, visibility=LONG,
+        poll_interval=timedelta(seconds=1),
+    )  # fmt: skip
+    assert work.renew_every == timedelta(seconds=1) and work.retry_contended == timedelta(seconds=1)
+    assert work.stopping is False
+    work.stop()
+    assert work.stopping is True
+
+
+class Flaky:
+    """The store's own Durable whose scheduler's ``take`` and ``wake_at`` and checkpointer's
+    ``renew`` each fail the first ``n`` times with ``StoreUnavailable`` (a server gone for a
+    moment), then work."""
+
+    def __init__(self, inner: Any, *, takes: int = 0, answers: int = 0, renewals: int = 0) -> None:
+        self.inner, self.left = inner, {"take": takes, "wake_at": answers, "renew": renewals}
+        outer = self
+
+        class Part:
+            def __init__(self, part: Any) -> None:
+                self.part = part
+
+            def __getattr__(self, name: str) -> Any:
+                call = getattr(self.part, name)
+                if outer.left.get(name, 0) <= 0:
+                    return call
+
+                async def failing(*args: Any, **kwargs: Any) -> Any:
+                    outer.left[name] -= 1
+                    raise StoreUnavailable(f"{name}: the server went away (made by the test)")
+
+                return failing
+
+        self.scheduler, self.checkpointer = Part(inner.scheduler), Part(inner.checkpointer)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_a_store_error_outside_a_pass_is_logged_and_the_worker_goes_on(wd_store: Store) -> None:
+    """A take that fails is retried after the poll interval (the worker does not die), and a last
+    answer that fails as ``run`` returns is logged, not raised (the delivery reappears once its
+    visibility lapses)."""
+    done: list[str] = []
+
+    async def body(run: Run[Any]) -> object:
+        done.append(run.workflow)
+        return None
+
+    w = wf("flaky-take")
+    await wd_store.scheduler.schedule(w)
+    flaky = Flaky(wd_store.durable, takes=2, answers=1)
+    work = Worker(
+        flaky, body, alive=LONG, budget=LONG, visibility=LONG, poll_interval=timedelta(milliseconds=20)
+    )
+    await asyncio.wait_for(work.run(max_passes=1), 10.0)
+    assert done == [w] and flaky.left == {"take": 0, "wake_at": 0, "renew": 0}, (done, flaky.left)
+
+
+async def test_a_renewal_that_fails_once_does_not_end_the_pass(wd_store: Store) -> None:
+    w = wf("flaky-renew")
+
+    async def body(run: Run[Any]) -> object:
+        for _ in range(6):
+            await asyncio.sleep(0.02)
+        return "done"
+
+    await wd_store.scheduler.schedule(w)
+    flaky = Flaky(wd_store.durable, renewals=1)
+    work = Worker(
+        flaky, body, alive=LONG, budget=LONG, visibility=LONG, poll_interval=timedelta(milliseconds=20),
+        renew_every=timedelta(milliseconds=10),
+    )  # fmt: skip
+    await asyncio.wait_for(work.run(max_passes=1), 10.0)
+    assert flaky.left["renew"] == 0, "the renewal tick never ran"
+    assert (await wd_store.checkpointer.load(w)).get(FINISHED) == "done"
+
+
+async def test_a_result_the_store_cannot_hold_fails_the_workflow_at_once(wd_store: Store) -> None:
+    """A body's return value the codec refuses (``InvalidValue``) fails the workflow on that pass:
+    retrying could not change it."""
+    from without_durability import status_of
+
+    w = wf("unstorable")
+
+    async def body(run: Run[Any]) -> object:
+        return {1, 2}  # a set: no JSON
+
+    await wd_store.scheduler.schedule(w)
+    work = worker(wd_store, wd_store.durable, body, alive=LONG, retry=RetryPolicy(maximum_attempts=5))
+    await work.run(max_passes=1)
+    status = status_of(await wd_store.checkpointer.load(w))
+    assert status.state == "failed" and status.attempts == 1, status
+
+
+async def test_a_pass_the_tick_finds_superseded_is_cancelled_and_answers_nothing(wd_store: Store) -> None:
+    """The body is inside no Run operation (a long await of its own) when its claim is taken away:
+    the renewal tick meets the fence, cancels the pass, and the worker returns without recording
+    or answering anything."""
+    w = wf("superseded-tick")
+    started = asyncio.Event()
+
+    async def body(run: Run[Any]) -> object:
+        started.set()
+        await asyncio.sleep(30)
+        return "never"
+
+    await wd_store.scheduler.schedule(w)
+    work = worker(wd_store, wd_store.durable, body, alive=LONG, renew_every=timedelta(milliseconds=20))
+    running = asyncio.ensure_future(work.run(max_passes=1))
+    await asyncio.wait_for(started.wait(), 5.0)
+    await wd_store.checkpointer.discard(w)
+    await asyncio.wait_for(running, 10.0)
+    assert FINISHED not in await wd_store.checkpointer.load(w)
