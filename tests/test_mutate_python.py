@@ -156,8 +156,10 @@ def test_a_failing_test_id_is_read_whole_spaces_included() -> None:
         "FAILED tests/test_sqlite.py::test_ends[sqlite-rollback, return] - AssertionError: a - b\n"
         "ERROR tests/test_x.py - ImportError: boom\n"
         "FAILED tests/test_a.py::test_b\n"
+        "ERROR    without_durability.worker:worker.py:363 worker: workflow 'w' failed (attempt 1)\n"
     )
-    # a cut id names no test: the confirming session would fail on it and take back every kill
+    # a cut id names no test: the confirming session would fail on it and take back every kill;
+    # a captured ERROR log record (padded) is no test either: it once stood as a mutant's killer
     assert _FAILED.findall(tail) == [
         "tests/test_sqlite.py::test_ends[sqlite-rollback, return]",
         "tests/test_x.py",

@@ -23,9 +23,10 @@ test cut off by it is reported as a timeout, not as the test's failure."""
 
 TIMED_OUT = re.compile(r"Timeout \(?>?\s*[0-9.]+s")
 """pytest-timeout's report of a test it stopped."""
-FAILED = re.compile(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", re.M)
+FAILED = re.compile(r"^(?:FAILED|ERROR) (?! )(.+?)(?: - .*)?$", re.M)
 """A failing test in pytest's short summary (``-rfE``): the whole test id, spaces included (a
-parameter id may hold some), up to pytest's `` - reason``."""
+parameter id may hold some), up to pytest's `` - reason``. One space after the word: a captured
+log record at ERROR level (``ERROR    module:file.py:363 message``, padded) is not a test."""
 HUNG = re.compile(r"^HUNG (.+?): Timeout", re.M)
 """The suite's backstop (tests/conftest.py) naming a test that outlived its timeout, just before it
 ends the test process (so pytest's own summary may never be printed)."""
