@@ -192,3 +192,20 @@ def test_runtime_and_store_are_one_or_the_other(args: list[str], says: str) -> N
 
     done = CliRunner().invoke(main, ["mutate", *args])
     assert done.exit_code == 64 and says in done.output, done.output  # a usage error
+
+
+def test_a_mutant_that_breaks_loading_the_package_is_killed_not_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module-level type alias whose ``|`` becomes ``+`` fails at import; the tests' conftest
+    imports the package, so pytest ends with exit 4 ("while loading conftest"): a kill (the same
+    tests load on the real code), as the runtime's ``Outcome = Finished | Sleeping | Blocked``
+    mutants are, never an error that keeps the job from a clean bill."""
+    project = _toy(tmp_path, monkeypatch)
+    (project / "src" / "toyclaims.py").write_text("Flag = bool | None\n\n\n" + DECIDE.replace("def idle(busy):", "def idle(busy: Flag):"))
+    (project / "tests" / "conftest.py").write_text("import toyclaims  # noqa: F401\n")
+    _, found, _ = _job(project, "first")
+    broken = [m for m in found["mutants"] if m["line"] == 1 and m["verdict"] != "skipped"]
+    assert broken and all(m["verdict"] == "killed" for m in broken), broken
+    assert {m["killed_by"] for m in broken} == {"import: the package fails to load"}, broken
+    assert found["errors"] == [], found["errors"]

@@ -41,6 +41,9 @@ from .inert import Module, compiles
 from .plugin import FIRST_ENV, ORDER_ENV
 from .runner import _first, equivalents
 
+CONFTEST_BROKEN = "while loading conftest"
+"""pytest's words (exit 4) when a conftest's imports fail: under a mutant, the package broke."""
+
 INSTALL_HINT = "pip install 'without-durability[mutate]' (or: pip install cosmic-ray)"
 
 COPIED = ("src", "tests", "pyproject.toml", "conftest.py")
@@ -388,9 +391,12 @@ def mutate_python(
             code, failed, row.seconds, tail = check.code, check.failed, check.seconds, check.tail
             if code in (0, 5):
                 row.verdict = "survived"
-            elif code in (1, -1) or (code == 2 and failed):
-                # exit 2 with a named error: the mutant broke collection (an import), a kill
-                row.verdict, row.killed_by = "killed", failed or f"pytest exit {code}"
+            elif code in (1, -1) or (code == 2 and failed) or (code == 4 and CONFTEST_BROKEN in tail):
+                # exit 2 with a named error: the mutant broke collection (an import), a kill; exit
+                # 4 naming the conftest: the mutant broke importing the package itself (the same
+                # tests load on the real code), the plainest kill of all
+                row.verdict = "killed"
+                row.killed_by = failed or ("import: the package fails to load" if code == 4 else f"pytest exit {code}")
                 if "::" in failed and not failed.startswith("timeout"):
                     own = killers.setdefault(row.definition, [])
                     if failed not in own:
