@@ -600,3 +600,27 @@ async def test_a_pass_the_tick_finds_superseded_is_cancelled_and_answers_nothing
     await wd_store.checkpointer.discard(w)
     await asyncio.wait_for(running, 10.0)
     assert FINISHED not in await wd_store.checkpointer.load(w)
+
+
+def test_options_are_keyword_only() -> None:
+    """Worker's settings and run's limits are keyword-only, as documented: a positional one is a
+    TypeError, never taken for another setting."""
+    import inspect
+
+    made = inspect.signature(Worker.__init__).parameters
+    for name in ("alive", "budget", "visibility", "poll_interval", "retry_contended", "renew_every", "wakeup", "retry"):
+        assert made[name].kind is inspect.Parameter.KEYWORD_ONLY, name
+    limits = inspect.signature(Worker.run).parameters
+    assert limits["until"].kind is limits["max_passes"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+async def test_max_passes_past_the_small_integers_still_stops_the_worker(wd_store: Store) -> None:
+    """``run(max_passes=n)`` returns after n passes for any n (compared by value: 300 is past the
+    integers CPython keeps one object of)."""
+    n = 300
+    done: list[str] = []
+    for i in range(n):
+        await wd_store.scheduler.schedule(wf(f"many-{i}"))
+    work = _idler(wd_store, done, poll=30.0)
+    await asyncio.wait_for(work.run(max_passes=n), 60.0)
+    assert len(done) == n and work.passes == n, (len(done), work.passes)
