@@ -408,7 +408,13 @@ def benchmarks() -> str:
     return "\n".join(out)
 
 
-MUTATE_FILES = ("mutate-sqlite.json", "mutate-postgres.json", "mutate-redis.json", "mutate-sqlite-python.json")
+MUTATE_FILES = (
+    "mutate-sqlite.json",
+    "mutate-postgres.json",
+    "mutate-redis.json",
+    "mutate-sqlite-python.json",
+    "mutate-runtime-python.json",
+)
 
 
 def _mutate_part(name: str) -> tuple[str, dict[str, Any]]:
