@@ -170,7 +170,10 @@ def test_a_failing_test_id_is_read_whole_spaces_included() -> None:
 def test_the_runtime_plan_names_files_and_tests_that_exist_and_its_equivalents_load() -> None:
     """``wd-chaos mutate --runtime``: the files it mutates and the tests it runs are the project's,
     and its shipped equivalents are the runtime's own, each with its reason."""
-    from wd_chaos.mutate.runner import RUNTIME, equivalents, plan_equivalents
+    from wd_chaos.mutate.runner import equivalents, plan_equivalents, runtime_plan
+
+    RUNTIME = runtime_plan()
+    assert {"memory", "sqlite"} <= set(RUNTIME.wd_stores), RUNTIME.wd_stores
 
     root = Path(__file__).resolve().parents[1]
     assert all((root / f).is_file() for f in (*RUNTIME.python, *RUNTIME.tests)), RUNTIME

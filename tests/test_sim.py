@@ -253,7 +253,7 @@ def test_the_retake_probe_says_how_it_ended_in_the_history_and_the_summary(
     answered = simulate(SCENARIO, 0, None, None, store="memory")
     assert answered.probes == {"retake": "answered"}, answered.probes
     lines = [o for o in answered.lines if o.get("what") == "retake-probe"]
-    assert [o["outcome"] for o in lines] == ["answered"], lines
+    assert [o["ended"] for o in lines] == ["answered"], lines
 
     from without_durability.kits.memory import MemorySimulated
 
@@ -267,7 +267,7 @@ def test_the_retake_probe_says_how_it_ended_in_the_history_and_the_summary(
     monkeypatch.setattr(MemorySimulated, "scheduler_in", lambda self, namespace: Refusing())
     failed = simulate(SCENARIO, 0, None, None, store="memory")
     assert failed.probes == {"retake": "error: ConnectionError"}, failed.probes
-    assert [o["outcome"] for o in failed.lines if o.get("what") == "retake-probe"] == ["error: ConnectionError"]
+    assert [o["ended"] for o in failed.lines if o.get("what") == "retake-probe"] == ["error: ConnectionError"]
     done = CliRunner().invoke(main, ["sim", "--seeds", "2", "--json", "--jobs", "1", "--store", "memory"])
     (summary,) = _lines(done.output)
     assert summary["probes"] == {"retake": {"error": 2}}, summary

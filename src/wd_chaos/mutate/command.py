@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from ..options import probe_dir
-from .runner import RUNTIME, StorePlan, mutate, plan_equivalents, plan_for, servers
+from .runner import StorePlan, mutate, plan_equivalents, plan_for, runtime_plan, servers
 from .targets import mutants
 
 
@@ -107,7 +107,7 @@ def mutate_command(
                 "--runtime mutates the library's own runtime, not a store: drop --store, "
                 "--statements and --wd-store"
             )
-        plan = replace(RUNTIME, tests=tests) if tests else RUNTIME
+        plan = replace(runtime_plan(), tests=tests) if tests else runtime_plan()
         _python(plan, budget_minutes, report_dir, equivalent, resume)
         return
     if store is None:

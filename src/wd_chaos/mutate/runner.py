@@ -96,28 +96,33 @@ def plan_for(store: str) -> StorePlan:
     )
 
 
-RUNTIME = StorePlan(
-    "runtime",
-    wd_stores=("memory", "sqlite"),  # SQLite's calls really yield: overlapping operations show there
-    tests=(
-        "tests/test_worker.py",
-        "tests/test_run.py",
-        "tests/test_dag.py",
-        "tests/test_lifecycle.py",
-        "tests/test_conformance.py",  # the Worker's lifecycle and the Run protocol, on Memory
-    ),
-    python=(
-        "src/without_durability/worker.py",
-        "src/without_durability/run.py",
-        "src/without_durability/dag.py",
-        "src/without_durability/lifecycle.py",
-    ),
-    equivalents="wd_chaos.mutate:runtime_equivalent.toml",
-)
-"""``wd-chaos mutate --runtime``: the library's own Python above the stores (the Worker's loop,
-``Run``'s steps, sleeps and inbox, ``RetryPolicy`` and the lifecycle, the dag), mutated with the
-operators the stores' Python gets and run through the runtime's tests (which open their own
-Memory and SQLite stores; needs no server)."""
+def runtime_plan() -> StorePlan:
+    """``wd-chaos mutate --runtime``: the library's own Python above the stores (the Worker's loop,
+    ``Run``'s steps, sleeps and inbox, ``RetryPolicy`` and the lifecycle, the dag), mutated with
+    the operators the stores' Python gets and run through the runtime's tests and the conformance
+    suite on the installed kits that run in one process, with no server (those that provide
+    ``simulated``: Memory and SQLite among the built-in ones; SQLite's calls really yield, so a
+    fan-out's operations overlap there)."""
+    from ..sim import simulated_stores
+
+    return StorePlan(
+        "runtime",
+        wd_stores=tuple(simulated_stores()),
+        tests=(
+            "tests/test_worker.py",
+            "tests/test_run.py",
+            "tests/test_dag.py",
+            "tests/test_lifecycle.py",
+            "tests/test_conformance.py",  # the Worker's lifecycle and the Run protocol
+        ),
+        python=(
+            "src/without_durability/worker.py",
+            "src/without_durability/run.py",
+            "src/without_durability/dag.py",
+            "src/without_durability/lifecycle.py",
+        ),
+        equivalents="wd_chaos.mutate:runtime_equivalent.toml",
+    )
 
 
 def plan_equivalents(plan: StorePlan) -> Traversable | None:

@@ -486,7 +486,7 @@ class Sim:
         finally:
             self.loop.free = None
         self.probes.update(outcome)
-        hist.event("info", what="retake-probe", outcome=outcome.get("retake", "unfinished"))
+        hist.event("info", what="retake-probe", ended=outcome.get("retake", "unfinished"))
 
     async def final(self) -> FinalState:
         """The store's final state, read as the process runner reads it (``read_store_final``),
